@@ -1,0 +1,117 @@
+# pushpull build. `make` builds everything into build/ (binaries in build/bin/).
+#   make test    install missing packages, build, run every test
+#   make demo    install missing packages, build, train linreg on a local cluster (BSP, SSP, ASP)
+#   make bench   benchmarks; figures into build/bench/results.jsonl
+#   make deps    apt-get the Debian packages that are missing (no-op when all are there)
+# Switches: ASAN=1, TSAN=1, CUDA=0 (CUDA defaults to 1 when /usr/local/cuda/bin/nvcc exists),
+#           DEBUG=1 (no optimisation).
+
+BUILD   ?= build
+NVCC    ?= /usr/local/cuda/bin/nvcc
+CUDA_HOME ?= /usr/local/cuda
+ifeq ($(wildcard $(NVCC)),)
+CUDA ?= 0
+else
+CUDA ?= 1
+endif
+
+CXX      ?= g++
+OPT      := $(if $(DEBUG),-O0,-O2)
+ARCH     ?= -march=x86-64-v3
+CPPFLAGS := -I. -I/usr/include/eigen3 -MMD -MP
+CXXFLAGS := -std=c++17 $(OPT) -g $(ARCH) -Wall -Wextra -Wno-unused-parameter -pthread
+LDLIBS   := -lzmq -lgflags -lz -pthread
+ifeq ($(ASAN),1)
+CXXFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer
+LDFLAGS  += -fsanitize=address,undefined
+endif
+ifeq ($(TSAN),1)
+CXXFLAGS += -fsanitize=thread
+LDFLAGS  += -fsanitize=thread
+endif
+ifeq ($(CUDA),1)
+CPPFLAGS += -DPUSHPULL_CUDA=1 -I$(CUDA_HOME)/include
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
+NVCCFLAGS ?= -std=c++17 -O2 -I. -Xcompiler -fPIC -MMD -MP \
+             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
+endif
+
+# One static library per folder; binaries and tests link them in dependency order.
+LIBDIRS := apps worker server common optimizers
+define lib_srcs
+$(filter-out %_main.cc,$(wildcard $(1)/*.cc))
+endef
+define lib_cu
+$(if $(filter 1,$(CUDA)),$(wildcard $(1)/*.cu))
+endef
+objs_of = $(patsubst %.cc,$(BUILD)/obj/%.o,$(call lib_srcs,$(1))) \
+          $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(call lib_cu,$(1)))
+LIBS := $(foreach d,$(LIBDIRS),$(BUILD)/lib/lib$(d).a)
+
+BINS := $(BUILD)/bin/pushpull-scheduler $(BUILD)/bin/pushpull-server \
+        $(BUILD)/bin/pushpull-worker $(BUILD)/bin/pushpull-launch $(BUILD)/bin/pushpull-bench
+TEST_SRCS := $(wildcard tests/*_test.cc)
+TEST_BIN  := $(BUILD)/bin/pushpull-tests
+
+.PHONY: all test demo bench deps clean experiments
+all: $(BINS) $(TEST_BIN)
+
+$(foreach d,$(LIBDIRS),$(eval $(BUILD)/lib/lib$(d).a: $(call objs_of,$(d))))
+$(BUILD)/lib/%.a:
+	@mkdir -p $(dir $@)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/obj/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -DPUSHPULL_CUDA=1 -c $< -o $@
+
+$(BUILD)/bin/pushpull-scheduler: $(BUILD)/obj/server/scheduler_main.o $(LIBS)
+$(BUILD)/bin/pushpull-server:    $(BUILD)/obj/server/server_main.o $(LIBS)
+$(BUILD)/bin/pushpull-worker:    $(BUILD)/obj/worker/worker_main.o $(LIBS)
+$(BUILD)/bin/pushpull-launch:    $(BUILD)/obj/deploy/launch_main.o $(LIBS)
+$(BUILD)/bin/pushpull-bench:     $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard tests/bench/*.cc)) $(LIBS)
+$(BINS):
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS) $(LDLIBS)
+
+$(TEST_BIN): $(patsubst %.cc,$(BUILD)/obj/%.o,$(TEST_SRCS)) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS) $(LDLIBS) -lgtest -lgtest_main
+
+DEB_PKGS := g++ make libzmq3-dev cppzmq-dev libcereal-dev libeigen3-dev libgflags-dev \
+            libgtest-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox
+deps:
+	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing $$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y --no-install-recommends $$missing; \
+	else echo "make deps: all packages present"; fi
+
+test: deps
+	$(MAKE) all
+	tests/run_tests.sh $(BUILD)
+
+demo: deps
+	$(MAKE) $(BINS)
+	apps/demo.sh $(BUILD)
+
+bench: deps
+	$(MAKE) $(BINS)
+	@mkdir -p $(BUILD)/bench
+	$(BUILD)/bin/pushpull-bench --out=$(BUILD)/bench/results.jsonl
+
+experiments: deps
+	$(MAKE) $(BINS)
+	apps/experiments/run.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

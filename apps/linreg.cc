@@ -1,0 +1,107 @@
+#include "apps/linreg.h"
+
+#include <Eigen/Dense>
+
+#include <random>
+
+#include "common/log.h"
+#include "common/time.h"
+#include "worker/pushpull.h"
+
+namespace pushpull {
+
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+void MakeLinregData(const LinregOptions& o, uint64_t seed, int shard, std::vector<float>* x,
+                    std::vector<float>* y, std::vector<float>* true_w) {
+  std::mt19937_64 wrng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  true_w->resize(o.dim);
+  for (auto& w : *true_w) w = normal(wrng);
+  std::mt19937_64 rng(SplitMix64(seed ^ (0x1000003ULL * (shard + 1))));
+  x->resize(size_t(o.examples_per_worker) * o.dim);
+  y->resize(o.examples_per_worker);
+  for (int i = 0; i < o.examples_per_worker; ++i) {
+    double dot = 0;
+    for (int j = 0; j < o.dim; ++j) {
+      float v = normal(rng);
+      (*x)[size_t(i) * o.dim + j] = v;
+      dot += double(v) * (*true_w)[j];
+    }
+    (*y)[i] = static_cast<float>(dot + o.noise * normal(rng));
+  }
+}
+
+Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, AppResult* result) {
+  if (o.dim < 1 || o.examples_per_worker < 1 || app.batch < 1 || app.epochs < 1)
+    return Status::InvalidArgument("linreg: dim, examples, batch and epochs must be positive");
+  const int rank = client.rank();
+  std::vector<float> xs, ys, true_w;
+  MakeLinregData(o, app.seed, rank, &xs, &ys, &true_w);
+  Eigen::Map<const RowMat> X(xs.data(), o.examples_per_worker, o.dim);
+  Eigen::Map<const Eigen::VectorXf> Y(ys.data(), o.examples_per_worker);
+
+  TableSpec spec;
+  spec.name = "linreg.w";
+  spec.rows = o.dim;
+  spec.dim = 1;
+  spec.consistency = app.consistency;
+  auto kind = opt::ParseKind(app.optimizer.empty() ? "sgd" : app.optimizer);
+  if (!kind.ok()) return kind.status();
+  spec.optimizer.kind = *kind;
+  spec.optimizer.lr = app.lr > 0 ? app.lr : 0.05f;
+  auto table = client.CreateTable(spec);
+  if (!table.ok()) return table.status();
+
+  const double floor = 0.5 * o.noise * o.noise;
+  const double target = app.target > 0 ? app.target : floor * 1.5;
+  MetricsWriter metrics(app.metrics_out);
+  Progress progress("linreg", app.progress_interval_s);
+  std::vector<float> w(o.dim);
+  const int batches = (o.examples_per_worker + app.batch - 1) / app.batch;
+  int64_t start = NowMs(), samples = 0;
+  double loss = 0;
+  for (int epoch = 1; epoch <= app.epochs; ++epoch) {
+    double epoch_loss = 0;
+    for (int b = 0; b < batches; ++b) {
+      Future pull = client.PullDense(*table, w.data());
+      PP_RETURN_IF_ERROR(pull.Wait().Annotate("linreg epoch " + std::to_string(epoch)));
+      result->max_staleness = std::max(result->max_staleness, pull.staleness());
+      int begin = b * app.batch, n = std::min(app.batch, o.examples_per_worker - begin);
+      Eigen::Map<const Eigen::VectorXf> W(w.data(), o.dim);
+      Eigen::VectorXf r = X.middleRows(begin, n) * W - Y.segment(begin, n);
+      epoch_loss += 0.5 * r.squaredNorm();
+      std::vector<float> grad(o.dim);
+      Eigen::Map<Eigen::VectorXf>(grad.data(), o.dim) = X.middleRows(begin, n).transpose() * r / float(n);
+      client.PushDense(*table, std::move(grad));
+      PP_RETURN_IF_ERROR(client.Clock());
+      samples += n;
+      progress.Update(client.clock(), 0.5 * r.squaredNorm() / n, samples);
+    }
+    // Loss of the current model over this worker's whole shard.
+    PP_RETURN_IF_ERROR(client.PullDense(*table, w.data()).Wait());
+    Eigen::Map<const Eigen::VectorXf> W(w.data(), o.dim);
+    loss = 0.5 * (X * W - Y).squaredNorm() / o.examples_per_worker;
+    double err = (W - Eigen::Map<const Eigen::VectorXf>(true_w.data(), o.dim)).norm();
+    double wall = (NowMs() - start) / 1000.0;
+    PP_LOG(Info) << "linreg epoch " << epoch << "/" << app.epochs << " loss " << loss
+                 << " (noise floor " << floor << ") |w - w*| " << err << " clock " << client.clock()
+                 << " " << wall << "s";
+    PP_RETURN_IF_ERROR(metrics.Write({{"epoch", epoch}, {"clock", double(client.clock())},
+                                      {"wall_s", wall}, {"train_loss", loss},
+                                      {"samples_per_s", samples / std::max(wall, 1e-3)}}));
+  }
+  result->final_metric = loss;
+  result->reached_target = loss <= target;
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "linreg summary: worker %d consistency=%s workers=%d epochs=%d final_loss=%.5f "
+                "noise_floor=%.5f target=%.5f reached=%s max_staleness=%d wall=%.1fs",
+                rank, app.consistency.ToString().c_str(), client.num_workers(), app.epochs, loss,
+                floor, target, result->reached_target ? "yes" : "NO", result->max_staleness,
+                (NowMs() - start) / 1000.0);
+  result->summary = buf;
+  return Status::OK();
+}
+
+}  // namespace pushpull

@@ -1,0 +1,147 @@
+#include "common/cluster.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace pushpull {
+
+const char* RoleName(Role r) {
+  switch (r) {
+    case Role::kScheduler: return "scheduler";
+    case Role::kServer: return "server";
+    case Role::kWorker: return "worker";
+  }
+  return "?";
+}
+
+std::string Consistency::ToString() const {
+  switch (model) {
+    case kBsp: return "bsp";
+    case kSsp: return "ssp:" + std::to_string(staleness);
+    case kAsp: return "asp";
+  }
+  return "?";
+}
+
+Result<Consistency> ParseConsistency(const std::string& s) {
+  Consistency c;
+  if (s == "bsp") return c;
+  if (s == "asp") {
+    c.model = Consistency::kAsp;
+    return c;
+  }
+  if (s.rfind("ssp:", 0) == 0) {
+    char* end = nullptr;
+    long k = std::strtol(s.c_str() + 4, &end, 10);
+    if (end && *end == '\0' && s.size() > 4 && k >= 0 && k <= 1000000) {
+      c.model = Consistency::kSsp;
+      c.staleness = static_cast<int32_t>(k);
+      return c;
+    }
+  }
+  return Status::InvalidArgument("consistency '" + s + "' must be bsp, ssp:K (K >= 0) or asp");
+}
+
+Result<InitKind> ParseInitKind(const std::string& s) {
+  if (s == "zeros") return InitKind::kZeros;
+  if (s == "uniform") return InitKind::kUniform;
+  if (s == "normal") return InitKind::kNormal;
+  if (s == "glorot") return InitKind::kGlorot;
+  return Status::InvalidArgument("init '" + s + "' must be zeros, uniform, normal or glorot");
+}
+
+Status TableSpec::Validate() const {
+  if (name.empty() || name.size() > 128)
+    return Status::InvalidArgument("table name must have 1 to 128 characters");
+  if (!sparse && (rows == 0 || rows > (uint64_t(1) << 40)))
+    return Status::InvalidArgument("table '" + name + "': dense rows must be in [1, 2^40]");
+  if (dim == 0 || dim > (1u << 24))
+    return Status::InvalidArgument("table '" + name + "': dim must be in [1, 2^24]");
+  if (!sparse && rows * uint64_t(dim) > (uint64_t(1) << 36))
+    return Status::InvalidArgument("table '" + name + "': rows*dim exceeds 2^36 floats");
+  if (!(init_scale >= 0) || !std::isfinite(init_scale))
+    return Status::InvalidArgument("table '" + name + "': init_scale must be finite and >= 0");
+  if (glorot_bias_columns >= dim && init == InitKind::kGlorot)
+    return Status::InvalidArgument("table '" + name + "': glorot_bias_columns must be < dim");
+  if (consistency.model > Consistency::kAsp || consistency.staleness < 0)
+    return Status::InvalidArgument("table '" + name + "': bad consistency model");
+  return opt::Validate(optimizer).Annotate("table '" + name + "'");
+}
+
+bool TableSpec::operator==(const TableSpec& o) const {
+  return name == o.name && sparse == o.sparse && (sparse || rows == o.rows) && dim == o.dim &&
+         init == o.init && init_scale == o.init_scale && seed == o.seed &&
+         glorot_bias_columns == o.glorot_bias_columns && optimizer == o.optimizer &&
+         consistency == o.consistency;
+}
+
+std::string TableSpec::ToString() const {
+  std::ostringstream os;
+  os << "'" << name << "' " << (sparse ? "sparse" : "dense");
+  if (!sparse) os << " rows=" << rows;
+  os << " dim=" << dim << " optimizer=" << opt::KindName(optimizer.kind)
+     << " lr=" << optimizer.lr << " consistency=" << consistency.ToString();
+  return os.str();
+}
+
+TableInfo TableInfo::Make(uint32_t id, const TableSpec& spec, int num_servers) {
+  TableInfo t;
+  t.id = id;
+  t.spec = spec;
+  t.row_offsets.resize(num_servers + 1, 0);
+  if (!spec.sparse) {
+    // Contiguous, balanced ranges: the first (rows % S) servers get one extra row.
+    uint64_t base = spec.rows / num_servers, extra = spec.rows % num_servers;
+    for (int s = 0; s < num_servers; ++s)
+      t.row_offsets[s + 1] = t.row_offsets[s] + base + (uint64_t(s) < extra ? 1 : 0);
+  } else {
+    t.bucket_owner.resize(kBuckets);
+    for (uint32_t b = 0; b < kBuckets; ++b) t.bucket_owner[b] = static_cast<uint16_t>(b % num_servers);
+  }
+  return t;
+}
+
+uint32_t TableInfo::BucketOf(Key key) { return static_cast<uint32_t>(SplitMix64(key) % kBuckets); }
+
+int TableInfo::OwnerOf(Key key) const {
+  if (spec.sparse) return bucket_owner[BucketOf(key)];
+  // Binary search over the S+1 offsets.
+  int lo = 0, hi = num_servers() - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (row_offsets[mid] <= key) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+float InitialValue(const TableSpec& spec, Key row, uint32_t col) {
+  if (spec.init == InitKind::kZeros) return 0.0f;
+  uint64_t h = SplitMix64(spec.seed * 0x2545F4914F6CDD1DULL ^ SplitMix64(row) ^ (uint64_t(col) << 40));
+  double u1 = ((h >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1)
+  switch (spec.init) {
+    case InitKind::kUniform: return static_cast<float>((2 * u1 - 1) * spec.init_scale);
+    case InitKind::kNormal: {
+      uint64_t h2 = SplitMix64(h);
+      double u2 = ((h2 >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+      return static_cast<float>(std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2) *
+                                spec.init_scale);
+    }
+    case InitKind::kGlorot: {
+      uint32_t fan_in = spec.dim - spec.glorot_bias_columns;
+      if (col >= fan_in) return 0.0f;  // bias columns start at zero
+      double fan_out = spec.sparse ? 1.0 : double(spec.rows);
+      double limit = std::sqrt(6.0 / (fan_in + fan_out));
+      return static_cast<float>((2 * u1 - 1) * limit);
+    }
+    default: return 0.0f;
+  }
+}
+
+}  // namespace pushpull

@@ -1,0 +1,101 @@
+// The cluster's shared vocabulary: table specs, how tables are partitioned over servers, the
+// cluster map and membership the scheduler hands out. Plain values, serialisable with Cereal.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "optimizers/optimizer.h"
+
+namespace pushpull {
+
+using Key = uint64_t;
+
+enum class Role : uint8_t { kScheduler = 0, kServer = 1, kWorker = 2 };
+const char* RoleName(Role r);
+
+// Consistency model of a table (DESIGN.md "Consistency"). staleness: 0 for BSP, k for SSP(k).
+struct Consistency {
+  enum Model : uint8_t { kBsp = 0, kSsp = 1, kAsp = 2 };
+  Model model = kBsp;
+  int32_t staleness = 0;
+
+  // The bound s used by the pull rule "min live clock >= c - s"; -1 means unbounded (ASP).
+  int64_t bound() const { return model == kAsp ? -1 : (model == kBsp ? 0 : staleness); }
+  std::string ToString() const;
+  bool operator==(const Consistency& o) const {
+    return model == o.model && (model != kSsp || staleness == o.staleness);
+  }
+  template <class Ar>
+  void serialize(Ar& ar) { ar(model, staleness); }
+};
+// "bsp", "ssp:3", "asp".
+Result<Consistency> ParseConsistency(const std::string& s);
+
+enum class InitKind : uint8_t { kZeros = 0, kUniform = 1, kNormal = 2, kGlorot = 3 };
+Result<InitKind> ParseInitKind(const std::string& s);
+
+struct TableSpec {
+  std::string name;
+  bool sparse = false;       // sparse: any u64 row id, rows created on first touch
+  uint64_t rows = 0;         // dense: row count; sparse: ignored
+  uint32_t dim = 1;          // floats per row
+  InitKind init = InitKind::kZeros;
+  float init_scale = 0.01f;  // uniform: [-scale, scale]; normal: stddev
+  uint64_t seed = 1;
+  // Glorot needs fan-in/out: fan_in = dim - glorot_bias_columns (the layer's inputs), fan_out = rows.
+  uint32_t glorot_bias_columns = 0;
+  opt::OptimizerConfig optimizer;
+  Consistency consistency;
+
+  Status Validate() const;
+  bool operator==(const TableSpec& o) const;
+  std::string ToString() const;
+};
+
+// A table as the scheduler created it: its id and its partition over the servers.
+struct TableInfo {
+  static constexpr uint32_t kBuckets = 1024;  // sparse ids hash into this many virtual buckets
+  uint32_t id = 0;
+  TableSpec spec;
+  // Dense: server s owns rows [row_offsets[s], row_offsets[s+1]). Size num_servers + 1.
+  std::vector<uint64_t> row_offsets;
+  // Sparse: bucket b is owned by server bucket_owner[b]. Size kBuckets.
+  std::vector<uint16_t> bucket_owner;
+
+  static TableInfo Make(uint32_t id, const TableSpec& spec, int num_servers);
+  int num_servers() const { return static_cast<int>(row_offsets.size()) - 1; }
+  // Owner of a row id; the caller has checked a dense id is < rows.
+  int OwnerOf(Key key) const;
+  static uint32_t BucketOf(Key key);
+};
+
+struct ServerAddress {
+  int32_t rank = 0;
+  std::string address;  // e.g. tcp://10.0.0.5:41234
+};
+
+struct ClusterMap {
+  int32_t num_workers = 0;
+  std::vector<ServerAddress> servers;
+};
+
+// Which nodes are alive and whether the job is ending; the scheduler pushes it on every change
+// and repeats it on each heartbeat reply.
+struct Membership {
+  enum JobState : uint8_t { kRunning = 0, kFinished = 1, kAborted = 2 };
+  uint64_t version = 0;
+  std::vector<uint8_t> worker_alive;
+  std::vector<uint8_t> server_alive;
+  std::vector<uint8_t> worker_done;  // finished normally: no longer in anyone's clock vector
+  JobState job_state = kRunning;
+  std::string reason;  // why the job ended, or who died
+};
+
+uint64_t SplitMix64(uint64_t x);
+// Deterministic initial value of element (row, col) of a table: independent of sharding.
+float InitialValue(const TableSpec& spec, Key row, uint32_t col);
+
+}  // namespace pushpull

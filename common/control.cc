@@ -1,0 +1,98 @@
+#include "common/control.h"
+
+#include "common/log.h"
+#include "common/time.h"
+
+namespace pushpull {
+
+ControlChannel::ControlChannel(zmq::context_t& ctx, Role role, ControlOptions options)
+    : role_(role), options_(std::move(options)), sock_(ctx, zmq::socket_type::dealer) {
+  ConfigureSocket(sock_, false, 16 << 20);
+}
+
+Status ControlChannel::Send(Header h) {
+  h.sender_role = role_;
+  h.sender_rank = rank_;
+  return SendMessage(sock_, nullptr, h);
+}
+
+Status ControlChannel::Register(const std::string& address) {
+  try {
+    sock_.connect(options_.scheduler);
+  } catch (const zmq::error_t& e) {
+    return Status::InvalidArgument("scheduler address '" + options_.scheduler + "': " + e.what());
+  }
+  Header h;
+  h.type = MsgType::kRegister;
+  h.address = address;
+  h.sender_role = role_;
+  h.sender_rank = options_.requested_rank;
+  PP_RETURN_IF_ERROR(SendMessage(sock_, nullptr, h));
+  Deadline deadline = Deadline::In(options_.register_timeout_ms);
+  while (!deadline.Expired()) {
+    zmq::pollitem_t item{static_cast<void*>(sock_), 0, ZMQ_POLLIN, 0};
+    Poll(&item, 1, std::min<int64_t>(deadline.RemainingMs(), 200));
+    if (!(item.revents & ZMQ_POLLIN)) continue;
+    if (!RecvFrames(sock_, &frames_)) continue;
+    Message m;
+    Status st = Decode(&frames_, &m);
+    if (!st.ok()) {
+      PP_LOG(Warning) << "dropping malformed message from the scheduler: " << st.ToString();
+      continue;
+    }
+    if (m.header.type != MsgType::kRegisterReply) continue;
+    if (m.header.status != Code::kOk) return m.header.status_obj().Annotate("registration refused");
+    rank_ = m.header.sender_rank;  // the scheduler puts the assigned rank here
+    cluster_ = m.header.cluster;
+    ApplyMembership(m.header.membership);
+    last_heard_ms_ = NowMs();
+    next_heartbeat_ms_ = last_heard_ms_ + options_.heartbeat_interval_ms;
+    return Status::OK();
+  }
+  return Status::DeadlineExceeded("waited " + std::to_string(options_.register_timeout_ms) +
+                                  " ms for the scheduler at " + options_.scheduler +
+                                  " to answer registration (is it running, and have all nodes started?)");
+}
+
+bool ControlChannel::ApplyMembership(const Membership& m) {
+  if (m.version <= membership_.version && membership_.version != 0) return false;
+  membership_ = m;
+  return true;
+}
+
+bool ControlChannel::Receive(Message* out, bool* membership_changed) {
+  if (!RecvFrames(sock_, &frames_)) return false;
+  Status st = Decode(&frames_, out);
+  if (!st.ok()) {
+    PP_LOG(Warning) << "dropping malformed message from the scheduler: " << st.ToString();
+    return false;
+  }
+  last_heard_ms_ = NowMs();
+  if (out->header.type == MsgType::kMembership) {
+    if (ApplyMembership(out->header.membership)) *membership_changed = true;
+    return false;
+  }
+  return true;
+}
+
+Status ControlChannel::Tick() {
+  int64_t now = NowMs();
+  if (now - last_heard_ms_ > options_.scheduler_timeout_ms)
+    return Status::Unavailable("no word from the scheduler at " + options_.scheduler + " for " +
+                               std::to_string(now - last_heard_ms_) + " ms");
+  if (now >= next_heartbeat_ms_) {
+    Header h;
+    h.type = MsgType::kHeartbeat;
+    Status st = Send(h);
+    if (!st.ok()) PP_LOG(Warning) << "heartbeat: " << st.ToString();
+    next_heartbeat_ms_ = now + options_.heartbeat_interval_ms;
+  }
+  return Status::OK();
+}
+
+int64_t ControlChannel::MsUntilTick() const {
+  int64_t d = next_heartbeat_ms_ - NowMs();
+  return d < 0 ? 0 : d;
+}
+
+}  // namespace pushpull

@@ -1,0 +1,64 @@
+// The node side of the control plane: one DEALER to the scheduler, registration, heartbeats
+// and membership updates. Used by servers and worker clients inside their I/O loops.
+//
+// Threading: owned and driven by one thread (the owner's I/O thread).
+#pragma once
+
+#include <zmq.hpp>
+
+#include <string>
+
+#include "common/cluster.h"
+#include "common/status.h"
+#include "common/wire.h"
+
+namespace pushpull {
+
+struct ControlOptions {
+  std::string scheduler;               // e.g. tcp://10.0.0.1:7000
+  int heartbeat_interval_ms = 500;     // how often this node says it is alive
+  int scheduler_timeout_ms = 15000;    // the scheduler silent this long: the job is lost
+  int register_timeout_ms = 120000;    // how long to wait for every node to register
+  int requested_rank = -1;             // >= 0: ask the scheduler for this rank (if free)
+};
+
+class ControlChannel {
+ public:
+  ControlChannel(zmq::context_t& ctx, Role role, ControlOptions options);
+
+  // Sends Register and waits (deadline: register_timeout_ms) for the scheduler's reply, which
+  // comes once every expected node has registered.
+  Status Register(const std::string& address);
+
+  zmq::socket_t& socket() { return sock_; }
+  int rank() const { return rank_; }
+  Role role() const { return role_; }
+  const ClusterMap& cluster() const { return cluster_; }
+  const Membership& membership() const { return membership_; }
+
+  // Reads one message from the socket. Membership updates are absorbed (the return value is
+  // false, *membership_changed set); any other valid message is returned for the owner.
+  bool Receive(Message* out, bool* membership_changed);
+
+  // Sends a heartbeat when one is due; Unavailable when the scheduler has been silent too long.
+  Status Tick();
+  // Milliseconds until the next Tick is due (for poll timeouts).
+  int64_t MsUntilTick() const;
+
+  Status Send(Header h);
+
+ private:
+  bool ApplyMembership(const Membership& m);
+
+  const Role role_;
+  const ControlOptions options_;
+  zmq::socket_t sock_;
+  int rank_ = -1;
+  ClusterMap cluster_;
+  Membership membership_;
+  int64_t last_heard_ms_ = 0;
+  int64_t next_heartbeat_ms_ = 0;
+  std::vector<zmq::message_t> frames_;
+};
+
+}  // namespace pushpull

@@ -1,0 +1,49 @@
+#include "common/log.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+namespace pushpull {
+namespace {
+std::string& Tag() {
+  static std::string tag;
+  return tag;
+}
+std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
+const char* LevelChar(LogLevel l) {
+  switch (l) {
+    case LogLevel::kDebug: return "D";
+    case LogLevel::kInfo: return "I";
+    case LogLevel::kWarning: return "W";
+    case LogLevel::kError: return "E";
+  }
+  return "?";
+}
+}  // namespace
+
+void SetLogTag(const std::string& tag) { Tag() = tag; }
+void SetLogLevel(LogLevel level) { g_level = static_cast<int>(level); }
+bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= g_level.load(); }
+
+LogLine::~LogLine() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  int ms = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  struct tm tm;
+  localtime_r(&t, &tm);
+  char ts[32];
+  std::snprintf(ts, sizeof(ts), "%02d:%02d:%02d.%03d", tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  std::string line = std::string(LevelChar(level_)) + " " + ts + " ";
+  if (!Tag().empty()) line += "[" + Tag() + "] ";
+  line += os_.str();
+  line += '\n';
+  ssize_t ignored = ::write(2, line.data(), line.size());
+  (void)ignored;
+}
+
+}  // namespace pushpull

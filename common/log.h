@@ -1,0 +1,37 @@
+// Minimal leveled logging to stderr. Each line is written with one write(2) so lines from
+// threads and processes do not interleave. The tag (e.g. "server 1") is set once by main().
+//
+// Threading: safe from any thread; SetLogTag/SetLogLevel are meant to be called before threads start.
+#pragma once
+
+#include <sstream>
+#include <string>
+
+namespace pushpull {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+void SetLogTag(const std::string& tag);
+void SetLogLevel(LogLevel level);
+bool LogEnabled(LogLevel level);
+
+class LogLine {
+ public:
+  explicit LogLine(LogLevel level) : level_(level) {}
+  ~LogLine();
+  template <typename T>
+  LogLine& operator<<(const T& v) {
+    os_ << v;
+    return *this;
+  }
+
+ private:
+  LogLevel level_;
+  std::ostringstream os_;
+};
+
+}  // namespace pushpull
+
+#define PP_LOG(level)                                                    \
+  if (!::pushpull::LogEnabled(::pushpull::LogLevel::k##level)) {        \
+  } else                                                                 \
+    ::pushpull::LogLine(::pushpull::LogLevel::k##level)

@@ -1,0 +1,25 @@
+#include "common/signals.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+namespace pushpull {
+namespace {
+std::atomic<int> g_signals{0};
+void OnSignal(int sig) {
+  if (g_signals.fetch_add(1) >= 1) _exit(128 + sig);
+}
+}  // namespace
+
+void InstallStopSignals() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+bool StopRequested() { return g_signals.load() > 0; }
+
+}  // namespace pushpull

@@ -1,0 +1,107 @@
+// Status and Result<T>: how every call that touches the network, the disk or a peer's bytes
+// reports failure. No exceptions cross a module boundary (see docs/ERRORS.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace pushpull {
+
+enum class Code : uint8_t {
+  kOk = 0,
+  kInvalidArgument = 1,   // the caller's input is wrong (bad shape, bad hyper-parameter, ...)
+  kNotFound = 2,          // unknown table, missing file
+  kCorruption = 3,        // bytes that do not decode (a malformed message, a bad IDX header)
+  kUnavailable = 4,       // a peer is dead or unreachable
+  kDeadlineExceeded = 5,  // a wait ran past its deadline
+  kFailedPrecondition = 6,// the system is not in a state to do this (e.g. clock mismatch)
+  kAlreadyExists = 7,     // same name, different spec
+  kAborted = 8,           // the job is shutting down
+  kInternal = 9,          // a bug: a local invariant does not hold
+};
+
+const char* CodeName(Code c);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Code code, std::string msg) : code_(code), msg_(std::move(msg)) {}
+
+  static Status OK() { return Status(); }
+  static Status InvalidArgument(std::string m) { return {Code::kInvalidArgument, std::move(m)}; }
+  static Status NotFound(std::string m) { return {Code::kNotFound, std::move(m)}; }
+  static Status Corruption(std::string m) { return {Code::kCorruption, std::move(m)}; }
+  static Status Unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
+  static Status DeadlineExceeded(std::string m) { return {Code::kDeadlineExceeded, std::move(m)}; }
+  static Status FailedPrecondition(std::string m) {
+    return {Code::kFailedPrecondition, std::move(m)};
+  }
+  static Status AlreadyExists(std::string m) { return {Code::kAlreadyExists, std::move(m)}; }
+  static Status Aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
+  static Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
+
+  bool ok() const { return code_ == Code::kOk; }
+  Code code() const { return code_; }
+  const std::string& message() const { return msg_; }
+  std::string ToString() const;
+  // Prefixes the message with context ("pull table 'w': ").
+  Status Annotate(const std::string& context) const {
+    return ok() ? *this : Status(code_, context + ": " + msg_);
+  }
+  void IgnoreError() const {}
+
+ private:
+  Code code_ = Code::kOk;
+  std::string msg_;
+};
+
+inline const char* CodeName(Code c) {
+  switch (c) {
+    case Code::kOk: return "OK";
+    case Code::kInvalidArgument: return "InvalidArgument";
+    case Code::kNotFound: return "NotFound";
+    case Code::kCorruption: return "Corruption";
+    case Code::kUnavailable: return "Unavailable";
+    case Code::kDeadlineExceeded: return "DeadlineExceeded";
+    case Code::kFailedPrecondition: return "FailedPrecondition";
+    case Code::kAlreadyExists: return "AlreadyExists";
+    case Code::kAborted: return "Aborted";
+    case Code::kInternal: return "Internal";
+  }
+  return "Unknown";
+}
+
+inline std::string Status::ToString() const {
+  if (ok()) return "OK";
+  return std::string(CodeName(code_)) + ": " + msg_;
+}
+
+// A value or the Status saying why there is none.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {}  // NOLINT
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+  T& value() & { return *value_; }
+  const T& value() const& { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+  T& operator*() { return *value_; }
+
+ private:
+  Status status_;
+  std::optional<T> value_;
+};
+
+#define PP_RETURN_IF_ERROR(expr)            \
+  do {                                      \
+    ::pushpull::Status _st = (expr);        \
+    if (!_st.ok()) return _st;              \
+  } while (0)
+
+}  // namespace pushpull

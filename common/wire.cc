@@ -1,0 +1,343 @@
+#include "common/wire.h"
+
+#include <cereal/archives/binary.hpp>
+
+#include <cstring>
+#include <istream>
+#include <sstream>
+#include <streambuf>
+
+namespace pushpull {
+namespace {
+
+struct WireError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Reads a Cereal archive straight out of a frame, no copy.
+class FrameBuf : public std::streambuf {
+ public:
+  FrameBuf(const void* p, size_t n) {
+    char* c = const_cast<char*>(static_cast<const char*>(p));
+    setg(c, c, c + n);
+  }
+  size_t remaining() const { return static_cast<size_t>(egptr() - gptr()); }
+};
+
+template <class Ar>
+void SaveString(Ar& ar, const std::string& s) {
+  uint32_t n = static_cast<uint32_t>(s.size());
+  ar(n);
+  ar(cereal::binary_data(s.data(), n));
+}
+// Checks a claimed length against a bound and the bytes left before allocating anything.
+void CheckLength(uint64_t n, uint64_t elem, uint64_t max, const FrameBuf& buf, const char* what) {
+  if (n > max) throw WireError(std::string(what) + " claims " + std::to_string(n) +
+                               " elements, more than the limit " + std::to_string(max));
+  if (n * elem > buf.remaining())
+    throw WireError(std::string(what) + " claims " + std::to_string(n * elem) +
+                    " bytes but only " + std::to_string(buf.remaining()) + " remain");
+}
+void LoadString(cereal::BinaryInputArchive& ar, const FrameBuf& buf, std::string& s, uint32_t max,
+                const char* what) {
+  uint32_t n = 0;
+  ar(n);
+  CheckLength(n, 1, max, buf, what);
+  s.resize(n);
+  if (n) ar(cereal::binary_data(&s[0], n));
+}
+template <class Ar, class T>
+void SavePodVector(Ar& ar, const std::vector<T>& v) {
+  uint32_t n = static_cast<uint32_t>(v.size());
+  ar(n);
+  if (n) ar(cereal::binary_data(v.data(), n * sizeof(T)));
+}
+template <class T>
+void LoadPodVector(cereal::BinaryInputArchive& ar, const FrameBuf& buf, std::vector<T>& v,
+                   uint32_t max, const char* what) {
+  uint32_t n = 0;
+  ar(n);
+  CheckLength(n, sizeof(T), max, buf, what);
+  v.resize(n);
+  if (n) ar(cereal::binary_data(v.data(), n * sizeof(T)));
+}
+
+template <class Ar>
+void SaveSpec(Ar& ar, const TableSpec& s) {
+  SaveString(ar, s.name);
+  ar(s.sparse, s.rows, s.dim, s.init, s.init_scale, s.seed, s.glorot_bias_columns);
+  ar(s.optimizer, s.consistency);
+}
+void LoadSpec(cereal::BinaryInputArchive& ar, const FrameBuf& buf, TableSpec& s) {
+  LoadString(ar, buf, s.name, 128, "table name");
+  ar(s.sparse, s.rows, s.dim, s.init, s.init_scale, s.seed, s.glorot_bias_columns);
+  ar(s.optimizer, s.consistency);
+}
+
+template <class Ar>
+void SaveBody(Ar& ar, const Header& h) {
+  ar(h.magic, h.version, h.type, h.flags, h.request_id, h.sender_role, h.sender_rank, h.table,
+     h.clock, h.num_keys, h.dim, h.row_begin, h.num_rows, h.slot, h.staleness, h.status);
+  SaveString(ar, h.error);
+  switch (h.type) {
+    case MsgType::kRegister: SaveString(ar, h.address); break;
+    case MsgType::kRegisterReply:
+    case MsgType::kMembership:
+      if (h.type == MsgType::kRegisterReply) {
+        ar(h.cluster.num_workers);
+        uint32_t n = static_cast<uint32_t>(h.cluster.servers.size());
+        ar(n);
+        for (const auto& s : h.cluster.servers) {
+          ar(s.rank);
+          SaveString(ar, s.address);
+        }
+      }
+      ar(h.membership.version, h.membership.job_state);
+      SavePodVector(ar, h.membership.worker_alive);
+      SavePodVector(ar, h.membership.server_alive);
+      SavePodVector(ar, h.membership.worker_done);
+      SaveString(ar, h.membership.reason);
+      break;
+    case MsgType::kCreateTable:
+    case MsgType::kCreateTableReply:
+      SaveSpec(ar, h.spec);
+      ar(h.info.id);
+      SaveSpec(ar, h.info.spec);
+      SavePodVector(ar, h.info.row_offsets);
+      SavePodVector(ar, h.info.bucket_owner);
+      break;
+    default: break;
+  }
+}
+
+constexpr uint32_t kMaxNodes = 4096;
+
+void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h) {
+  ar(h.magic, h.version);
+  if (h.magic != kWireMagic) throw WireError("bad magic (not a pushpull message)");
+  if (h.version != kWireVersion)
+    throw WireError("protocol version " + std::to_string(h.version) + ", expected " +
+                    std::to_string(kWireVersion));
+  ar(h.type, h.flags, h.request_id, h.sender_role, h.sender_rank, h.table, h.clock, h.num_keys,
+     h.dim, h.row_begin, h.num_rows, h.slot, h.staleness, h.status);
+  if (uint8_t(h.status) > uint8_t(Code::kInternal)) throw WireError("unknown status code");
+  if (uint8_t(h.sender_role) > uint8_t(Role::kWorker)) throw WireError("unknown sender role");
+  LoadString(ar, buf, h.error, kMaxErrorText, "error text");
+  switch (h.type) {
+    case MsgType::kRegister: LoadString(ar, buf, h.address, 256, "address"); break;
+    case MsgType::kRegisterReply:
+    case MsgType::kMembership:
+      if (h.type == MsgType::kRegisterReply) {
+        ar(h.cluster.num_workers);
+        uint32_t n = 0;
+        ar(n);
+        CheckLength(n, 8, kMaxNodes, buf, "server list");
+        h.cluster.servers.resize(n);
+        for (auto& s : h.cluster.servers) {
+          ar(s.rank);
+          LoadString(ar, buf, s.address, 256, "server address");
+        }
+      }
+      ar(h.membership.version, h.membership.job_state);
+      LoadPodVector(ar, buf, h.membership.worker_alive, kMaxNodes, "worker list");
+      LoadPodVector(ar, buf, h.membership.server_alive, kMaxNodes, "server list");
+      LoadPodVector(ar, buf, h.membership.worker_done, kMaxNodes, "done list");
+      LoadString(ar, buf, h.membership.reason, kMaxErrorText, "reason");
+      break;
+    case MsgType::kCreateTable:
+    case MsgType::kCreateTableReply:
+      LoadSpec(ar, buf, h.spec);
+      ar(h.info.id);
+      LoadSpec(ar, buf, h.info.spec);
+      LoadPodVector(ar, buf, h.info.row_offsets, kMaxNodes + 1, "row offsets");
+      LoadPodVector(ar, buf, h.info.bucket_owner, TableInfo::kBuckets, "bucket map");
+      break;
+    default: break;
+  }
+}
+
+bool KnownType(MsgType t) {
+  uint8_t v = static_cast<uint8_t>(t);
+  return (v >= 1 && v <= 10) || (v >= 20 && v <= 25);
+}
+
+}  // namespace
+
+const char* MsgTypeName(MsgType t) {
+  switch (t) {
+    case MsgType::kRegister: return "Register";
+    case MsgType::kRegisterReply: return "RegisterReply";
+    case MsgType::kHeartbeat: return "Heartbeat";
+    case MsgType::kMembership: return "Membership";
+    case MsgType::kCreateTable: return "CreateTable";
+    case MsgType::kCreateTableReply: return "CreateTableReply";
+    case MsgType::kBarrier: return "Barrier";
+    case MsgType::kBarrierReply: return "BarrierReply";
+    case MsgType::kDone: return "Done";
+    case MsgType::kDoneReply: return "DoneReply";
+    case MsgType::kPush: return "Push";
+    case MsgType::kPushReply: return "PushReply";
+    case MsgType::kPull: return "Pull";
+    case MsgType::kPullReply: return "PullReply";
+    case MsgType::kClock: return "Clock";
+    case MsgType::kClockReply: return "ClockReply";
+  }
+  return "Unknown";
+}
+
+bool IsDataType(MsgType t) { return static_cast<uint8_t>(t) >= 20; }
+bool IsReply(MsgType t) {
+  switch (t) {
+    case MsgType::kRegisterReply: case MsgType::kCreateTableReply: case MsgType::kBarrierReply:
+    case MsgType::kDoneReply: case MsgType::kPushReply: case MsgType::kPullReply:
+    case MsgType::kClockReply:
+      return true;
+    default: return false;
+  }
+}
+
+void Header::SetStatus(const Status& s) {
+  status = s.code();
+  error = s.message().substr(0, kMaxErrorText);
+}
+
+std::string EncodeHeader(const Header& h) {
+  std::ostringstream os(std::ios::binary);
+  {
+    cereal::BinaryOutputArchive ar(os);
+    SaveBody(ar, h);
+  }
+  return os.str();
+}
+
+Status DecodeHeader(const void* data, size_t size, Header* h) {
+  if (size > kMaxHeaderBytes)
+    return Status::Corruption("header frame of " + std::to_string(size) + " bytes exceeds " +
+                              std::to_string(kMaxHeaderBytes));
+  FrameBuf buf(data, size);
+  std::istream is(&buf);
+  try {
+    cereal::BinaryInputArchive ar(is);
+    LoadBody(ar, buf, *h);
+  } catch (const std::exception& e) {
+    return Status::Corruption(std::string("header does not decode: ") + e.what());
+  }
+  if (buf.remaining() != 0)
+    return Status::Corruption("header has " + std::to_string(buf.remaining()) + " trailing bytes");
+  if (!KnownType(h->type))
+    return Status::Corruption("unknown message type " + std::to_string(int(h->type)));
+  return Status::OK();
+}
+
+Status Decode(std::vector<zmq::message_t>* frames, Message* out) {
+  if (frames->empty()) return Status::Corruption("empty message");
+  Status st = DecodeHeader((*frames)[0].data(), (*frames)[0].size(), &out->header);
+  if (!st.ok()) return st;
+  const Header& h = out->header;
+  size_t want = IsDataType(h.type) ? 3 : 1;
+  if (frames->size() != want)
+    return Status::Corruption(std::string(MsgTypeName(h.type)) + " needs " + std::to_string(want) +
+                              " frames, got " + std::to_string(frames->size()));
+  if (want == 1) return Status::OK();
+  out->keys = std::move((*frames)[1]);
+  out->values = std::move((*frames)[2]);
+  const bool range = h.flags & kFlagRange;
+  if (h.num_keys > kMaxKeysPerMessage || h.num_rows > kMaxKeysPerMessage)
+    return Status::Corruption("row count exceeds " + std::to_string(kMaxKeysPerMessage));
+  if (h.dim > (1u << 24)) return Status::Corruption("dim " + std::to_string(h.dim) + " too large");
+  uint64_t key_bytes = range ? 0 : h.num_keys * sizeof(Key);
+  if (out->keys.size() != key_bytes)
+    return Status::Corruption("keys frame has " + std::to_string(out->keys.size()) +
+                              " bytes, header implies " + std::to_string(key_bytes));
+  if (out->keys.size() % alignof(Key) != 0 ||
+      reinterpret_cast<uintptr_t>(out->keys.data()) % alignof(Key) != 0)
+    return Status::Corruption("keys frame misaligned");
+  bool carries_values = h.type == MsgType::kPush || h.type == MsgType::kPullReply;
+  uint64_t value_bytes = carries_values ? h.row_count() * h.dim * sizeof(float) : 0;
+  if (carries_values && h.status != Code::kOk) value_bytes = 0;
+  if (out->values.size() != value_bytes)
+    return Status::Corruption("values frame has " + std::to_string(out->values.size()) +
+                              " bytes, header implies " + std::to_string(value_bytes));
+  if (reinterpret_cast<uintptr_t>(out->values.data()) % alignof(float) != 0)
+    return Status::Corruption("values frame misaligned");
+  return Status::OK();
+}
+
+bool RecvFrames(zmq::socket_t& sock, std::vector<zmq::message_t>* frames, size_t max_frames) {
+  frames->clear();
+  while (true) {
+    zmq::message_t m;
+    auto r = sock.recv(m, zmq::recv_flags::dontwait);
+    if (!r) return !frames->empty();
+    bool more = m.more();
+    if (frames->size() < max_frames) frames->push_back(std::move(m));
+    if (!more) return true;
+  }
+}
+
+zmq::message_t ZeroCopyFrame(const void* data, size_t size, std::shared_ptr<const void> owner) {
+  if (size < 4096) return zmq::message_t(data, size);
+  auto* hint = new std::shared_ptr<const void>(std::move(owner));
+  return zmq::message_t(const_cast<void*>(data), size,
+                        [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); },
+                        hint);
+}
+
+Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const Header& h,
+                   zmq::message_t keys, zmq::message_t values) {
+  std::string hdr = EncodeHeader(h);
+  bool data = IsDataType(h.type);
+  try {
+    if (identity) {
+      zmq::message_t id(identity->data(), identity->size());
+      if (!sock.send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+        return Status::Unavailable("peer send queue full");
+    }
+    zmq::message_t hm(hdr.data(), hdr.size());
+    if (!sock.send(hm, data ? zmq::send_flags::sndmore : zmq::send_flags::none))
+      return Status::Unavailable("send would block");
+    if (data) {
+      sock.send(keys, zmq::send_flags::sndmore);
+      sock.send(values, zmq::send_flags::none);
+    }
+  } catch (const zmq::error_t& e) {
+    return Status::Unavailable(std::string("send ") + MsgTypeName(h.type) + ": " + e.what());
+  }
+  return Status::OK();
+}
+
+int Poll(zmq::pollitem_t* items, size_t n, int64_t timeout_ms) {
+  int rc = zmq_poll(items, static_cast<int>(n), static_cast<long>(timeout_ms));
+  if (rc < 0) {
+    for (size_t i = 0; i < n; ++i) items[i].revents = 0;
+    return 0;
+  }
+  return rc;
+}
+
+void ConfigureSocket(zmq::socket_t& sock, bool is_router, int64_t max_msg_bytes) {
+  sock.set(zmq::sockopt::linger, 200);
+  sock.set(zmq::sockopt::sndhwm, 100000);
+  sock.set(zmq::sockopt::rcvhwm, 100000);
+  sock.set(zmq::sockopt::heartbeat_ivl, 1000);
+  sock.set(zmq::sockopt::heartbeat_timeout, 10000);
+  sock.set(zmq::sockopt::sndbuf, 4 << 20);
+  sock.set(zmq::sockopt::rcvbuf, 4 << 20);
+  if (is_router) sock.set(zmq::sockopt::router_mandatory, 1);
+  if (max_msg_bytes > 0) sock.set(zmq::sockopt::maxmsgsize, max_msg_bytes);
+}
+
+Result<std::string> BindTcp(zmq::socket_t& sock, const std::string& bind_host, int port,
+                            const std::string& advertise_host) {
+  std::string ep = "tcp://" + bind_host + ":" + (port == 0 ? std::string("*") : std::to_string(port));
+  try {
+    sock.bind(ep);
+  } catch (const zmq::error_t& e) {
+    return Status::Unavailable("bind " + ep + ": " + e.what());
+  }
+  std::string last = sock.get(zmq::sockopt::last_endpoint);  // tcp://0.0.0.0:41234
+  auto colon = last.rfind(':');
+  return "tcp://" + advertise_host + last.substr(colon);
+}
+
+}  // namespace pushpull

@@ -1,0 +1,132 @@
+// The wire protocol (DESIGN.md "Wire protocol"): a ZeroMQ multipart message
+//   [header][keys][values]            data plane (worker <-> server), always three frames
+//   [header]                          control plane (node <-> scheduler), one frame
+// The header is a Cereal binary archive; keys are raw u64, values raw float32, sent zero-copy
+// and read in place. Every received message goes through Decode(), which checks the frame count,
+// that the header decodes inside its frame with every length bounded before anything is
+// allocated, and that counts times sizes equal the frame sizes. Semantic checks that need state
+// (table exists, rows in range) are the receiver's.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/cluster.h"
+#include "common/status.h"
+
+namespace pushpull {
+
+constexpr uint32_t kWireMagic = 0x50505348;  // "PPSH"
+constexpr uint16_t kWireVersion = 1;
+constexpr size_t kMaxHeaderBytes = 64 * 1024;
+constexpr size_t kMaxErrorText = 1024;
+constexpr uint64_t kMaxKeysPerMessage = uint64_t(1) << 31;
+
+enum class MsgType : uint8_t {
+  // control plane
+  kRegister = 1,         // node -> scheduler: role, address
+  kRegisterReply = 2,    // rank, cluster map, membership (sent once everyone registered)
+  kHeartbeat = 3,        // node -> scheduler
+  kMembership = 4,       // scheduler -> node: membership (also the heartbeat reply)
+  kCreateTable = 5,      // worker -> scheduler: spec; scheduler -> server: info
+  kCreateTableReply = 6, // info or error
+  kBarrier = 7,
+  kBarrierReply = 8,
+  kDone = 9,             // worker -> scheduler: this worker finished
+  kDoneReply = 10,
+  // data plane
+  kPush = 20,            // keys (or a row range) + gradients, tagged with the worker's clock
+  kPushReply = 21,
+  kPull = 22,            // keys (or a row range), at the worker's clock
+  kPullReply = 23,       // values
+  kClock = 24,           // the worker's new clock
+  kClockReply = 25,
+};
+const char* MsgTypeName(MsgType t);
+bool IsDataType(MsgType t);
+bool IsReply(MsgType t);
+
+enum HeaderFlags : uint8_t {
+  kFlagRange = 1,  // rows [row_begin, row_begin + num_rows), keys frame empty
+};
+
+struct Header {
+  uint32_t magic = kWireMagic;
+  uint16_t version = kWireVersion;
+  MsgType type = MsgType::kHeartbeat;
+  uint8_t flags = 0;
+  uint64_t request_id = 0;
+  Role sender_role = Role::kWorker;
+  int32_t sender_rank = -1;
+  uint32_t table = 0;
+  int64_t clock = 0;
+  uint64_t num_keys = 0;   // keyed requests: keys in the keys frame
+  uint32_t dim = 0;        // floats per row in the values frame
+  uint64_t row_begin = 0;  // kFlagRange
+  uint64_t num_rows = 0;   // kFlagRange
+  int32_t slot = -1;       // pull: -1 parameters, s >= 0 optimizer slot s (debugging)
+  int32_t staleness = 0;   // pull reply: own clock - slowest live worker's clock when served
+  Code status = Code::kOk;
+  std::string error;       // status text, at most kMaxErrorText bytes
+
+  // Control payloads, present according to type.
+  std::string address;     // kRegister: where a server listens
+  ClusterMap cluster;      // kRegisterReply
+  Membership membership;   // kRegisterReply, kMembership
+  TableSpec spec;          // kCreateTable (worker -> scheduler)
+  TableInfo info;          // kCreateTable (scheduler -> server), kCreateTableReply
+
+  // Rows addressed by the message: num_keys, or num_rows with kFlagRange.
+  uint64_t row_count() const { return (flags & kFlagRange) ? num_rows : num_keys; }
+  Status status_obj() const { return status == Code::kOk ? Status::OK() : Status(status, error); }
+  void SetStatus(const Status& s);
+};
+
+// A received message. For a ROUTER socket `identity` names the peer to reply to. keys and
+// values are the frames as received: read in place, never copied.
+struct Message {
+  zmq::message_t identity;
+  Header header;
+  zmq::message_t keys;
+  zmq::message_t values;
+
+  const Key* key_data() const { return static_cast<const Key*>(keys.data()); }
+  const float* value_data() const { return static_cast<const float*>(values.data()); }
+  float* mutable_value_data() { return static_cast<float*>(values.data()); }
+};
+
+std::string EncodeHeader(const Header& h);
+Status DecodeHeader(const void* data, size_t size, Header* h);
+
+// Validates a multipart message (identity already removed) and moves it into *out.
+Status Decode(std::vector<zmq::message_t>* frames, Message* out);
+
+// Receives one multipart message without blocking longer than zmq's own timeouts. Returns
+// false when nothing was there (EAGAIN). At most max_frames frames are kept; the rest of an
+// oversized message is drained and the message reported as malformed by Decode.
+bool RecvFrames(zmq::socket_t& sock, std::vector<zmq::message_t>* frames, size_t max_frames = 8);
+
+// A frame over `size` bytes at `data`, sent without copying: `owner` keeps the memory alive
+// until ZeroMQ is done with it. Small payloads are copied (cheaper than the callback).
+zmq::message_t ZeroCopyFrame(const void* data, size_t size, std::shared_ptr<const void> owner);
+
+// Sends [identity?][header][keys][values] (data) or [identity?][header] (control).
+Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const Header& h,
+                   zmq::message_t keys = zmq::message_t(), zmq::message_t values = zmq::message_t());
+
+// zmq_poll that treats EINTR (a signal arrived) as "nothing ready" instead of throwing.
+int Poll(zmq::pollitem_t* items, size_t n, int64_t timeout_ms);
+
+// Socket options every pushpull socket gets: bounded linger, explicit high-water marks,
+// ZMQ heartbeats, ROUTER_MANDATORY on routers, a maximum message size on receivers.
+void ConfigureSocket(zmq::socket_t& sock, bool is_router, int64_t max_msg_bytes = -1);
+
+// Binds to tcp://host:port (port 0: an ephemeral port) and returns the address to advertise.
+Result<std::string> BindTcp(zmq::socket_t& sock, const std::string& bind_host, int port,
+                            const std::string& advertise_host);
+
+}  // namespace pushpull

@@ -1,0 +1,277 @@
+// pushpull-launch: a whole job on this machine. Starts the scheduler on a free port, S servers
+// and W workers, prefixes every line of their output with the process's role and rank, and
+// returns the job's exit status. Stops every child on Ctrl-C or as soon as a process fails;
+// children die with the launcher (PR_SET_PDEATHSIG), so nothing is orphaned.
+#include <fcntl.h>
+#include <gflags/gflags.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+DEFINE_int32(servers, 1, "servers to start");
+DEFINE_int32(workers, 1, "workers to start");
+DEFINE_string(consistency, "bsp", "consistency model passed to the workers: bsp | ssp:K | asp");
+DEFINE_string(on_worker_death, "abort", "abort: a dead worker ends the job; continue: the job goes on without it");
+DEFINE_int32(heartbeat_timeout_ms, 5000, "scheduler: a node silent this long is declared dead");
+DEFINE_int32(heartbeat_interval_ms, 500, "servers and workers: heartbeat period");
+DEFINE_int32(update_threads, 1, "update threads per server");
+DEFINE_int32(grace_ms, 5000, "after the job ends or fails, how long children get to exit before SIGKILL");
+DEFINE_string(bin_dir, "", "where the pushpull binaries are (default: beside this one)");
+
+namespace {
+
+volatile sig_atomic_t g_interrupted = 0;
+void OnSignal(int) { g_interrupted = 1; }
+
+struct Child {
+  std::string name;  // "server 1"
+  std::string role;
+  pid_t pid = -1;
+  int fd = -1;       // merged stdout/stderr
+  std::string partial;
+  bool exited = false;
+  int status = 0;
+};
+
+std::string SelfDir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  buf[n] = 0;
+  std::string p(buf);
+  return p.substr(0, p.rfind('/'));
+}
+
+void Say(const std::string& s) {
+  std::string line = "[launch] " + s + "\n";
+  ssize_t r = write(1, line.data(), line.size());
+  (void)r;
+}
+
+Child Spawn(const std::string& name, const std::string& role, const std::vector<std::string>& argv) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    perror("pipe");
+    exit(1);
+  }
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(fds[1]);
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  Child c;
+  c.name = name;
+  c.role = role;
+  c.pid = pid;
+  c.fd = fds[0];
+  Say("started " + name + " (pid " + std::to_string(pid) + ")");
+  return c;
+}
+
+// Forwards complete lines with the child's name in front.
+void Drain(Child& c, bool flush) {
+  char buf[65536];
+  while (c.fd >= 0) {
+    ssize_t n = read(c.fd, buf, sizeof(buf));
+    if (n > 0) {
+      c.partial.append(buf, n);
+      continue;
+    }
+    if (n == 0) {
+      close(c.fd);
+      c.fd = -1;
+      flush = true;
+    }
+    break;
+  }
+  size_t pos;
+  while ((pos = c.partial.find('\n')) != std::string::npos) {
+    std::string line = c.name + " | " + c.partial.substr(0, pos + 1);
+    ssize_t r = write(1, line.data(), line.size());
+    (void)r;
+    c.partial.erase(0, pos + 1);
+  }
+  if (flush && !c.partial.empty()) {
+    std::string line = c.name + " | " + c.partial + "\n";
+    ssize_t r = write(1, line.data(), line.size());
+    (void)r;
+    c.partial.clear();
+  }
+}
+
+std::string Describe(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) +
+                                  " (" + strsignal(WTERMSIG(status)) + ")";
+  return "stopped";
+}
+
+bool Failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "runs a pushpull job on this machine.\n"
+      "usage: pushpull-launch --servers=S --workers=W [--consistency=bsp|ssp:K|asp] -- <worker flags>\n"
+      "example: pushpull-launch --servers=2 --workers=3 --consistency=ssp:1 -- --app=linreg");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);  // leaves what follows "--" in argv
+  std::vector<std::string> worker_args(argv + 1, argv + argc);
+  if (FLAGS_servers < 1 || FLAGS_workers < 1) {
+    std::fprintf(stderr, "pushpull-launch: --servers and --workers must be >= 1\n");
+    return 2;
+  }
+  if (FLAGS_on_worker_death != "abort" && FLAGS_on_worker_death != "continue") {
+    std::fprintf(stderr, "pushpull-launch: --on_worker_death must be abort or continue\n");
+    return 2;
+  }
+  const std::string dir = FLAGS_bin_dir.empty() ? SelfDir() : FLAGS_bin_dir;
+  for (const char* b : {"pushpull-scheduler", "pushpull-server", "pushpull-worker"}) {
+    if (access((dir + "/" + b).c_str(), X_OK) != 0) {
+      std::fprintf(stderr, "pushpull-launch: %s/%s not found (build with make, or set --bin_dir)\n", dir.c_str(), b);
+      return 2;
+    }
+  }
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  char tmpl[] = "/tmp/pushpull-launch-XXXXXX";
+  if (!mkdtemp(tmpl)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  const std::string endpoint_file = std::string(tmpl) + "/scheduler";
+  const std::string hb = std::to_string(FLAGS_heartbeat_interval_ms);
+  std::vector<Child> children;
+  children.push_back(Spawn("scheduler", "scheduler",
+                           {dir + "/pushpull-scheduler", "--port=0", "--bind_host=127.0.0.1",
+                            "--endpoint_file=" + endpoint_file,
+                            "--num_servers=" + std::to_string(FLAGS_servers),
+                            "--num_workers=" + std::to_string(FLAGS_workers),
+                            "--heartbeat_timeout_ms=" + std::to_string(FLAGS_heartbeat_timeout_ms),
+                            "--on_worker_death=" + FLAGS_on_worker_death}));
+  // The scheduler picks its port; wait for it to say which.
+  std::string scheduler;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (scheduler.empty()) {
+    std::ifstream f(endpoint_file);
+    std::getline(f, scheduler);
+    if (!scheduler.empty()) break;
+    Drain(children[0], false);
+    int st;
+    if (waitpid(children[0].pid, &st, WNOHANG) == children[0].pid || g_interrupted ||
+        std::chrono::steady_clock::now() > until) {
+      Drain(children[0], true);
+      Say("the scheduler did not start (no address within 30 s)");
+      kill(children[0].pid, SIGKILL);
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  unlink(endpoint_file.c_str());
+  rmdir(tmpl);
+  Say("scheduler at " + scheduler);
+  for (int s = 0; s < FLAGS_servers; ++s)
+    children.push_back(Spawn("server " + std::to_string(s), "server",
+                             {dir + "/pushpull-server", "--scheduler=" + scheduler, "--bind_host=127.0.0.1",
+                              "--update_threads=" + std::to_string(FLAGS_update_threads), "--rank=" + std::to_string(s),
+                              "--heartbeat_interval_ms=" + hb}));
+  for (int w = 0; w < FLAGS_workers; ++w) {
+    std::vector<std::string> a = {dir + "/pushpull-worker", "--scheduler=" + scheduler,
+                                  "--consistency=" + FLAGS_consistency, "--heartbeat_interval_ms=" + hb,
+                                  "--rank=" + std::to_string(w)};
+    a.insert(a.end(), worker_args.begin(), worker_args.end());
+    children.push_back(Spawn("worker " + std::to_string(w), "worker", a));
+  }
+
+  int exit_code = 0;
+  bool stopping = false;
+  std::chrono::steady_clock::time_point kill_at;
+  auto stop_all = [&](const std::string& why, int code) {
+    if (stopping) return;
+    stopping = true;
+    if (exit_code == 0) exit_code = code;
+    Say(why + "; stopping every process");
+    for (auto& c : children)
+      if (!c.exited) kill(c.pid, SIGTERM);
+    kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(FLAGS_grace_ms);
+  };
+
+  while (true) {
+    std::vector<pollfd> pfds;
+    for (auto& c : children)
+      if (c.fd >= 0) pfds.push_back({c.fd, POLLIN, 0});
+    poll(pfds.data(), pfds.size(), 100);
+    for (auto& c : children) Drain(c, false);
+    if (g_interrupted) stop_all("interrupted", 130);
+    bool all_exited = true;
+    for (auto& c : children) {
+      if (c.exited) continue;
+      int st;
+      if (waitpid(c.pid, &st, WNOHANG) != c.pid) {
+        all_exited = false;
+        continue;
+      }
+      c.exited = true;
+      c.status = st;
+      Drain(c, true);
+      const bool failed = Failed(st);
+      if (failed || c.role == "scheduler") Say(c.name + " (pid " + std::to_string(c.pid) + ") " + Describe(st));
+      if (stopping) continue;
+      if (c.role == "scheduler") {
+        if (failed) stop_all("the scheduler reports the job failed", 1);
+        else kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(FLAGS_grace_ms);
+      } else if (failed) {
+        if (c.role == "worker" && FLAGS_on_worker_death == "continue" && WIFSIGNALED(st)) {
+          Say(c.name + " died; the job goes on without it (--on_worker_death=continue)");
+        } else {
+          stop_all(c.name + " failed", 1);
+        }
+      }
+    }
+    if (all_exited) break;
+    // After the scheduler ended the job (or we are stopping), children get a grace period.
+    bool sched_done = children[0].exited;
+    if ((stopping || sched_done) && kill_at.time_since_epoch().count() != 0 &&
+        std::chrono::steady_clock::now() > kill_at) {
+      for (auto& c : children)
+        if (!c.exited) {
+          Say(c.name + " did not exit in time; killing it");
+          kill(c.pid, SIGKILL);
+        }
+      kill_at = std::chrono::steady_clock::now() + std::chrono::hours(1);
+    }
+  }
+  if (exit_code == 0) {
+    for (auto& c : children)
+      if (Failed(c.status) && !(c.role == "worker" && FLAGS_on_worker_death == "continue" && WIFSIGNALED(c.status)))
+        exit_code = c.role == "worker" && WIFEXITED(c.status) ? WEXITSTATUS(c.status) : 1;
+  }
+  Say(exit_code == 0 ? "job succeeded" : "job failed (exit " + std::to_string(exit_code) + ")");
+  return exit_code;
+}

@@ -1,0 +1,472 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "common/log.h"
+#include "common/time.h"
+#include "common/wire.h"
+
+namespace pushpull {
+namespace {
+
+struct Node {
+  Role role = Role::kWorker;
+  int rank = -1;
+  std::string identity;
+  std::string address;
+  bool alive = true;
+  bool done = false;
+  bool told_end = false;   // has been sent the final membership
+  int64_t last_seen_ms = 0;
+  uint64_t register_request = 0;
+};
+
+struct Waiter {
+  std::string identity;
+  uint64_t request_id;
+};
+
+struct PendingTable {
+  TableInfo info;
+  std::vector<Waiter> waiters;
+  std::set<int> acked;  // server ranks
+  Deadline deadline = Deadline::Never();
+  uint64_t request_id = 0;
+};
+
+class SchedulerImpl final : public Scheduler {
+ public:
+  explicit SchedulerImpl(const SchedulerOptions& o) : options_(o), router_(ctx_, zmq::socket_type::router) {}
+
+  Status Init() {
+    ConfigureSocket(router_, true, 16 << 20);
+    auto a = BindTcp(router_, options_.bind_host, options_.port, options_.advertise_host);
+    if (!a.ok()) return a.status();
+    address_ = a.value();
+    return Status::OK();
+  }
+  Status Run() override;
+  void Stop() override { stop_ = true; }
+  const std::string& address() const override { return address_; }
+
+ private:
+  void Handle(Message& m);
+  void HandleRegister(Message& m);
+  void HandleCreateTable(Message& m);
+  void HandleServerTableReply(Node& server, const Message& m);
+  void CheckLiveness();
+  void CheckBarrier();
+  void CheckDone();
+  void CheckPendingTables();
+  void Broadcast();
+  void End(Membership::JobState state, const std::string& reason);
+  void Send(const std::string& identity, Header h);
+  void ReplyTo(const Waiter& w, MsgType type, const Status& st, const TableInfo* info = nullptr);
+  std::string NodeName(const Node& n) const;
+  Membership membership_;
+
+  const SchedulerOptions options_;
+  zmq::context_t ctx_;
+  zmq::socket_t router_;
+  std::string address_;
+  std::atomic<bool> stop_{false};
+
+  std::map<std::string, Node> nodes_;  // by identity
+  std::vector<Node*> servers_, workers_;
+  bool registered_ = false;
+  int64_t start_ms_ = 0;
+  int64_t end_deadline_ms_ = 0;
+
+  std::map<std::string, TableInfo> tables_;
+  std::map<std::string, PendingTable> pending_tables_;
+  uint32_t next_table_id_ = 0;
+  uint64_t next_request_id_ = 1;
+  std::map<int, Waiter> barrier_;  // worker rank -> waiter
+};
+
+std::string SchedulerImpl::NodeName(const Node& n) const {
+  std::string s = std::string(RoleName(n.role)) + " " + std::to_string(n.rank);
+  if (!n.address.empty()) s += " (" + n.address + ")";
+  return s;
+}
+
+void SchedulerImpl::Send(const std::string& identity, Header h) {
+  h.sender_role = Role::kScheduler;
+  zmq::message_t id(identity.data(), identity.size());
+  Status st = SendMessage(router_, &id, h);
+  if (!st.ok()) PP_LOG(Debug) << "send " << MsgTypeName(h.type) << ": " << st.ToString();
+}
+
+void SchedulerImpl::ReplyTo(const Waiter& w, MsgType type, const Status& st, const TableInfo* info) {
+  Header h;
+  h.type = type;
+  h.request_id = w.request_id;
+  h.SetStatus(st);
+  if (info) {
+    h.info = *info;
+    h.spec = info->spec;
+  }
+  Send(w.identity, h);
+}
+
+Status SchedulerImpl::Run() {
+  SetLogTag("scheduler");
+  start_ms_ = NowMs();
+  membership_.worker_alive.assign(options_.num_workers, 1);
+  membership_.server_alive.assign(options_.num_servers, 1);
+  membership_.worker_done.assign(options_.num_workers, 0);
+  membership_.version = 1;
+  PP_LOG(Info) << "listening at " << address_ << ", waiting for " << options_.num_servers
+               << " servers and " << options_.num_workers << " workers";
+  std::vector<zmq::message_t> frames;
+  while (!stop_) {
+    zmq::pollitem_t item{static_cast<void*>(router_), 0, ZMQ_POLLIN, 0};
+    Poll(&item, 1, 50);
+    for (int i = 0; i < 256 && (item.revents & ZMQ_POLLIN); ++i) {
+      if (!RecvFrames(router_, &frames, 3)) break;
+      Message m;
+      std::string identity(static_cast<const char*>(frames[0].data()), frames[0].size());
+      m.identity = std::move(frames[0]);
+      frames.erase(frames.begin());
+      Status st = Decode(&frames, &m);
+      if (!st.ok()) {
+        PP_LOG(Warning) << "dropping malformed control message: " << st.ToString();
+        continue;
+      }
+      Handle(m);
+    }
+    if (!registered_ && NowMs() - start_ms_ > options_.register_timeout_ms) {
+      int s = 0, w = 0;
+      for (auto& [id, n] : nodes_) (n.role == Role::kServer ? s : w)++;
+      End(Membership::kAborted,
+          "registration timed out after " + std::to_string(options_.register_timeout_ms) + " ms: " +
+              std::to_string(s) + "/" + std::to_string(options_.num_servers) + " servers and " +
+              std::to_string(w) + "/" + std::to_string(options_.num_workers) + " workers registered");
+    }
+    if (registered_ && membership_.job_state == Membership::kRunning) {
+      CheckLiveness();
+      CheckPendingTables();
+    }
+    if (membership_.job_state != Membership::kRunning) {
+      bool all_told = true;
+      for (auto& [id, n] : nodes_) all_told &= (!n.alive || n.told_end);
+      if (all_told || NowMs() > end_deadline_ms_) break;
+    }
+  }
+  if (stop_ && membership_.job_state == Membership::kRunning) {
+    End(Membership::kAborted, "scheduler stopped");
+  }
+  if (membership_.job_state == Membership::kFinished) {
+    PP_LOG(Info) << "job finished: " << membership_.reason;
+    return Status::OK();
+  }
+  PP_LOG(Error) << "job aborted: " << membership_.reason;
+  return Status::Aborted(membership_.reason);
+}
+
+void SchedulerImpl::Handle(Message& m) {
+  std::string identity(static_cast<const char*>(m.identity.data()), m.identity.size());
+  if (m.header.type == MsgType::kRegister) {
+    HandleRegister(m);
+    return;
+  }
+  auto it = nodes_.find(identity);
+  if (it == nodes_.end() || !registered_) {
+    PP_LOG(Warning) << "ignoring " << MsgTypeName(m.header.type) << " from an unregistered peer";
+    return;
+  }
+  Node& n = it->second;
+  n.last_seen_ms = NowMs();
+  if (!n.alive) {
+    // Declared dead already: tell it so it stops.
+    Header h;
+    h.type = MsgType::kMembership;
+    h.membership = membership_;
+    Send(identity, h);
+    return;
+  }
+  if (membership_.job_state != Membership::kRunning) {
+    Header h;
+    h.type = MsgType::kMembership;
+    h.membership = membership_;
+    Send(identity, h);
+    n.told_end = true;
+    return;
+  }
+  switch (m.header.type) {
+    case MsgType::kHeartbeat: {
+      Header h;
+      h.type = MsgType::kMembership;
+      h.membership = membership_;
+      Send(identity, h);
+      break;
+    }
+    case MsgType::kCreateTable:
+      if (n.role == Role::kWorker) HandleCreateTable(m);
+      break;
+    case MsgType::kCreateTableReply:
+      if (n.role == Role::kServer) HandleServerTableReply(n, m);
+      break;
+    case MsgType::kBarrier:
+      if (n.role == Role::kWorker) {
+        barrier_[n.rank] = Waiter{identity, m.header.request_id};
+        CheckBarrier();
+      }
+      break;
+    case MsgType::kDone:
+      if (n.role == Role::kWorker && !n.done) {
+        n.done = true;
+        PP_LOG(Info) << "worker " << n.rank << " finished";
+        ReplyTo(Waiter{identity, m.header.request_id}, MsgType::kDoneReply, Status::OK());
+        membership_.worker_done[n.rank] = 1;
+        membership_.version++;
+        CheckBarrier();
+        CheckDone();
+        if (membership_.job_state == Membership::kRunning) Broadcast();
+      }
+      break;
+    default:
+      PP_LOG(Warning) << "unexpected " << MsgTypeName(m.header.type) << " from " << NodeName(n);
+  }
+}
+
+void SchedulerImpl::HandleRegister(Message& m) {
+  std::string identity(static_cast<const char*>(m.identity.data()), m.identity.size());
+  Role role = m.header.sender_role;
+  Waiter w{identity, m.header.request_id};
+  if (role == Role::kScheduler || registered_ || nodes_.count(identity)) {
+    ReplyTo(w, MsgType::kRegisterReply,
+            Status::FailedPrecondition(registered_ ? "the job is already running with all its nodes"
+                                                   : "bad registration"));
+    return;
+  }
+  auto& list = role == Role::kServer ? servers_ : workers_;
+  int want = role == Role::kServer ? options_.num_servers : options_.num_workers;
+  if (static_cast<int>(list.size()) >= want) {
+    ReplyTo(w, MsgType::kRegisterReply,
+            Status::FailedPrecondition("the job expects " + std::to_string(want) + " " +
+                                       RoleName(role) + "s and has them all"));
+    return;
+  }
+  if (role == Role::kServer && m.header.address.empty()) {
+    ReplyTo(w, MsgType::kRegisterReply, Status::InvalidArgument("a server must give its address"));
+    return;
+  }
+  // A node may ask for a rank (the launcher numbers its processes); otherwise the first free.
+  std::vector<bool> taken(want, false);
+  for (Node* o : list) taken[o->rank] = true;
+  int rank = m.header.sender_rank;
+  if (rank < 0 || rank >= want || taken[rank]) {
+    rank = 0;
+    while (taken[rank]) ++rank;
+  }
+  Node& n = nodes_[identity];
+  n.role = role;
+  n.identity = identity;
+  n.address = m.header.address;
+  n.rank = rank;
+  n.register_request = m.header.request_id;
+  list.push_back(&n);
+  PP_LOG(Info) << NodeName(n) << " registered (" << servers_.size() << "/" << options_.num_servers
+               << " servers, " << workers_.size() << "/" << options_.num_workers << " workers)";
+  if (static_cast<int>(servers_.size()) == options_.num_servers &&
+      static_cast<int>(workers_.size()) == options_.num_workers) {
+    registered_ = true;
+    auto by_rank = [](const Node* a, const Node* b) { return a->rank < b->rank; };
+    std::sort(servers_.begin(), servers_.end(), by_rank);
+    std::sort(workers_.begin(), workers_.end(), by_rank);
+    Header h;
+    h.type = MsgType::kRegisterReply;
+    h.cluster.num_workers = options_.num_workers;
+    for (Node* s : servers_) h.cluster.servers.push_back({s->rank, s->address});
+    h.membership = membership_;
+    int64_t now = NowMs();
+    for (auto& [id, node] : nodes_) {
+      h.sender_rank = node.rank;
+      h.request_id = node.register_request;
+      zmq::message_t idm(id.data(), id.size());
+      Header hh = h;
+      hh.sender_role = Role::kScheduler;
+      SendMessage(router_, &idm, hh).IgnoreError();
+      node.last_seen_ms = now;
+    }
+    PP_LOG(Info) << "all nodes registered; job running";
+  }
+}
+
+void SchedulerImpl::HandleCreateTable(Message& m) {
+  std::string identity(static_cast<const char*>(m.identity.data()), m.identity.size());
+  Waiter w{identity, m.header.request_id};
+  const TableSpec& spec = m.header.spec;
+  Status st = spec.Validate();
+  if (!st.ok()) {
+    ReplyTo(w, MsgType::kCreateTableReply, st);
+    return;
+  }
+  auto done = tables_.find(spec.name);
+  if (done != tables_.end()) {
+    if (done->second.spec == spec) ReplyTo(w, MsgType::kCreateTableReply, Status::OK(), &done->second);
+    else
+      ReplyTo(w, MsgType::kCreateTableReply,
+              Status::AlreadyExists("table '" + spec.name + "' exists as " + done->second.spec.ToString() +
+                                    "; asked for " + spec.ToString()));
+    return;
+  }
+  auto pending = pending_tables_.find(spec.name);
+  if (pending != pending_tables_.end()) {
+    if (pending->second.info.spec == spec) pending->second.waiters.push_back(w);
+    else
+      ReplyTo(w, MsgType::kCreateTableReply,
+              Status::AlreadyExists("table '" + spec.name + "' is being created with another spec"));
+    return;
+  }
+  PendingTable& p = pending_tables_[spec.name];
+  p.info = TableInfo::Make(next_table_id_++, spec, options_.num_servers);
+  p.waiters.push_back(w);
+  p.deadline = Deadline::In(options_.request_timeout_ms);
+  p.request_id = next_request_id_++;
+  Header h;
+  h.type = MsgType::kCreateTable;
+  h.request_id = p.request_id;
+  h.info = p.info;
+  for (Node* s : servers_) Send(s->identity, h);
+}
+
+void SchedulerImpl::HandleServerTableReply(Node& server, const Message& m) {
+  for (auto it = pending_tables_.begin(); it != pending_tables_.end(); ++it) {
+    PendingTable& p = it->second;
+    if (p.request_id != m.header.request_id) continue;
+    if (m.header.status != Code::kOk) {
+      Status st = m.header.status_obj().Annotate("server " + std::to_string(server.rank) + " refused table '" + it->first + "'");
+      for (auto& w : p.waiters) ReplyTo(w, MsgType::kCreateTableReply, st);
+      pending_tables_.erase(it);
+      return;
+    }
+    p.acked.insert(server.rank);
+    if (static_cast<int>(p.acked.size()) == options_.num_servers) {
+      PP_LOG(Info) << "table " << p.info.id << " " << p.info.spec.ToString() << " created";
+      tables_[it->first] = p.info;
+      for (auto& w : p.waiters) ReplyTo(w, MsgType::kCreateTableReply, Status::OK(), &p.info);
+      pending_tables_.erase(it);
+    }
+    return;
+  }
+}
+
+void SchedulerImpl::CheckPendingTables() {
+  for (auto it = pending_tables_.begin(); it != pending_tables_.end();) {
+    if (!it->second.deadline.Expired()) {
+      ++it;
+      continue;
+    }
+    std::string missing;
+    for (Node* s : servers_)
+      if (!it->second.acked.count(s->rank)) missing += (missing.empty() ? "" : ", ") + NodeName(*s);
+    Status st = Status::DeadlineExceeded("creating table '" + it->first + "': no answer within " +
+                                         std::to_string(options_.request_timeout_ms) + " ms from " + missing);
+    for (auto& w : it->second.waiters) ReplyTo(w, MsgType::kCreateTableReply, st);
+    it = pending_tables_.erase(it);
+  }
+}
+
+void SchedulerImpl::CheckLiveness() {
+  int64_t now = NowMs();
+  bool changed = false;
+  for (auto& [id, n] : nodes_) {
+    if (!n.alive || n.done || now - n.last_seen_ms <= options_.heartbeat_timeout_ms) continue;
+    n.alive = false;
+    changed = true;
+    std::string why = NodeName(n) + " sent no heartbeat for " + std::to_string(now - n.last_seen_ms) +
+                      " ms (timeout " + std::to_string(options_.heartbeat_timeout_ms) + " ms)";
+    PP_LOG(Error) << why << ": declared dead";
+    if (n.role == Role::kServer) {
+      membership_.server_alive[n.rank] = 0;
+      End(Membership::kAborted, why + "; a job cannot go on without a server");
+      return;
+    }
+    membership_.worker_alive[n.rank] = 0;
+    barrier_.erase(n.rank);
+    if (!options_.continue_on_worker_death) {
+      End(Membership::kAborted, why + " (run with --on_worker_death=continue to go on without it)");
+      return;
+    }
+  }
+  if (changed) {
+    int live = 0;
+    for (Node* w : workers_) live += w->alive;
+    if (live == 0) {
+      End(Membership::kAborted, "every worker has died");
+      return;
+    }
+    membership_.version++;
+    membership_.reason = "worker died; continuing with " + std::to_string(live) + " workers";
+    Broadcast();
+    CheckBarrier();
+    CheckDone();
+  }
+}
+
+void SchedulerImpl::CheckBarrier() {
+  if (barrier_.empty()) return;
+  for (Node* w : workers_)
+    if (w->alive && !w->done && !barrier_.count(w->rank)) return;
+  for (auto& [rank, waiter] : barrier_) ReplyTo(waiter, MsgType::kBarrierReply, Status::OK());
+  barrier_.clear();
+}
+
+void SchedulerImpl::CheckDone() {
+  if (membership_.job_state != Membership::kRunning) return;
+  int live = 0, dead = 0;
+  for (Node* w : workers_) {
+    if (w->alive && !w->done) return;
+    (w->alive ? live : dead)++;
+  }
+  End(Membership::kFinished, std::to_string(live) + " workers finished" +
+                                 (dead ? ", " + std::to_string(dead) + " died" : ""));
+}
+
+void SchedulerImpl::Broadcast() {
+  Header h;
+  h.type = MsgType::kMembership;
+  h.membership = membership_;
+  for (auto& [id, n] : nodes_) {
+    if (!n.alive) continue;
+    Send(id, h);
+    if (membership_.job_state != Membership::kRunning) n.told_end = true;
+  }
+}
+
+void SchedulerImpl::End(Membership::JobState state, const std::string& reason) {
+  if (membership_.job_state != Membership::kRunning) return;
+  membership_.job_state = state;
+  membership_.reason = reason;
+  membership_.version++;
+  for (auto& [id, n] : nodes_) n.told_end = false;
+  Broadcast();
+  // Give nodes that missed the broadcast a heartbeat's chance to hear it.
+  end_deadline_ms_ = NowMs() + std::min(options_.heartbeat_timeout_ms, 2000);
+  // Pending callers learn why.
+  Status st = Status::Aborted("job ended: " + reason);
+  for (auto& [rank, w] : barrier_) ReplyTo(w, MsgType::kBarrierReply, st);
+  barrier_.clear();
+  for (auto& [name, p] : pending_tables_)
+    for (auto& w : p.waiters) ReplyTo(w, MsgType::kCreateTableReply, st);
+  pending_tables_.clear();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& options) {
+  if (options.num_servers < 1 || options.num_workers < 1)
+    return Status::InvalidArgument("need at least one server and one worker");
+  if (options.num_servers > 4096 || options.num_workers > 4096)
+    return Status::InvalidArgument("at most 4096 servers and 4096 workers");
+  auto s = std::make_unique<SchedulerImpl>(options);
+  PP_RETURN_IF_ERROR(s->Init());
+  return std::unique_ptr<Scheduler>(std::move(s));
+}
+
+}  // namespace pushpull

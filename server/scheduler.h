@@ -1,0 +1,40 @@
+// pushpull-scheduler: the control plane. Nodes register and receive their rank and the cluster
+// map; tables are created here (and on every server); barriers; heartbeats, with a node declared
+// dead after heartbeat_timeout_ms of silence and the others told; the job ends cleanly when every
+// live worker is done. Never on the data path.
+//
+// Threading: Run() is the only thread touching state; Stop() may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace pushpull {
+
+struct SchedulerOptions {
+  std::string bind_host = "0.0.0.0";
+  std::string advertise_host = "127.0.0.1";
+  int port = 0;                        // 0: an ephemeral port
+  int num_servers = 1;
+  int num_workers = 1;
+  int heartbeat_timeout_ms = 5000;     // a node silent this long is declared dead
+  int register_timeout_ms = 120000;    // every node must have registered by then
+  int request_timeout_ms = 30000;      // servers must answer a table creation by then
+  bool continue_on_worker_death = false;  // false: a dead worker aborts the job, naming it
+};
+
+class Scheduler {
+ public:
+  virtual ~Scheduler() = default;
+  static Result<std::unique_ptr<Scheduler>> Create(const SchedulerOptions& options);
+  // Serves until the job ends. OK when every live worker finished; Aborted naming the node
+  // otherwise (a dead server, a dead worker without continue_on_worker_death, ...).
+  virtual Status Run() = 0;
+  virtual void Stop() = 0;
+  virtual const std::string& address() const = 0;
+};
+
+}  // namespace pushpull

@@ -1,0 +1,61 @@
+// pushpull-scheduler: the job's control plane (see server/scheduler.h).
+#include <gflags/gflags.h>
+
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "common/log.h"
+#include "common/signals.h"
+#include "server/scheduler.h"
+
+DEFINE_int32(num_servers, 1, "servers the job has; the job starts when all have registered");
+DEFINE_int32(num_workers, 1, "workers the job has");
+DEFINE_string(bind_host, "0.0.0.0", "interface to listen on");
+DEFINE_string(advertise_host, "127.0.0.1", "host name or IP other nodes use to reach this scheduler");
+DEFINE_int32(port, 7000, "TCP port to listen on (0: any free port; see --endpoint_file)");
+DEFINE_string(endpoint_file, "", "if set, write the address nodes should use here once listening");
+DEFINE_int32(heartbeat_timeout_ms, 5000, "a node silent this long is declared dead");
+DEFINE_int32(register_timeout_ms, 120000, "abort if not every node registered by then");
+DEFINE_string(on_worker_death, "abort", "abort: end the job naming the dead worker; continue: go on without it");
+DEFINE_bool(verbose, false, "debug logging");
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "the pushpull scheduler: membership, table creation, barriers, heartbeats.\n"
+      "usage: pushpull-scheduler --num_servers=S --num_workers=W [--port=7000]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  pushpull::SetLogTag("scheduler");
+  if (FLAGS_verbose) pushpull::SetLogLevel(pushpull::LogLevel::kDebug);
+  if (FLAGS_on_worker_death != "abort" && FLAGS_on_worker_death != "continue") {
+    PP_LOG(Error) << "--on_worker_death must be abort or continue, not '" << FLAGS_on_worker_death << "'";
+    return 2;
+  }
+  pushpull::SchedulerOptions o;
+  o.bind_host = FLAGS_bind_host;
+  o.advertise_host = FLAGS_advertise_host;
+  o.port = FLAGS_port;
+  o.num_servers = FLAGS_num_servers;
+  o.num_workers = FLAGS_num_workers;
+  o.heartbeat_timeout_ms = FLAGS_heartbeat_timeout_ms;
+  o.register_timeout_ms = FLAGS_register_timeout_ms;
+  o.continue_on_worker_death = FLAGS_on_worker_death == "continue";
+  auto s = pushpull::Scheduler::Create(o);
+  if (!s.ok()) {
+    PP_LOG(Error) << s.status().ToString();
+    return 2;
+  }
+  if (!FLAGS_endpoint_file.empty()) {
+    std::string tmp = FLAGS_endpoint_file + ".tmp";
+    std::ofstream(tmp) << (*s)->address() << "\n";
+    std::rename(tmp.c_str(), FLAGS_endpoint_file.c_str());
+  }
+  pushpull::InstallStopSignals();
+  std::thread watcher([&] {
+    while (!pushpull::StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    (*s)->Stop();
+  });
+  watcher.detach();
+  pushpull::Status st = (*s)->Run();
+  return st.ok() ? 0 : 1;
+}

@@ -1,0 +1,532 @@
+// The server's request loop. Reading order: Run() -> HandleData() -> Validate() -> Dispatch();
+// HandleClock()/OnMembership() -> AdvanceMinClock() for the consistency rules of
+// server/consistency.h; UpdateLoop() is what each update thread runs.
+#include "server/server.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+#include "common/spsc_queue.h"
+#include "common/time.h"
+#include "common/wire.h"
+#include "server/consistency.h"
+#include "server/table_shard.h"
+
+namespace pushpull {
+namespace {
+
+// One unit of work for the update threads: a push, a pull, or a BSP clock to apply. Update
+// thread k works on sel[k] (or on stripe k as a whole for kApplyBsp).
+struct Request {
+  enum Op { kApply, kAccumulate, kRead, kApplyBsp };
+  Op op = kApply;
+  Message msg;                      // the request as received (frames read in place)
+  TableShard* shard = nullptr;
+  std::vector<RowSelection> sel;
+  opt::StepContext ctx;
+  int64_t clock = 0;                // kAccumulate / kApplyBsp
+  std::shared_ptr<std::vector<float>> out;  // kRead: reply values
+  int32_t staleness = 0;
+  std::atomic<int> pending{0};
+};
+
+class ServerImpl final : public Server {
+ public:
+  explicit ServerImpl(const ServerOptions& o)
+      : options_(o),
+        router_(ctx_, zmq::socket_type::router),
+        done_(ctx_, zmq::socket_type::pull),
+        control_(ctx_, Role::kServer, o.control) {}
+
+  Status Init() {
+    ConfigureSocket(router_, true, options_.max_message_bytes);
+    auto addr = BindTcp(router_, options_.bind_host, options_.port, options_.advertise_host);
+    if (!addr.ok()) return addr.status();
+    address_ = addr.value();
+    done_endpoint_ = "inproc://pp-done-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+    done_.bind(done_endpoint_);
+    return Status::OK();
+  }
+
+  Status Run() override;
+  void Stop() override { stop_ = true; }
+  const std::string& address() const override { return address_; }
+  int rank() const override { return rank_; }
+  const ServerStats& stats() const override { return stats_; }
+
+ private:
+  void UpdateLoop(int k);
+  void HandleRouter();
+  void HandleData(Message& m);
+  Status Validate(const Message& m, TableShard** shard);
+  void Dispatch(Request* r);
+  void HandleDone();
+  void Reply(Request* r);
+  void ReplyError(const Message& m, const Status& st);
+  void HandleControl();
+  void OnMembership();
+  void AdvanceMinClock();
+  void ServePull(Request* r, int64_t min_live);
+  void CountBad(const Status& st, const char* what);
+
+  const ServerOptions options_;
+  zmq::context_t ctx_;
+  zmq::socket_t router_;
+  zmq::socket_t done_;
+  ControlChannel control_;
+  std::string address_, done_endpoint_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> rank_{-1};
+  ServerStats stats_;
+
+  // I/O thread state.
+  std::vector<std::unique_ptr<TableShard>> tables_;  // by table id
+  ClockVector clocks_;
+  int64_t min_live_ = 0;
+  std::vector<uint64_t> last_push_id_;               // per worker: replay protection
+  std::multimap<int64_t, Request*> parked_;          // pulls by the min clock they need
+  StalenessHistogram staleness_;
+  std::vector<std::unique_ptr<SpscQueue<Request>>> queues_;
+  std::vector<std::thread> threads_;
+  std::vector<zmq::message_t> frames_;
+  uint64_t bad_logged_ = 0;
+};
+
+Status ServerImpl::Run() {
+  Status st = control_.Register(address_);
+  if (!st.ok()) return st;
+  rank_ = control_.rank();
+  SetLogTag("server " + std::to_string(rank_.load()));
+  const int W = control_.cluster().num_workers;
+  clocks_.Reset(W);
+  last_push_id_.assign(W, 0);
+  OnMembership();
+  PP_LOG(Info) << "serving at " << address_ << " (" << W << " workers, "
+               << control_.cluster().servers.size() << " servers, " << options_.update_threads
+               << " update threads)";
+
+  const int K = options_.update_threads;
+  for (int k = 0; k < K; ++k) queues_.push_back(std::make_unique<SpscQueue<Request>>());
+  for (int k = 0; k < K; ++k) threads_.emplace_back([this, k] { UpdateLoop(k); });
+
+  Status exit_status;
+  while (!stop_) {
+    zmq::pollitem_t items[] = {{static_cast<void*>(router_), 0, ZMQ_POLLIN, 0},
+                               {static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0},
+                               {static_cast<void*>(done_), 0, ZMQ_POLLIN, 0}};
+    Poll(items, 3, std::min<int64_t>(control_.MsUntilTick(), 100));
+    if (items[2].revents & ZMQ_POLLIN) HandleDone();
+    if (items[0].revents & ZMQ_POLLIN) HandleRouter();
+    if (items[1].revents & ZMQ_POLLIN) HandleControl();
+    const Membership& mem = control_.membership();
+    if (mem.job_state == Membership::kFinished) {
+      PP_LOG(Info) << "job finished: " << mem.reason;
+      break;
+    }
+    if (mem.job_state == Membership::kAborted) {
+      exit_status = Status::Aborted("job aborted: " + mem.reason);
+      break;
+    }
+    st = control_.Tick();
+    if (!st.ok()) {
+      exit_status = st;
+      break;
+    }
+  }
+
+  // Shutdown: stop the update threads after the work they hold, answer parked pulls.
+  for (auto& q : queues_) q->Push(nullptr);
+  for (auto& t : threads_) t.join();
+  while (true) {
+    zmq::pollitem_t item{static_cast<void*>(done_), 0, ZMQ_POLLIN, 0};
+    Poll(&item, 1, 0);
+    if (!(item.revents & ZMQ_POLLIN)) break;
+    HandleDone();
+  }
+  for (auto& [at, r] : parked_) {
+    ReplyError(r->msg, Status::Aborted("server " + std::to_string(rank_.load()) + " is shutting down"));
+    delete r;
+  }
+  parked_.clear();
+  PP_LOG(Info) << "stopped: " << stats_.pushes << " pushes, " << stats_.pulls << " pulls, "
+               << stats_.clocks << " clocks, " << stats_.bad_messages << " malformed, "
+               << stats_.rejected << " rejected, " << stats_.duplicates << " duplicates; "
+               << "pull staleness histogram {" << staleness_.ToString() << "}";
+  return exit_status;
+}
+
+void ServerImpl::UpdateLoop(int k) {
+  zmq::socket_t done(ctx_, zmq::socket_type::push);
+  done.set(zmq::sockopt::linger, 0);
+  done.connect(done_endpoint_);
+  SpscQueue<Request>& q = *queues_[k];
+  while (Request* r = q.Pop()) {
+    Stripe& s = r->shard->stripe(k);
+    const RowSelection* sel = r->sel.empty() ? nullptr : &r->sel[k];
+    switch (r->op) {
+      case Request::kApply:
+        s.ApplyPush(*sel, r->msg.key_data(), r->msg.value_data(), r->ctx);
+        break;
+      case Request::kAccumulate:
+        s.Accumulate(r->clock, *sel, r->msg.key_data(), r->msg.value_data(), r->ctx.grad_scale);
+        break;
+      case Request::kRead:
+        s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out->data());
+        break;
+      case Request::kApplyBsp:
+        s.ApplyAccumulated(r->clock, r->ctx);
+        break;
+    }
+    if (r->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      zmq::message_t m(&r, sizeof(r));
+      done.send(m, zmq::send_flags::none);
+    }
+  }
+}
+
+void ServerImpl::CountBad(const Status& st, const char* what) {
+  ++stats_.bad_messages;
+  if (bad_logged_++ < 20 || bad_logged_ % 1000 == 0)
+    PP_LOG(Warning) << what << " (" << stats_.bad_messages << " so far): " << st.ToString();
+}
+
+void ServerImpl::HandleRouter() {
+  // Bounded batch so the other sockets get their turn.
+  for (int i = 0; i < 256; ++i) {
+    if (!RecvFrames(router_, &frames_, 5)) return;
+    size_t bytes = 0;
+    for (auto& f : frames_) bytes += f.size();
+    stats_.bytes_in += bytes;
+    Message m;
+    m.identity = std::move(frames_[0]);
+    frames_.erase(frames_.begin());
+    Status st = Decode(&frames_, &m);
+    if (!st.ok()) {
+      // Answer when the header decoded (the sender can match the reply); drop otherwise.
+      if (m.header.magic == kWireMagic && IsDataType(m.header.type) && !IsReply(m.header.type) &&
+          m.header.request_id != 0 && st.message().find("header") == std::string::npos) {
+        CountBad(st, "malformed request answered with an error");
+        ReplyError(m, st);
+      } else {
+        CountBad(st, "malformed message dropped");
+      }
+      continue;
+    }
+    if (!IsDataType(m.header.type) || IsReply(m.header.type)) {
+      CountBad(Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(m.header.type) +
+                                       " on the data socket"), "message dropped");
+      continue;
+    }
+    HandleData(m);
+  }
+}
+
+Status ServerImpl::Validate(const Message& m, TableShard** shard) {
+  const Header& h = m.header;
+  if (h.sender_role != Role::kWorker || h.sender_rank < 0 || h.sender_rank >= clocks_.size())
+    return Status::InvalidArgument("sender rank " + std::to_string(h.sender_rank) + " is not a worker of this job");
+  if (!clocks_.alive(h.sender_rank))
+    return Status::FailedPrecondition("worker " + std::to_string(h.sender_rank) + " was declared dead");
+  if (h.type == MsgType::kClock) return Status::OK();
+  if (h.table >= tables_.size() || !tables_[h.table])
+    return Status::NotFound("unknown table id " + std::to_string(h.table));
+  TableShard* t = tables_[h.table].get();
+  const TableSpec& spec = t->spec();
+  if (h.dim != spec.dim)
+    return Status::InvalidArgument("table '" + spec.name + "' has dim " + std::to_string(spec.dim) +
+                                   ", message says " + std::to_string(h.dim));
+  if (h.flags & kFlagRange) {
+    if (spec.sparse) return Status::InvalidArgument("row ranges are for dense tables only");
+    if (h.row_begin < t->row_begin() || h.num_rows > t->row_end() - h.row_begin ||
+        h.row_begin > t->row_end())
+      return Status::InvalidArgument("rows [" + std::to_string(h.row_begin) + ", +" +
+                                     std::to_string(h.num_rows) + ") are outside this server's [" +
+                                     std::to_string(t->row_begin()) + ", " +
+                                     std::to_string(t->row_end()) + ") of '" + spec.name + "'");
+  } else {
+    const Key* keys = m.key_data();
+    for (uint64_t i = 0; i < h.num_keys; ++i) {
+      if (!t->Owns(keys[i])) {
+        if (!spec.sparse && keys[i] >= spec.rows)
+          return Status::InvalidArgument("row " + std::to_string(keys[i]) + " out of range [0, " +
+                                         std::to_string(spec.rows) + ") of '" + spec.name + "'");
+        return Status::InvalidArgument("row " + std::to_string(keys[i]) + " of '" + spec.name +
+                                       "' belongs to server " +
+                                       std::to_string(t->info().OwnerOf(keys[i])) + ", not " +
+                                       std::to_string(rank_.load()));
+      }
+    }
+  }
+  int64_t own = clocks_.clock(h.sender_rank);
+  if (h.clock != own)
+    return Status::FailedPrecondition(std::string(MsgTypeName(h.type)) + " tagged clock " +
+                                      std::to_string(h.clock) + " but worker " +
+                                      std::to_string(h.sender_rank) + " is at clock " +
+                                      std::to_string(own));
+  if (h.type == MsgType::kPull) {
+    if (h.slot < -1 || h.slot >= t->optimizer()->num_slots())
+      return Status::InvalidArgument("slot " + std::to_string(h.slot) + " does not exist for optimizer " +
+                                     opt::KindName(spec.optimizer.kind));
+  }
+  if (h.type == MsgType::kPush) {
+    if (h.request_id <= last_push_id_[h.sender_rank])
+      return Status::AlreadyExists("push " + std::to_string(h.request_id) + " from worker " +
+                                   std::to_string(h.sender_rank) + " already received (replay)");
+    if (!opt::AllFinite(m.value_data(), h.row_count() * h.dim))
+      return Status::InvalidArgument("gradient for '" + spec.name + "' holds NaN or Inf; push refused");
+  }
+  *shard = t;
+  return Status::OK();
+}
+
+void ServerImpl::HandleData(Message& m) {
+  const Header& h = m.header;
+  TableShard* shard = nullptr;
+  Status st = Validate(m, &shard);
+  if (!st.ok()) {
+    if (st.code() == Code::kAlreadyExists) ++stats_.duplicates; else ++stats_.rejected;
+    if (bad_logged_++ < 20 || bad_logged_ % 1000 == 0)
+      PP_LOG(Warning) << "refused " << MsgTypeName(h.type) << " from worker " << h.sender_rank
+                      << ": " << st.ToString();
+    ReplyError(m, st);
+    return;
+  }
+  if (h.type == MsgType::kClock) {
+    ++stats_.clocks;
+    st = clocks_.Advance(h.sender_rank, h.clock);
+    if (!st.ok()) {
+      ++stats_.rejected;
+      ReplyError(m, st);
+      return;
+    }
+    Header rh;
+    rh.type = MsgType::kClockReply;
+    rh.request_id = h.request_id;
+    rh.sender_role = Role::kServer;
+    rh.sender_rank = rank_;
+    rh.clock = h.clock;
+    SendMessage(router_, &m.identity, rh).IgnoreError();
+    AdvanceMinClock();
+    return;
+  }
+
+  auto* r = new Request;
+  r->msg = std::move(m);
+  r->shard = shard;
+  const Header& rh = r->msg.header;
+  if (rh.flags & kFlagRange) shard->SplitRange(rh.row_begin, rh.row_begin + rh.num_rows, &r->sel);
+  else shard->Split(r->msg.key_data(), rh.num_keys, &r->sel);
+
+  if (rh.type == MsgType::kPush) {
+    ++stats_.pushes;
+    last_push_id_[rh.sender_rank] = rh.request_id;
+    const opt::OptimizerConfig& oc = shard->spec().optimizer;
+    float scale = 1.0f;
+    if (oc.clip_norm > 0) {
+      double sq = opt::SquaredNorm(r->msg.value_data(), rh.row_count() * rh.dim);
+      if (sq > double(oc.clip_norm) * oc.clip_norm) scale = float(oc.clip_norm / std::sqrt(sq));
+    }
+    r->ctx.grad_scale = scale;
+    if (shard->spec().consistency.model == Consistency::kBsp) {
+      r->op = Request::kAccumulate;
+      r->clock = rh.clock;
+      auto& who = shard->bsp_contributors[rh.clock];
+      who.resize(clocks_.size(), 0);
+      who[rh.sender_rank] = 1;
+    } else {
+      r->op = Request::kApply;
+      r->ctx.lr = opt::ScheduledLr(oc, shard->table_step++);
+      if (oc.staleness_aware) {
+        int64_t tau = clocks_.MaxLive() - rh.clock;
+        if (tau > 1) r->ctx.lr /= float(tau);
+      }
+    }
+    Dispatch(r);
+    return;
+  }
+  // Pull.
+  ++stats_.pulls;
+  r->op = Request::kRead;
+  int64_t bound = shard->spec().consistency.bound();
+  if (PullReady(rh.clock, bound, min_live_)) {
+    ServePull(r, min_live_);
+  } else {
+    ++stats_.parked_pulls;
+    ++stats_.parked_now;
+    parked_.emplace(PullReadyAt(rh.clock, bound), r);
+  }
+}
+
+void ServerImpl::ServePull(Request* r, int64_t min_live) {
+  const Header& h = r->msg.header;
+  int64_t s = PullStaleness(h.clock, min_live);
+  staleness_.Record(s);
+  if (s > stats_.max_staleness) stats_.max_staleness = s;
+  r->staleness = static_cast<int32_t>(s);
+  r->out = std::make_shared<std::vector<float>>(h.row_count() * h.dim);
+  Dispatch(r);
+}
+
+void ServerImpl::Dispatch(Request* r) {
+  const int K = static_cast<int>(queues_.size());
+  int n = 0;
+  bool whole = r->sel.empty();
+  for (int k = 0; k < K; ++k) n += whole || r->sel[k].size() > 0;
+  if (n == 0) {
+    Reply(r);
+    return;
+  }
+  r->pending.store(n, std::memory_order_relaxed);
+  for (int k = 0; k < K; ++k)
+    if (whole || r->sel[k].size() > 0) queues_[k]->Push(r);
+}
+
+void ServerImpl::HandleDone() {
+  for (int i = 0; i < 1024; ++i) {
+    zmq::message_t m;
+    if (!done_.recv(m, zmq::recv_flags::dontwait)) return;
+    Request* r;
+    std::memcpy(&r, m.data(), sizeof(r));
+    Reply(r);
+  }
+}
+
+void ServerImpl::Reply(Request* r) {
+  if (r->op == Request::kApplyBsp) {
+    delete r;
+    return;
+  }
+  const Header& h = r->msg.header;
+  Header out;
+  out.type = h.type == MsgType::kPush ? MsgType::kPushReply : MsgType::kPullReply;
+  out.request_id = h.request_id;
+  out.sender_role = Role::kServer;
+  out.sender_rank = rank_;
+  out.table = h.table;
+  out.clock = h.clock;
+  zmq::message_t values;
+  if (r->op == Request::kRead) {
+    out.flags = h.flags;
+    out.num_keys = h.num_keys;
+    out.row_begin = h.row_begin;
+    out.num_rows = h.num_rows;
+    out.dim = h.dim;
+    out.slot = h.slot;
+    out.staleness = r->staleness;
+    size_t bytes = r->out->size() * sizeof(float);
+    stats_.bytes_out += bytes;
+    values = ZeroCopyFrame(r->out->data(), bytes, r->out);
+  }
+  Status st = SendMessage(router_, &r->msg.identity, out, zmq::message_t(), std::move(values));
+  if (!st.ok()) PP_LOG(Warning) << "reply to worker " << h.sender_rank << " lost: " << st.ToString();
+  delete r;
+}
+
+void ServerImpl::ReplyError(const Message& m, const Status& st) {
+  Header out;
+  switch (m.header.type) {
+    case MsgType::kPush: out.type = MsgType::kPushReply; break;
+    case MsgType::kPull: out.type = MsgType::kPullReply; break;
+    default: out.type = MsgType::kClockReply; break;
+  }
+  out.request_id = m.header.request_id;
+  out.sender_role = Role::kServer;
+  out.sender_rank = rank_;
+  out.table = m.header.table;
+  out.SetStatus(st);
+  SendMessage(router_, &m.identity, out).IgnoreError();
+}
+
+void ServerImpl::AdvanceMinClock() {
+  int64_t m = clocks_.MinLive();
+  if (m <= min_live_ && m != std::numeric_limits<int64_t>::max()) return;
+  min_live_ = m;
+  // BSP: every clock below the new minimum is complete; apply its mean once, in clock order,
+  // before any pull released below can read.
+  for (auto& t : tables_) {
+    if (!t || t->spec().consistency.model != Consistency::kBsp) continue;
+    auto& open = t->bsp_contributors;
+    while (!open.empty() && open.begin()->first < min_live_) {
+      int contributors = 0;
+      for (auto w : open.begin()->second) contributors += w;
+      auto* r = new Request;
+      r->op = Request::kApplyBsp;
+      r->shard = t.get();
+      r->clock = open.begin()->first;
+      r->ctx.lr = opt::ScheduledLr(t->spec().optimizer, t->table_step++);
+      r->ctx.grad_scale = contributors > 0 ? 1.0f / contributors : 0.0f;
+      open.erase(open.begin());
+      Dispatch(r);
+    }
+  }
+  while (!parked_.empty() && parked_.begin()->first <= min_live_) {
+    Request* r = parked_.begin()->second;
+    parked_.erase(parked_.begin());
+    --stats_.parked_now;
+    ServePull(r, min_live_);
+  }
+}
+
+void ServerImpl::HandleControl() {
+  for (int i = 0; i < 64; ++i) {
+    Message m;
+    bool changed = false;
+    bool got = control_.Receive(&m, &changed);
+    if (changed) OnMembership();
+    if (!got) {
+      zmq::pollitem_t item{static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0};
+      Poll(&item, 1, 0);
+      if (!(item.revents & ZMQ_POLLIN)) return;
+      continue;
+    }
+    if (m.header.type != MsgType::kCreateTable) continue;
+    const TableInfo& info = m.header.info;
+    Header reply;
+    reply.type = MsgType::kCreateTableReply;
+    reply.request_id = m.header.request_id;
+    reply.info = info;
+    Status st = info.spec.Validate();
+    if (st.ok() && info.num_servers() != static_cast<int>(control_.cluster().servers.size()))
+      st = Status::InvalidArgument("table partitioned over " + std::to_string(info.num_servers()) + " servers");
+    if (st.ok()) {
+      if (info.id >= tables_.size()) tables_.resize(info.id + 1);
+      if (!tables_[info.id]) {
+        tables_[info.id] = std::make_unique<TableShard>(info, rank_, options_.update_threads);
+        PP_LOG(Info) << "created table " << info.id << " " << info.spec.ToString();
+      }
+    }
+    reply.SetStatus(st);
+    control_.Send(reply).IgnoreError();
+  }
+}
+
+void ServerImpl::OnMembership() {
+  const Membership& mem = control_.membership();
+  for (int w = 0; w < clocks_.size() && w < static_cast<int>(mem.worker_alive.size()); ++w) {
+    if (!clocks_.alive(w)) continue;
+    if (!mem.worker_alive[w]) {
+      PP_LOG(Warning) << "worker " << w << " declared dead; no longer waiting for it";
+      clocks_.MarkDead(w);
+    } else if (w < static_cast<int>(mem.worker_done.size()) && mem.worker_done[w]) {
+      PP_LOG(Info) << "worker " << w << " finished at clock " << clocks_.clock(w);
+      clocks_.MarkDead(w);
+    }
+  }
+  AdvanceMinClock();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
+  if (options.update_threads < 1 || options.update_threads > 64)
+    return Status::InvalidArgument("update_threads must be in [1, 64]");
+  auto s = std::make_unique<ServerImpl>(options);
+  PP_RETURN_IF_ERROR(s->Init());
+  return std::unique_ptr<Server>(std::move(s));
+}
+
+}  // namespace pushpull

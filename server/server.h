@@ -1,0 +1,56 @@
+// pushpull-server: holds its shards of every table (values and optimizer state), applies pushes
+// through the optimizer, answers pulls, and enforces each table's consistency model.
+//
+// Threading (DESIGN.md "Threading"): the thread that calls Run() is the I/O thread; it owns the
+// ROUTER, the control channel, the clock vector and all request bookkeeping. `update_threads`
+// update threads each own one stripe of every table, so applying an update takes no lock. Work
+// goes to them through single-producer queues and comes back over an inproc socket.
+// Stop() and stats() may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/control.h"
+#include "common/status.h"
+
+namespace pushpull {
+
+struct ServerOptions {
+  ControlOptions control;
+  std::string bind_host = "0.0.0.0";       // interface to listen on
+  std::string advertise_host = "127.0.0.1";// address other nodes use to reach this server
+  int port = 0;                             // 0: an ephemeral port
+  int update_threads = 1;                   // stripes per table
+  int64_t max_message_bytes = int64_t(2) << 30;  // larger messages are dropped by ZeroMQ
+};
+
+struct ServerStats {
+  std::atomic<uint64_t> pushes{0}, pulls{0}, clocks{0};
+  std::atomic<uint64_t> bad_messages{0};     // malformed: dropped or answered with an error
+  std::atomic<uint64_t> rejected{0};         // well-formed but refused (bad rows, NaN, ...)
+  std::atomic<uint64_t> duplicates{0};       // replayed pushes, not applied
+  std::atomic<uint64_t> parked_pulls{0};     // pulls that had to wait for slower workers
+  std::atomic<uint64_t> parked_now{0};       // pulls waiting right now
+  std::atomic<uint64_t> bytes_in{0}, bytes_out{0};
+  std::atomic<int64_t> max_staleness{0};
+};
+
+class Server {
+ public:
+  virtual ~Server() = default;
+  // Binds its socket; does not contact the scheduler yet.
+  static Result<std::unique_ptr<Server>> Create(const ServerOptions& options);
+
+  // Registers with the scheduler, then serves until the job ends. OK when the job finished
+  // normally; an error naming the cause otherwise (scheduler lost, job aborted, ...).
+  virtual Status Run() = 0;
+  virtual void Stop() = 0;
+  virtual const std::string& address() const = 0;
+  virtual int rank() const = 0;  // -1 before registration
+  virtual const ServerStats& stats() const = 0;
+};
+
+}  // namespace pushpull

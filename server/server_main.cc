@@ -1,0 +1,55 @@
+// pushpull-server: one shard holder (see server/server.h).
+#include <gflags/gflags.h>
+
+#include <thread>
+
+#include "common/log.h"
+#include "common/signals.h"
+#include "server/server.h"
+
+DEFINE_string(scheduler, "tcp://127.0.0.1:7000", "address of pushpull-scheduler");
+DEFINE_string(bind_host, "0.0.0.0", "interface to listen on");
+DEFINE_string(advertise_host, "127.0.0.1", "host name or IP workers use to reach this server");
+DEFINE_int32(port, 0, "TCP port to listen on (0: any free port)");
+DEFINE_int32(update_threads, 0, "update threads (stripes per table); 0: the cores left after the I/O thread");
+DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this server is alive");
+DEFINE_int32(scheduler_timeout_ms, 15000, "exit when the scheduler is silent this long");
+DEFINE_int32(register_timeout_ms, 120000, "how long to wait for the whole job to register");
+DEFINE_int32(max_message_mb, 2048, "larger messages are dropped");
+DEFINE_int32(rank, -1, "ask the scheduler for this rank (-1: any free one)");
+DEFINE_bool(verbose, false, "debug logging");
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "a pushpull server: holds table shards and optimizer state, applies pushes, answers pulls.\n"
+      "usage: pushpull-server --scheduler=tcp://HOST:PORT [--advertise_host=MY_IP]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  pushpull::SetLogTag("server");
+  if (FLAGS_verbose) pushpull::SetLogLevel(pushpull::LogLevel::kDebug);
+  pushpull::ServerOptions o;
+  o.control.scheduler = FLAGS_scheduler;
+  o.control.heartbeat_interval_ms = FLAGS_heartbeat_interval_ms;
+  o.control.scheduler_timeout_ms = FLAGS_scheduler_timeout_ms;
+  o.control.register_timeout_ms = FLAGS_register_timeout_ms;
+  o.control.requested_rank = FLAGS_rank;
+  o.bind_host = FLAGS_bind_host;
+  o.advertise_host = FLAGS_advertise_host;
+  o.port = FLAGS_port;
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  o.update_threads = FLAGS_update_threads > 0 ? FLAGS_update_threads : std::max(1, cores - 1);
+  o.max_message_bytes = int64_t(FLAGS_max_message_mb) << 20;
+  auto s = pushpull::Server::Create(o);
+  if (!s.ok()) {
+    PP_LOG(Error) << s.status().ToString();
+    return 2;
+  }
+  pushpull::InstallStopSignals();
+  std::thread watcher([&] {
+    while (!pushpull::StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    (*s)->Stop();
+  });
+  watcher.detach();
+  pushpull::Status st = (*s)->Run();
+  if (!st.ok()) PP_LOG(Error) << st.ToString();
+  return st.ok() ? 0 : 1;
+}

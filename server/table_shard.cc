@@ -1,0 +1,184 @@
+#include "server/table_shard.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace pushpull {
+
+Stripe::Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t row_begin,
+               uint64_t row_end)
+    : spec_(spec), optimizer_(optimizer), dim_(spec.dim), row_begin_(row_begin) {
+  slots_.resize(optimizer_->num_slots());
+  if (!spec.sparse) AppendRows(row_begin, row_end - row_begin, nullptr);
+}
+
+size_t Stripe::bytes() const {
+  size_t b = params_.capacity() * 4 + steps_.capacity() * 4;
+  for (auto& s : slots_) b += s.capacity() * 4;
+  return b;
+}
+
+void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
+  size_t old = steps_.size();
+  params_.resize((old + n) * dim_);
+  for (size_t i = 0; i < n; ++i) {
+    Key k = keys ? keys[i] : first_key + i;
+    float* p = &params_[(old + i) * dim_];
+    if (spec_.init == InitKind::kZeros) {
+      std::memset(p, 0, dim_ * sizeof(float));
+    } else {
+      for (uint32_t c = 0; c < dim_; ++c) p[c] = InitialValue(spec_, k, c);
+    }
+  }
+  for (size_t s = 0; s < slots_.size(); ++s)
+    slots_[s].resize((old + n) * dim_, optimizer_->slot_init(static_cast<int>(s)));
+  steps_.resize(old + n, 0);
+}
+
+uint32_t Stripe::LocalRow(Key key) {
+  if (!spec_.sparse) return static_cast<uint32_t>(key - row_begin_);
+  auto it = index_.find(key);
+  if (it != index_.end()) return it->second;
+  uint32_t r = static_cast<uint32_t>(steps_.size());
+  index_.emplace(key, r);
+  AppendRows(key, 1, &key);
+  return r;
+}
+
+// Calls f(local_row, message_pos, nrows) for maximal runs of consecutive local rows that are
+// consecutive in the message too (and, when match_steps, share a step count): one optimizer
+// call per run keeps a dense update a single vectorised pass.
+template <typename F>
+void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, bool match_steps, F&& f) {
+  size_t n = sel.size();
+  size_t i = 0;
+  while (i < n) {
+    uint64_t pos = sel.is_range ? sel.first_pos + i : sel.positions[i];
+    uint32_t r = LocalRow(sel.is_range ? sel.range_begin + i : keys[pos]);
+    size_t len = 1;
+    while (i + len < n) {
+      uint64_t pos2 = sel.is_range ? sel.first_pos + i + len : sel.positions[i + len];
+      if (pos2 != pos + len) break;
+      if (spec_.sparse) break;
+      uint32_t r2 = LocalRow(sel.is_range ? sel.range_begin + i + len : keys[pos2]);
+      if (r2 != r + len) break;
+      if (match_steps && steps_[r2] != steps_[r]) break;
+      ++len;
+    }
+    f(r, pos, len);
+    i += len;
+  }
+}
+
+void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* grads,
+                       const opt::StepContext& ctx_in) {
+  float* slot_ptrs[8];
+  ForEachRun(sel, keys, true, [&](uint32_t r, uint64_t pos, size_t len) {
+    opt::StepContext ctx = ctx_in;
+    for (size_t k = 0; k < len; ++k) ++steps_[r + k];
+    ctx.step = steps_[r];
+    for (size_t s = 0; s < slots_.size(); ++s) slot_ptrs[s] = &slots_[s][size_t(r) * dim_];
+    optimizer_->Apply(&params_[size_t(r) * dim_], slot_ptrs, grads + pos * dim_, len * dim_, ctx);
+  });
+}
+
+void Stripe::Accumulate(int64_t clock, const RowSelection& sel, const Key* keys,
+                        const float* grads, float grad_scale) {
+  Accumulator& acc = bsp_[clock];
+  ForEachRun(sel, keys, false, [&](uint32_t r, uint64_t pos, size_t len) {
+    for (size_t k = 0; k < len; ++k) {
+      auto [it, fresh] = acc.slot_of.try_emplace(r + k, static_cast<uint32_t>(acc.rows.size()));
+      if (fresh) {
+        acc.rows.push_back(r + k);
+        acc.sum.resize(acc.sum.size() + dim_, 0.0f);
+      }
+      float* dst = &acc.sum[size_t(it->second) * dim_];
+      const float* g = grads + (pos + k) * dim_;
+      for (uint32_t c = 0; c < dim_; ++c) dst[c] += grad_scale * g[c];
+    }
+  });
+}
+
+void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
+  auto it = bsp_.find(clock);
+  if (it == bsp_.end()) return;
+  Accumulator& acc = it->second;
+  float* slot_ptrs[8];
+  size_t n = acc.rows.size(), i = 0;
+  while (i < n) {
+    // Runs of consecutive local rows with consecutive accumulator slots and equal steps.
+    uint32_t r = acc.rows[i];
+    size_t len = 1;
+    while (i + len < n && acc.rows[i + len] == r + len && steps_[r + len] == steps_[r]) ++len;
+    for (size_t k = 0; k < len; ++k) ++steps_[r + k];
+    opt::StepContext ctx = ctx_in;
+    ctx.step = steps_[r];
+    for (size_t s = 0; s < slots_.size(); ++s) slot_ptrs[s] = &slots_[s][size_t(r) * dim_];
+    optimizer_->Apply(&params_[size_t(r) * dim_], slot_ptrs, &acc.sum[i * dim_], len * dim_, ctx);
+    i += len;
+  }
+  bsp_.erase(it);
+}
+
+void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out) {
+  const std::vector<float>& src = slot < 0 ? params_ : slots_[slot];
+  ForEachRun(sel, keys, false, [&](uint32_t r, uint64_t pos, size_t len) {
+    std::memcpy(out + pos * dim_, &src[size_t(r) * dim_], len * dim_ * sizeof(float));
+  });
+}
+
+TableShard::TableShard(const TableInfo& info, int server_rank, int num_stripes)
+    : info_(info), server_rank_(server_rank) {
+  optimizer_ = opt::Optimizer::Create(info.spec.optimizer);
+  if (!info.spec.sparse) {
+    row_begin_ = info.row_offsets[server_rank];
+    row_end_ = info.row_offsets[server_rank + 1];
+    uint64_t rows = row_end_ - row_begin_;
+    stripe_offsets_.resize(num_stripes + 1);
+    for (int i = 0; i <= num_stripes; ++i) stripe_offsets_[i] = row_begin_ + rows * i / num_stripes;
+    for (int i = 0; i < num_stripes; ++i)
+      stripes_.push_back(std::make_unique<Stripe>(info.spec, optimizer_.get(), stripe_offsets_[i],
+                                                  stripe_offsets_[i + 1]));
+  } else {
+    for (int i = 0; i < num_stripes; ++i)
+      stripes_.push_back(std::make_unique<Stripe>(info.spec, optimizer_.get(), 0, 0));
+  }
+}
+
+bool TableShard::Owns(Key key) const {
+  if (info_.spec.sparse) return info_.bucket_owner[TableInfo::BucketOf(key)] == server_rank_;
+  return key >= row_begin_ && key < row_end_;
+}
+
+int TableShard::StripeOf(Key key) const {
+  int n = num_stripes();
+  if (n == 1) return 0;
+  if (info_.spec.sparse) return static_cast<int>((SplitMix64(key) >> 32) % n);
+  auto it = std::upper_bound(stripe_offsets_.begin(), stripe_offsets_.end(), key);
+  return static_cast<int>(it - stripe_offsets_.begin()) - 1;
+}
+
+void TableShard::Split(const Key* keys, uint64_t n, std::vector<RowSelection>* out) const {
+  out->assign(num_stripes(), RowSelection());
+  if (num_stripes() == 1) {
+    auto& p = (*out)[0].positions;
+    p.resize(n);
+    for (uint64_t i = 0; i < n; ++i) p[i] = static_cast<uint32_t>(i);
+    return;
+  }
+  for (uint64_t i = 0; i < n; ++i) (*out)[StripeOf(keys[i])].positions.push_back(static_cast<uint32_t>(i));
+}
+
+void TableShard::SplitRange(uint64_t begin, uint64_t end, std::vector<RowSelection>* out) const {
+  out->assign(num_stripes(), RowSelection());
+  for (int i = 0; i < num_stripes(); ++i) {
+    RowSelection& s = (*out)[i];
+    s.is_range = true;
+    s.range_begin = std::max(begin, stripe_offsets_[i]);
+    s.range_end = std::min(end, stripe_offsets_[i + 1]);
+    if (s.range_end < s.range_begin) s.range_end = s.range_begin;
+    s.first_pos = s.range_begin - begin;
+  }
+}
+
+}  // namespace pushpull

@@ -1,0 +1,108 @@
+// One server's shard of one table: parameters and optimizer slots in contiguous arrays, split
+// into stripes, one per update thread. A stripe is touched only by its update thread (the hot
+// path takes no lock); the I/O thread decides which stripe owns which row and hands work over
+// through queues.
+//
+// Dense tables: the server's contiguous row range is cut into `num_stripes` contiguous chunks.
+// Sparse tables: a row id belongs to stripe hash(id) % num_stripes; rows are created on first
+// touch with their deterministic initial value.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "common/cluster.h"
+#include "optimizers/optimizer.h"
+
+namespace pushpull {
+
+// Rows of one message that fall in one stripe: either a contiguous range of global rows whose
+// values start at message row `first_pos`, or an explicit list of message positions (keyed).
+struct RowSelection {
+  bool is_range = false;
+  uint64_t range_begin = 0, range_end = 0;  // global row ids, range
+  uint64_t first_pos = 0;                   // message row index of range_begin
+  std::vector<uint32_t> positions;          // keyed: indexes into the message's keys
+  size_t size() const { return is_range ? range_end - range_begin : positions.size(); }
+};
+
+class Stripe {
+ public:
+  Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t row_begin, uint64_t row_end);
+
+  // Applies gradients now (SSP/ASP). grads holds dim floats per message row.
+  void ApplyPush(const RowSelection& sel, const Key* keys, const float* grads,
+                 const opt::StepContext& ctx);
+  // BSP: adds gradients into the accumulator of `clock`.
+  void Accumulate(int64_t clock, const RowSelection& sel, const Key* keys, const float* grads,
+                  float grad_scale);
+  // BSP: applies the accumulated sum of `clock` once, scaled by ctx.grad_scale, then drops it.
+  void ApplyAccumulated(int64_t clock, const opt::StepContext& ctx);
+  // Copies rows (parameters, or optimizer slot `slot` >= 0) into out (dim floats per message row).
+  void Read(const RowSelection& sel, const Key* keys, int slot, float* out);
+
+  size_t num_rows() const { return steps_.size(); }
+  size_t bytes() const;
+
+ private:
+  // Local index of a row, creating sparse rows on first touch.
+  uint32_t LocalRow(Key key);
+  void AppendRows(uint64_t first_key, size_t n, const Key* keys);
+  template <typename F>
+  void ForEachRun(const RowSelection& sel, const Key* keys, bool match_steps, F&& f);
+
+  const TableSpec spec_;
+  const opt::Optimizer* const optimizer_;
+  const uint32_t dim_;
+  const uint64_t row_begin_;  // dense: first global row of this stripe
+  std::vector<float> params_;
+  std::vector<std::vector<float>> slots_;
+  std::vector<uint32_t> steps_;            // per row: updates applied (lazy Adam bias correction)
+  std::unordered_map<Key, uint32_t> index_;  // sparse: id -> local row
+
+  struct Accumulator {
+    std::vector<float> sum;       // dim floats per local row touched
+    std::vector<uint32_t> rows;   // local rows, in first-touch order
+    std::unordered_map<uint32_t, uint32_t> slot_of;  // local row -> index into rows
+  };
+  std::map<int64_t, Accumulator> bsp_;
+};
+
+class TableShard {
+ public:
+  TableShard(const TableInfo& info, int server_rank, int num_stripes);
+
+  const TableInfo& info() const { return info_; }
+  const TableSpec& spec() const { return info_.spec; }
+  const opt::Optimizer* optimizer() const { return optimizer_.get(); }
+  int num_stripes() const { return static_cast<int>(stripes_.size()); }
+  Stripe& stripe(int i) { return *stripes_[i]; }
+  // This server's dense rows [row_begin, row_end).
+  uint64_t row_begin() const { return row_begin_; }
+  uint64_t row_end() const { return row_end_; }
+
+  // Is this key this server's? (dense: in range; sparse: bucket owned here)
+  bool Owns(Key key) const;
+  int StripeOf(Key key) const;
+  // Splits a message's rows into per-stripe selections (empty ones included).
+  void Split(const Key* keys, uint64_t n, std::vector<RowSelection>* out) const;
+  void SplitRange(uint64_t begin, uint64_t end, std::vector<RowSelection>* out) const;
+
+  // Bookkeeping owned by the I/O thread.
+  int64_t table_step = 0;  // updates applied (the schedule's step)
+  // BSP: per open clock, the workers that pushed to it.
+  std::map<int64_t, std::vector<uint8_t>> bsp_contributors;
+
+ private:
+  const TableInfo info_;
+  const int server_rank_;
+  uint64_t row_begin_ = 0, row_end_ = 0;
+  std::unique_ptr<opt::Optimizer> optimizer_;
+  std::vector<uint64_t> stripe_offsets_;  // dense: stripe i owns [offsets[i], offsets[i+1])
+  std::vector<std::unique_ptr<Stripe>> stripes_;
+};
+
+}  // namespace pushpull

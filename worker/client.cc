@@ -1,0 +1,650 @@
+// The worker client: user threads build requests and post them to one I/O thread, which owns
+// the DEALER to every server and the control channel to the scheduler, matches replies to
+// requests by id, and completes Futures.
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/control.h"
+#include "common/log.h"
+#include "common/time.h"
+#include "common/wire.h"
+#include "worker/pushpull.h"
+
+namespace pushpull {
+namespace internal {
+
+struct FutureState {
+  std::mutex mu;
+  std::condition_variable cv;
+  int remaining = 0;
+  Status status;
+  bool abandoned = false;          // the waiter gave up: never touch `out` again
+  int32_t staleness = 0;
+  std::string what;                // "pull of table 'w' (100 rows)"
+  std::vector<uint8_t> waiting_on; // per server (last entry: the scheduler)
+  int64_t default_timeout_ms = 0;
+  Header reply;                    // control replies (CreateTable)
+
+  void Complete(int target, const Status& st, int32_t stale = 0) {
+    std::lock_guard<std::mutex> l(mu);
+    if (!st.ok() && status.ok()) status = st;
+    if (stale > staleness) staleness = stale;
+    if (target >= 0 && target < static_cast<int>(waiting_on.size())) waiting_on[target] = 0;
+    if (--remaining == 0) cv.notify_all();
+  }
+};
+
+}  // namespace internal
+
+using internal::FutureState;
+
+Status Future::Wait() { return s_ ? WaitFor(s_->default_timeout_ms) : Status::OK(); }
+
+Status Future::WaitFor(int64_t timeout_ms) {
+  if (!s_) return Status::OK();
+  std::unique_lock<std::mutex> l(s_->mu);
+  if (!s_->cv.wait_for(l, std::chrono::milliseconds(timeout_ms), [&] { return s_->remaining <= 0; })) {
+    s_->abandoned = true;
+    std::string who;
+    for (size_t i = 0; i < s_->waiting_on.size(); ++i) {
+      if (!s_->waiting_on[i]) continue;
+      if (!who.empty()) who += ", ";
+      who += i + 1 == s_->waiting_on.size() ? "the scheduler" : "server " + std::to_string(i);
+    }
+    return Status::DeadlineExceeded(s_->what + ": no answer within " + std::to_string(timeout_ms) +
+                                    " ms from " + who);
+  }
+  return s_->status;
+}
+
+bool Future::Ready() const {
+  if (!s_) return true;
+  std::lock_guard<std::mutex> l(s_->mu);
+  return s_->remaining <= 0;
+}
+
+int32_t Future::staleness() const {
+  if (!s_) return 0;
+  std::lock_guard<std::mutex> l(s_->mu);
+  return s_->staleness;
+}
+
+namespace {
+
+// One server's (or the scheduler's) piece of a call, as the I/O thread tracks it.
+struct Part {
+  std::shared_ptr<FutureState> fs;
+  int target = 0;                  // server rank, or kScheduler
+  MsgType reply_type = MsgType::kPushReply;
+  float* out = nullptr;            // pulls: where row i of the reply goes ...
+  std::vector<uint32_t> positions; // ... out + positions[i]*dim, or out + i*dim when empty
+  uint64_t rows = 0;
+  uint32_t dim = 0;
+};
+
+struct Command {
+  Header header;
+  zmq::message_t keys, values;
+  Part part;
+};
+
+constexpr int kScheduler = -1;
+
+class ClientImpl final : public Client {
+ public:
+  explicit ClientImpl(const ClientOptions& o)
+      : options_(o),
+        control_(ctx_, Role::kWorker,
+                 ControlOptions{o.scheduler, o.heartbeat_interval_ms, o.scheduler_timeout_ms,
+                                o.register_timeout_ms, o.requested_rank}),
+        cmd_in_(ctx_, zmq::socket_type::pull),
+        cmd_out_(ctx_, zmq::socket_type::push) {}
+
+  ~ClientImpl() override {
+    stop_ = true;
+    if (io_.joinable()) io_.join();
+    FailAll(Status::Aborted("client closed"));
+  }
+
+  Status Start() {
+    if (options_.scheduler.empty()) return Status::InvalidArgument("ClientOptions.scheduler is empty");
+    PP_RETURN_IF_ERROR(control_.Register(""));
+    const ClusterMap& cm = control_.cluster();
+    for (const auto& s : cm.servers) {
+      dealers_.emplace_back(ctx_, zmq::socket_type::dealer);
+      ConfigureSocket(dealers_.back(), false, -1);
+      try {
+        dealers_.back().connect(s.address);
+      } catch (const zmq::error_t& e) {
+        return Status::Unavailable("connect to server " + std::to_string(s.rank) + " at " + s.address + ": " + e.what());
+      }
+    }
+    std::string ep = "inproc://pp-cmd-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+    cmd_in_.bind(ep);
+    cmd_out_.set(zmq::sockopt::sndhwm, 0);
+    cmd_out_.connect(ep);
+    io_ = std::thread([this] { IoLoop(); });
+    return Status::OK();
+  }
+
+  int rank() const override { return control_.rank(); }
+  int num_workers() const override { return control_.cluster().num_workers; }
+  int num_servers() const override { return static_cast<int>(control_.cluster().servers.size()); }
+  int64_t clock() const override { return clock_; }
+
+  Result<Table> CreateTable(const TableSpec& spec) override;
+  Future Push(const Table& t, std::vector<Key> keys, std::vector<float> grads) override;
+  Future Pull(const Table& t, std::vector<Key> keys, float* out) override {
+    return PullImpl(t, std::move(keys), -1, out);
+  }
+  Future PullSlot(const Table& t, std::vector<Key> keys, int slot, float* out) override {
+    return PullImpl(t, std::move(keys), slot, out);
+  }
+  Future PushDense(const Table& t, std::vector<float> grads) override;
+  Future PullDense(const Table& t, float* out) override;
+  Status Clock() override;
+  Status Barrier() override;
+  Status Finish() override;
+  ClientStats stats() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return stats_;
+  }
+
+ private:
+  std::shared_ptr<FutureState> NewState(std::string what, int parts);
+  Future Failed(const Status& st);
+  Status Sticky() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return sticky_;
+  }
+  // Posts commands to the I/O thread, assigning request ids in posting order.
+  void Post(std::vector<std::unique_ptr<Command>> cmds);
+  Result<Header> ControlCall(Header h, const std::string& what);
+  Future PullImpl(const Table& t, std::vector<Key> keys, int slot, float* out);
+  Status CheckTable(const Table& t, const TableInfo** info);
+
+  void IoLoop();
+  void HandleReply(Message& m, int from);
+  void OnMembership();
+  void FailAll(const Status& st);
+  void FailTarget(int target, const Status& st);
+
+  const ClientOptions options_;
+  zmq::context_t ctx_;
+  ControlChannel control_;  // I/O thread after Start()
+  std::vector<zmq::socket_t> dealers_;
+  zmq::socket_t cmd_in_;
+  std::thread io_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> clock_{0};
+
+  mutable std::mutex mu_;     // guards the fields below
+  zmq::socket_t cmd_out_;     // user threads -> I/O thread
+  uint64_t next_request_id_ = 1;
+  Status sticky_;
+  ClientStats stats_;
+  std::map<uint32_t, TableInfo> tables_;
+
+  // I/O thread only.
+  std::map<uint64_t, Part> pending_;
+  std::vector<zmq::message_t> frames_;
+};
+
+std::shared_ptr<FutureState> ClientImpl::NewState(std::string what, int parts) {
+  auto fs = std::make_shared<FutureState>();
+  fs->what = std::move(what);
+  fs->remaining = parts;
+  fs->default_timeout_ms = options_.request_timeout_ms;
+  fs->waiting_on.assign(num_servers() + 1, 0);
+  return fs;
+}
+
+Future ClientImpl::Failed(const Status& st) {
+  auto fs = NewState("", 0);
+  fs->status = st;
+  return Future(fs);
+}
+
+void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& c : cmds) {
+    c->header.request_id = next_request_id_++;
+    c->header.sender_role = Role::kWorker;
+    c->header.sender_rank = control_.rank();
+    int t = c->part.target;
+    c->part.fs->waiting_on[t == kScheduler ? c->part.fs->waiting_on.size() - 1 : t] = 1;
+    if (c->header.type == MsgType::kPush) ++stats_.pushes;
+    if (c->header.type == MsgType::kPull) ++stats_.pulls;
+    stats_.bytes_sent += c->keys.size() + c->values.size();
+    Command* raw = c.release();
+    zmq::message_t m(&raw, sizeof(raw));
+    cmd_out_.send(m, zmq::send_flags::none);
+  }
+}
+
+Status ClientImpl::CheckTable(const Table& t, const TableInfo** info) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!sticky_.ok()) return sticky_;
+  auto it = tables_.find(t.id);
+  if (it == tables_.end() || it->second.spec.name != t.name)
+    return Status::NotFound("table '" + t.name + "' was not created through this client");
+  *info = &it->second;
+  return Status::OK();
+}
+
+Result<Header> ClientImpl::ControlCall(Header h, const std::string& what) {
+  PP_RETURN_IF_ERROR(Sticky());
+  auto cmd = std::make_unique<Command>();
+  cmd->header = std::move(h);
+  auto fs = NewState(what, 1);
+  cmd->part.fs = fs;
+  cmd->part.target = kScheduler;
+  switch (cmd->header.type) {
+    case MsgType::kCreateTable: cmd->part.reply_type = MsgType::kCreateTableReply; break;
+    case MsgType::kBarrier: cmd->part.reply_type = MsgType::kBarrierReply; break;
+    default: cmd->part.reply_type = MsgType::kDoneReply; break;
+  }
+  std::vector<std::unique_ptr<Command>> v;
+  v.push_back(std::move(cmd));
+  Post(std::move(v));
+  Status st = Future(fs).Wait();
+  if (!st.ok()) return st;
+  return fs->reply;
+}
+
+Result<Table> ClientImpl::CreateTable(const TableSpec& spec) {
+  PP_RETURN_IF_ERROR(spec.Validate());
+  Header h;
+  h.type = MsgType::kCreateTable;
+  h.spec = spec;
+  auto r = ControlCall(h, "create table '" + spec.name + "'");
+  if (!r.ok()) return r.status();
+  const TableInfo& info = r->info;
+  Table t;
+  t.id = info.id;
+  t.name = info.spec.name;
+  t.sparse = info.spec.sparse;
+  t.rows = info.spec.rows;
+  t.dim = info.spec.dim;
+  t.consistency = info.spec.consistency;
+  std::lock_guard<std::mutex> l(mu_);
+  tables_[t.id] = info;
+  return t;
+}
+
+Future ClientImpl::Push(const Table& t, std::vector<Key> keys, std::vector<float> grads) {
+  const TableInfo* info;
+  Status st = CheckTable(t, &info);
+  if (!st.ok()) return Failed(st);
+  const uint32_t dim = info->spec.dim;
+  if (grads.size() != keys.size() * dim)
+    return Failed(Status::InvalidArgument("push to '" + t.name + "': " + std::to_string(keys.size()) +
+                                          " keys of dim " + std::to_string(dim) + " need " +
+                                          std::to_string(keys.size() * dim) + " floats, got " +
+                                          std::to_string(grads.size())));
+  for (Key k : keys)
+    if (!info->spec.sparse && k >= info->spec.rows)
+      return Failed(Status::InvalidArgument("push to '" + t.name + "': row " + std::to_string(k) +
+                                            " out of range [0, " + std::to_string(info->spec.rows) + ")"));
+  const int S = num_servers();
+  // Owners in order (the usual case: sorted keys) -> zero-copy slices; otherwise gather.
+  std::vector<int> owner(keys.size());
+  bool sorted = true;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    owner[i] = info->OwnerOf(keys[i]);
+    if (i && owner[i] < owner[i - 1]) sorted = false;
+  }
+  auto kbuf = std::make_shared<std::vector<Key>>(std::move(keys));
+  auto vbuf = std::make_shared<std::vector<float>>(std::move(grads));
+  std::vector<std::unique_ptr<Command>> cmds;
+  auto make = [&](int s, zmq::message_t kf, zmq::message_t vf, uint64_t n) {
+    auto c = std::make_unique<Command>();
+    c->header.type = MsgType::kPush;
+    c->header.table = t.id;
+    c->header.clock = clock_;
+    c->header.num_keys = n;
+    c->header.dim = dim;
+    c->keys = std::move(kf);
+    c->values = std::move(vf);
+    c->part.target = s;
+    c->part.reply_type = MsgType::kPushReply;
+    cmds.push_back(std::move(c));
+  };
+  if (sorted) {
+    size_t i = 0;
+    while (i < kbuf->size()) {
+      size_t j = i;
+      while (j < kbuf->size() && owner[j] == owner[i]) ++j;
+      make(owner[i], ZeroCopyFrame(kbuf->data() + i, (j - i) * sizeof(Key), kbuf),
+           ZeroCopyFrame(vbuf->data() + i * dim, (j - i) * dim * sizeof(float), vbuf), j - i);
+      i = j;
+    }
+  } else {
+    std::vector<std::vector<Key>> ks(S);
+    std::vector<std::vector<float>> vs(S);
+    for (size_t i = 0; i < kbuf->size(); ++i) {
+      ks[owner[i]].push_back((*kbuf)[i]);
+      vs[owner[i]].insert(vs[owner[i]].end(), vbuf->begin() + i * dim, vbuf->begin() + (i + 1) * dim);
+    }
+    for (int s = 0; s < S; ++s) {
+      if (ks[s].empty()) continue;
+      auto kk = std::make_shared<std::vector<Key>>(std::move(ks[s]));
+      auto vv = std::make_shared<std::vector<float>>(std::move(vs[s]));
+      uint64_t n = kk->size();
+      make(s, ZeroCopyFrame(kk->data(), n * sizeof(Key), kk),
+           ZeroCopyFrame(vv->data(), vv->size() * sizeof(float), vv), n);
+    }
+  }
+  auto fs = NewState("push to table '" + t.name + "' (" + std::to_string(kbuf->size()) + " rows)",
+                     static_cast<int>(cmds.size()));
+  for (auto& c : cmds) c->part.fs = fs;
+  Post(std::move(cmds));
+  return Future(fs);
+}
+
+Future ClientImpl::PullImpl(const Table& t, std::vector<Key> keys, int slot, float* out) {
+  const TableInfo* info;
+  Status st = CheckTable(t, &info);
+  if (!st.ok()) return Failed(st);
+  const uint32_t dim = info->spec.dim;
+  for (Key k : keys)
+    if (!info->spec.sparse && k >= info->spec.rows)
+      return Failed(Status::InvalidArgument("pull from '" + t.name + "': row " + std::to_string(k) +
+                                            " out of range [0, " + std::to_string(info->spec.rows) + ")"));
+  const int S = num_servers();
+  std::vector<std::vector<Key>> ks(S);
+  std::vector<std::vector<uint32_t>> pos(S);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    int s = info->OwnerOf(keys[i]);
+    ks[s].push_back(keys[i]);
+    pos[s].push_back(static_cast<uint32_t>(i));
+  }
+  std::vector<std::unique_ptr<Command>> cmds;
+  for (int s = 0; s < S; ++s) {
+    if (ks[s].empty()) continue;
+    auto c = std::make_unique<Command>();
+    c->header.type = MsgType::kPull;
+    c->header.table = t.id;
+    c->header.clock = clock_;
+    c->header.num_keys = ks[s].size();
+    c->header.dim = dim;
+    c->header.slot = slot;
+    auto kk = std::make_shared<std::vector<Key>>(std::move(ks[s]));
+    c->keys = ZeroCopyFrame(kk->data(), kk->size() * sizeof(Key), kk);
+    c->part.target = s;
+    c->part.reply_type = MsgType::kPullReply;
+    c->part.out = out;
+    c->part.rows = kk->size();
+    c->part.dim = dim;
+    if (kk->size() != keys.size()) c->part.positions = std::move(pos[s]);
+    cmds.push_back(std::move(c));
+  }
+  auto fs = NewState((slot < 0 ? "pull from table '" : "pull of optimizer slot from '") + t.name +
+                         "' (" + std::to_string(keys.size()) + " rows)",
+                     static_cast<int>(cmds.size()));
+  for (auto& c : cmds) c->part.fs = fs;
+  Post(std::move(cmds));
+  return Future(fs);
+}
+
+Future ClientImpl::PushDense(const Table& t, std::vector<float> grads) {
+  const TableInfo* info;
+  Status st = CheckTable(t, &info);
+  if (!st.ok()) return Failed(st);
+  if (info->spec.sparse) return Failed(Status::InvalidArgument("PushDense on sparse table '" + t.name + "'"));
+  const uint32_t dim = info->spec.dim;
+  if (grads.size() != info->spec.rows * dim)
+    return Failed(Status::InvalidArgument("push to '" + t.name + "': table holds " +
+                                          std::to_string(info->spec.rows * dim) + " floats, got " +
+                                          std::to_string(grads.size())));
+  auto vbuf = std::make_shared<std::vector<float>>(std::move(grads));
+  std::vector<std::unique_ptr<Command>> cmds;
+  for (int s = 0; s < num_servers(); ++s) {
+    uint64_t b = info->row_offsets[s], e = info->row_offsets[s + 1];
+    if (b == e) continue;
+    auto c = std::make_unique<Command>();
+    c->header.type = MsgType::kPush;
+    c->header.flags = kFlagRange;
+    c->header.table = t.id;
+    c->header.clock = clock_;
+    c->header.row_begin = b;
+    c->header.num_rows = e - b;
+    c->header.dim = dim;
+    c->values = ZeroCopyFrame(vbuf->data() + b * dim, (e - b) * dim * sizeof(float), vbuf);
+    c->part.target = s;
+    c->part.reply_type = MsgType::kPushReply;
+    cmds.push_back(std::move(c));
+  }
+  auto fs = NewState("dense push to table '" + t.name + "'", static_cast<int>(cmds.size()));
+  for (auto& c : cmds) c->part.fs = fs;
+  Post(std::move(cmds));
+  return Future(fs);
+}
+
+Future ClientImpl::PullDense(const Table& t, float* out) {
+  const TableInfo* info;
+  Status st = CheckTable(t, &info);
+  if (!st.ok()) return Failed(st);
+  if (info->spec.sparse) return Failed(Status::InvalidArgument("PullDense on sparse table '" + t.name + "'"));
+  const uint32_t dim = info->spec.dim;
+  std::vector<std::unique_ptr<Command>> cmds;
+  for (int s = 0; s < num_servers(); ++s) {
+    uint64_t b = info->row_offsets[s], e = info->row_offsets[s + 1];
+    if (b == e) continue;
+    auto c = std::make_unique<Command>();
+    c->header.type = MsgType::kPull;
+    c->header.flags = kFlagRange;
+    c->header.table = t.id;
+    c->header.clock = clock_;
+    c->header.row_begin = b;
+    c->header.num_rows = e - b;
+    c->header.dim = dim;
+    c->part.target = s;
+    c->part.reply_type = MsgType::kPullReply;
+    c->part.out = out + b * dim;
+    c->part.rows = e - b;
+    c->part.dim = dim;
+    cmds.push_back(std::move(c));
+  }
+  auto fs = NewState("dense pull from table '" + t.name + "'", static_cast<int>(cmds.size()));
+  for (auto& c : cmds) c->part.fs = fs;
+  Post(std::move(cmds));
+  return Future(fs);
+}
+
+Status ClientImpl::Clock() {
+  PP_RETURN_IF_ERROR(Sticky());
+  int64_t next = clock_ + 1;
+  auto fs = NewState("clock " + std::to_string(next), num_servers());
+  std::vector<std::unique_ptr<Command>> cmds;
+  for (int s = 0; s < num_servers(); ++s) {
+    auto c = std::make_unique<Command>();
+    c->header.type = MsgType::kClock;
+    c->header.clock = next;
+    c->part.fs = fs;
+    c->part.target = s;
+    c->part.reply_type = MsgType::kClockReply;
+    cmds.push_back(std::move(c));
+  }
+  clock_ = next;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    ++stats_.clocks;
+  }
+  Post(std::move(cmds));
+  return Status::OK();
+}
+
+Status ClientImpl::Barrier() {
+  Header h;
+  h.type = MsgType::kBarrier;
+  auto r = ControlCall(h, "barrier at clock " + std::to_string(clock_));
+  return r.status();
+}
+
+Status ClientImpl::Finish() {
+  Header h;
+  h.type = MsgType::kDone;
+  auto r = ControlCall(h, "finish");
+  return r.status();
+}
+
+void ClientImpl::IoLoop() {
+  const int S = static_cast<int>(dealers_.size());
+  std::vector<zmq::pollitem_t> items(S + 2);
+  for (int s = 0; s < S; ++s) items[s] = {static_cast<void*>(dealers_[s]), 0, ZMQ_POLLIN, 0};
+  items[S] = {static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0};
+  items[S + 1] = {static_cast<void*>(cmd_in_), 0, ZMQ_POLLIN, 0};
+  while (!stop_) {
+    Poll(items.data(), items.size(), std::min<int64_t>(control_.MsUntilTick(), 100));
+    if (items[S + 1].revents & ZMQ_POLLIN) {
+      for (int i = 0; i < 1024; ++i) {
+        zmq::message_t m;
+        if (!cmd_in_.recv(m, zmq::recv_flags::dontwait)) break;
+        Command* raw;
+        std::memcpy(&raw, m.data(), sizeof(raw));
+        std::unique_ptr<Command> c(raw);
+        Status st = c->part.target == kScheduler
+                        ? control_.Send(c->header)
+                        : SendMessage(dealers_[c->part.target], nullptr, c->header, std::move(c->keys),
+                                      std::move(c->values));
+        if (!st.ok()) {
+          c->part.fs->Complete(c->part.target, st);
+          continue;
+        }
+        pending_.emplace(c->header.request_id, std::move(c->part));
+      }
+    }
+    for (int s = 0; s < S; ++s) {
+      if (!(items[s].revents & ZMQ_POLLIN)) continue;
+      for (int i = 0; i < 256 && RecvFrames(dealers_[s], &frames_, 4); ++i) {
+        Message m;
+        Status st = Decode(&frames_, &m);
+        if (!st.ok()) {
+          PP_LOG(Warning) << "malformed reply from server " << s << " dropped: " << st.ToString();
+          continue;
+        }
+        HandleReply(m, s);
+      }
+    }
+    if (items[S].revents & ZMQ_POLLIN) {
+      for (int i = 0; i < 64; ++i) {
+        Message m;
+        bool changed = false;
+        bool got = control_.Receive(&m, &changed);
+        if (changed) OnMembership();
+        if (got) HandleReply(m, kScheduler);
+        zmq::pollitem_t it{static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0};
+        Poll(&it, 1, 0);
+        if (!(it.revents & ZMQ_POLLIN)) break;
+      }
+    }
+    Status st = control_.Tick();
+    if (!st.ok()) FailAll(st);
+  }
+}
+
+void ClientImpl::HandleReply(Message& m, int from) {
+  auto it = pending_.find(m.header.request_id);
+  if (it == pending_.end()) {
+    PP_LOG(Debug) << "reply " << m.header.request_id << " matches no request";
+    return;
+  }
+  Part part = std::move(it->second);
+  pending_.erase(it);
+  const Header& h = m.header;
+  if (h.type != part.reply_type || part.target != from) {
+    part.fs->Complete(part.target, Status::Corruption(std::string("expected ") + MsgTypeName(part.reply_type) +
+                                                      ", got " + MsgTypeName(h.type)));
+    return;
+  }
+  if (h.status != Code::kOk) {
+    Status st = h.status_obj().Annotate(from == kScheduler ? "scheduler" : "server " + std::to_string(from));
+    if (h.type == MsgType::kClockReply) {
+      std::lock_guard<std::mutex> l(mu_);
+      if (sticky_.ok()) sticky_ = st;
+    }
+    part.fs->Complete(part.target, st);
+    return;
+  }
+  if (h.type == MsgType::kPullReply) {
+    if (h.row_count() != part.rows || h.dim != part.dim) {
+      part.fs->Complete(part.target, Status::Corruption("pull reply has " + std::to_string(h.row_count()) +
+                                                        " rows of dim " + std::to_string(h.dim) + ", expected " +
+                                                        std::to_string(part.rows) + " of dim " + std::to_string(part.dim)));
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> l(part.fs->mu);
+      if (!part.fs->abandoned) {
+        const float* src = m.value_data();
+        if (part.positions.empty()) {
+          std::memcpy(part.out, src, m.values.size());
+        } else {
+          for (size_t i = 0; i < part.positions.size(); ++i)
+            std::memcpy(part.out + size_t(part.positions[i]) * part.dim, src + i * part.dim, part.dim * sizeof(float));
+        }
+      }
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stats_.bytes_received += m.values.size();
+      if (h.staleness > stats_.max_staleness) stats_.max_staleness = h.staleness;
+    }
+    part.fs->Complete(part.target, Status::OK(), h.staleness);
+    return;
+  }
+  if (from == kScheduler) {
+    std::lock_guard<std::mutex> l(part.fs->mu);
+    part.fs->reply = h;
+  }
+  part.fs->Complete(part.target, Status::OK());
+}
+
+void ClientImpl::OnMembership() {
+  const Membership& mem = control_.membership();
+  for (size_t s = 0; s < mem.server_alive.size(); ++s)
+    if (!mem.server_alive[s])
+      FailTarget(static_cast<int>(s), Status::Unavailable("server " + std::to_string(s) + " (" +
+                                                          control_.cluster().servers[s].address +
+                                                          ") was declared dead by the scheduler"));
+  if (mem.job_state == Membership::kAborted) FailAll(Status::Aborted("job aborted: " + mem.reason));
+}
+
+void ClientImpl::FailTarget(int target, const Status& st) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (sticky_.ok()) sticky_ = st;
+  }
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.target != target) {
+      ++it;
+      continue;
+    }
+    it->second.fs->Complete(target, st);
+    it = pending_.erase(it);
+  }
+}
+
+void ClientImpl::FailAll(const Status& st) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (sticky_.ok()) sticky_ = st;
+  }
+  for (auto& [id, part] : pending_) part.fs->Complete(part.target, st);
+  pending_.clear();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  auto c = std::make_unique<ClientImpl>(options);
+  PP_RETURN_IF_ERROR(c->Start());
+  return std::unique_ptr<Client>(std::move(c));
+}
+
+}  // namespace pushpull

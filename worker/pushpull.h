@@ -1,0 +1,116 @@
+// pushpull worker client: the one header a training program includes.
+//
+//   pushpull::ClientOptions o;
+//   o.scheduler = "tcp://10.0.0.1:7000";
+//   auto client = pushpull::Client::Connect(o);          // Result<std::unique_ptr<Client>>
+//   auto w = (*client)->CreateTable(spec);                // Result<Table>
+//   std::vector<float> params(rows * dim);
+//   for (...) {
+//     Status s = (*client)->PullDense(*w, params.data()).Wait();   // parameters at this clock
+//     ... compute grads ...
+//     (*client)->PushDense(*w, std::move(grads));                   // fire and forget, or Wait()
+//     s = (*client)->Clock();                                        // end of iteration
+//   }
+//   (*client)->Finish();
+//
+// Calls that span servers are split and sent to all of them at once. Every wait has a deadline
+// (ClientOptions::request_timeout_ms unless given) and says what it waited for when it expires.
+// An error from a peer or the scheduler (a dead server, an aborted job) fails the pending calls
+// and is sticky: later calls return it.
+//
+// Threading: a Client may be used from several threads; one internal I/O thread owns every
+// socket. A Future may be waited on from any one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/cluster.h"
+#include "common/status.h"
+
+namespace pushpull {
+
+struct ClientOptions {
+  std::string scheduler;              // tcp://host:port of pushpull-scheduler (required)
+  int request_timeout_ms = 120000;    // default deadline of Future::Wait, Barrier, CreateTable
+  int heartbeat_interval_ms = 500;    // how often this worker tells the scheduler it is alive
+  int scheduler_timeout_ms = 15000;   // scheduler silent this long: calls fail with Unavailable
+  int register_timeout_ms = 120000;   // how long Connect waits for the whole job to register
+  int requested_rank = -1;            // >= 0: ask for this worker rank (if free)
+};
+
+// A table as created: its name, shape and id. Cheap to copy.
+struct Table {
+  uint32_t id = 0;
+  std::string name;
+  bool sparse = false;
+  uint64_t rows = 0;
+  uint32_t dim = 0;
+  Consistency consistency;
+};
+
+namespace internal {
+struct FutureState;
+}
+
+// The result of an asynchronous Push or Pull.
+class Future {
+ public:
+  Future() = default;
+  explicit Future(std::shared_ptr<internal::FutureState> s) : s_(std::move(s)) {}
+  // Waits for every server's answer, at most the client's request_timeout_ms.
+  Status Wait();
+  Status WaitFor(int64_t timeout_ms);
+  bool Ready() const;
+  // Pulls: the largest staleness any server recorded for it (own clock - slowest live clock).
+  int32_t staleness() const;
+
+ private:
+  std::shared_ptr<internal::FutureState> s_;
+};
+
+struct ClientStats {
+  uint64_t pushes = 0, pulls = 0, clocks = 0;
+  uint64_t bytes_sent = 0, bytes_received = 0;
+  int32_t max_staleness = 0;
+};
+
+class Client {
+ public:
+  virtual ~Client() = default;
+  // Registers with the scheduler and connects to every server. Blocks until the whole job has
+  // registered (register_timeout_ms).
+  static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+
+  virtual int rank() const = 0;
+  virtual int num_workers() const = 0;
+  virtual int num_servers() const = 0;
+
+  // Creates the table, or returns it when it exists with the same spec (AlreadyExists when the
+  // spec differs). Every worker may call it; the first creates.
+  virtual Result<Table> CreateTable(const TableSpec& spec) = 0;
+
+  // Keyed push and pull. grads: keys.size() * dim floats. out must stay valid until the
+  // Future is done (or its Wait timed out) and receives keys.size() * dim floats in key order.
+  virtual Future Push(const Table& t, std::vector<Key> keys, std::vector<float> grads) = 0;
+  virtual Future Pull(const Table& t, std::vector<Key> keys, float* out) = 0;
+  // Whole dense table: rows * dim floats.
+  virtual Future PushDense(const Table& t, std::vector<float> grads) = 0;
+  virtual Future PullDense(const Table& t, float* out) = 0;
+  // Reads optimizer state slot `slot` (e.g. Adam's m is 0) of some rows, for debugging.
+  virtual Future PullSlot(const Table& t, std::vector<Key> keys, int slot, float* out) = 0;
+
+  // Ends this worker's current iteration: the clock advances on every server.
+  virtual Status Clock() = 0;
+  virtual int64_t clock() const = 0;
+  // Waits for every live worker to reach the barrier.
+  virtual Status Barrier() = 0;
+  // Tells the scheduler this worker is done; no calls after it.
+  virtual Status Finish() = 0;
+
+  virtual ClientStats stats() const = 0;
+};
+
+}  // namespace pushpull

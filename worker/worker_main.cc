@@ -1,0 +1,100 @@
+// pushpull-worker: runs one training app as one worker of a job.
+#include <gflags/gflags.h>
+
+#include <map>
+
+#include "apps/app.h"
+#include "apps/linreg.h"
+#include "common/log.h"
+#include "worker/pushpull.h"
+
+DEFINE_string(scheduler, "tcp://127.0.0.1:7000", "address of pushpull-scheduler");
+DEFINE_string(app, "", "training app to run: linreg | fmnist_mlp | sparse_lr");
+DEFINE_string(consistency, "bsp", "consistency model of the app's tables: bsp | ssp:K | asp");
+DEFINE_int32(request_timeout_ms, 120000, "deadline of every push, pull, barrier and table creation");
+DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this worker is alive");
+DEFINE_int32(scheduler_timeout_ms, 15000, "give up when the scheduler is silent this long");
+DEFINE_int32(register_timeout_ms, 120000, "how long to wait for the whole job to register");
+DEFINE_int32(rank, -1, "ask the scheduler for this rank (-1: any free one)");
+DEFINE_bool(verbose, false, "debug logging");
+// Common app flags.
+DEFINE_int32(epochs, 10, "passes over this worker's shard of the data");
+DEFINE_int32(batch, 0, "minibatch per worker (0: the app's default)");
+DEFINE_double(lr, -1, "learning rate (< 0: the app's default)");
+DEFINE_string(optimizer, "", "server-side optimizer: sgd | adam | adamw | adagrad | ftrl (empty: app default)");
+DEFINE_uint64(seed, 42, "seed of data and initialisation");
+DEFINE_string(metrics_out, "", "append one JSON object per epoch to this file");
+DEFINE_double(target, -1, "loss (linreg, sparse_lr) or accuracy (fmnist_mlp) to reach; < 0: app default");
+DEFINE_int32(progress_s, 5, "seconds between progress lines (0: none)");
+// linreg
+DEFINE_int32(dim, 100, "linreg: features");
+DEFINE_int32(examples, 10000, "linreg: examples per worker");
+DEFINE_double(noise, 0.1, "linreg: label noise stddev");
+
+namespace {
+
+pushpull::Status RunApp(pushpull::Client& client, pushpull::AppResult* result) {
+  pushpull::AppOptions app;
+  auto c = pushpull::ParseConsistency(FLAGS_consistency);
+  if (!c.ok()) return c.status();
+  app.consistency = *c;
+  app.epochs = FLAGS_epochs;
+  app.lr = static_cast<float>(FLAGS_lr);
+  app.optimizer = FLAGS_optimizer;
+  app.seed = FLAGS_seed;
+  app.metrics_out = FLAGS_metrics_out;
+  app.target = FLAGS_target;
+  app.progress_interval_s = FLAGS_progress_s;
+  if (FLAGS_app == "linreg") {
+    app.batch = FLAGS_batch > 0 ? FLAGS_batch : 100;
+    pushpull::LinregOptions o;
+    o.dim = FLAGS_dim;
+    o.examples_per_worker = FLAGS_examples;
+    o.noise = static_cast<float>(FLAGS_noise);
+    return pushpull::RunLinreg(client, app, o, result);
+  }
+  return pushpull::Status::InvalidArgument("unknown --app '" + FLAGS_app +
+                                           "' (linreg, fmnist_mlp, sparse_lr)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "a pushpull worker: runs one training app.\n"
+      "usage: pushpull-worker --scheduler=tcp://HOST:PORT --app=linreg|fmnist_mlp|sparse_lr [app flags]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  pushpull::SetLogTag("worker");
+  if (FLAGS_verbose) pushpull::SetLogLevel(pushpull::LogLevel::kDebug);
+  if (FLAGS_app.empty()) {
+    PP_LOG(Error) << "--app is required (linreg, fmnist_mlp, sparse_lr); see --help";
+    return 2;
+  }
+  pushpull::ClientOptions o;
+  o.scheduler = FLAGS_scheduler;
+  o.request_timeout_ms = FLAGS_request_timeout_ms;
+  o.heartbeat_interval_ms = FLAGS_heartbeat_interval_ms;
+  o.scheduler_timeout_ms = FLAGS_scheduler_timeout_ms;
+  o.register_timeout_ms = FLAGS_register_timeout_ms;
+  o.requested_rank = FLAGS_rank;
+  auto client = pushpull::Client::Connect(o);
+  if (!client.ok()) {
+    PP_LOG(Error) << "cannot join the job: " << client.status().ToString();
+    return 1;
+  }
+  pushpull::SetLogTag("worker " + std::to_string((*client)->rank()));
+  pushpull::AppResult result;
+  pushpull::Status st = RunApp(**client, &result);
+  if (!st.ok()) {
+    PP_LOG(Error) << FLAGS_app << " failed: " << st.ToString();
+    return 1;
+  }
+  PP_LOG(Info) << result.summary;
+  st = (*client)->Finish();
+  if (!st.ok()) PP_LOG(Warning) << "finish: " << st.ToString();
+  if (!result.reached_target) {
+    PP_LOG(Error) << FLAGS_app << " did not reach its target";
+    return 3;
+  }
+  return 0;
+}
