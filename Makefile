@@ -51,7 +51,7 @@ LIBS := $(foreach d,$(LIBDIRS),$(BUILD)/lib/lib$(d).a)
 
 BINS := $(BUILD)/bin/pushpull-scheduler $(BUILD)/bin/pushpull-server \
         $(BUILD)/bin/pushpull-worker $(BUILD)/bin/pushpull-launch $(BUILD)/bin/pushpull-bench
-TEST_SRCS := $(wildcard tests/*_test.cc)
+TEST_SRCS := $(wildcard tests/*.cc)
 TEST_BIN  := $(BUILD)/bin/pushpull-tests
 
 .PHONY: all test demo bench deps clean experiments

@@ -13,6 +13,7 @@ std::string& Tag() {
   static std::string tag;
   return tag;
 }
+thread_local std::string t_tag;  // a thread's own tag (in-process clusters run many roles)
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
 const char* LevelChar(LogLevel l) {
   switch (l) {
@@ -25,7 +26,10 @@ const char* LevelChar(LogLevel l) {
 }
 }  // namespace
 
-void SetLogTag(const std::string& tag) { Tag() = tag; }
+void SetLogTag(const std::string& tag) {
+  Tag() = tag;
+  t_tag = tag;
+}
 void SetLogLevel(LogLevel level) { g_level = static_cast<int>(level); }
 bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= g_level.load(); }
 
@@ -39,7 +43,8 @@ LogLine::~LogLine() {
   char ts[32];
   std::snprintf(ts, sizeof(ts), "%02d:%02d:%02d.%03d", tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
   std::string line = std::string(LevelChar(level_)) + " " + ts + " ";
-  if (!Tag().empty()) line += "[" + Tag() + "] ";
+  const std::string& tag = t_tag.empty() ? Tag() : t_tag;
+  if (!tag.empty()) line += "[" + tag + "] ";
   line += os_.str();
   line += '\n';
   ssize_t ignored = ::write(2, line.data(), line.size());

@@ -229,10 +229,12 @@ Status DecodeHeader(const void* data, size_t size, Header* h) {
   return Status::OK();
 }
 
-Status Decode(std::vector<zmq::message_t>* frames, Message* out) {
+Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok) {
+  if (header_ok) *header_ok = false;
   if (frames->empty()) return Status::Corruption("empty message");
   Status st = DecodeHeader((*frames)[0].data(), (*frames)[0].size(), &out->header);
   if (!st.ok()) return st;
+  if (header_ok) *header_ok = true;
   const Header& h = out->header;
   size_t want = IsDataType(h.type) ? 3 : 1;
   if (frames->size() != want)
@@ -245,7 +247,7 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out) {
   if (h.num_keys > kMaxKeysPerMessage || h.num_rows > kMaxKeysPerMessage)
     return Status::Corruption("row count exceeds " + std::to_string(kMaxKeysPerMessage));
   if (h.dim > (1u << 24)) return Status::Corruption("dim " + std::to_string(h.dim) + " too large");
-  uint64_t key_bytes = range ? 0 : h.num_keys * sizeof(Key);
+  uint64_t key_bytes = (range || IsReply(h.type)) ? 0 : h.num_keys * sizeof(Key);  // replies carry no keys
   if (out->keys.size() != key_bytes)
     return Status::Corruption("keys frame has " + std::to_string(out->keys.size()) +
                               " bytes, header implies " + std::to_string(key_bytes));

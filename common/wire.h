@@ -103,7 +103,9 @@ std::string EncodeHeader(const Header& h);
 Status DecodeHeader(const void* data, size_t size, Header* h);
 
 // Validates a multipart message (identity already removed) and moves it into *out.
-Status Decode(std::vector<zmq::message_t>* frames, Message* out);
+// *header_ok (optional) says whether the header itself decoded, i.e. whether the sender can be
+// answered even though the message as a whole is malformed.
+Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok = nullptr);
 
 // Receives one multipart message without blocking longer than zmq's own timeouts. Returns
 // false when nothing was there (EAGAIN). At most max_frames frames are kept; the rest of an

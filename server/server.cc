@@ -204,11 +204,11 @@ void ServerImpl::HandleRouter() {
     Message m;
     m.identity = std::move(frames_[0]);
     frames_.erase(frames_.begin());
-    Status st = Decode(&frames_, &m);
+    bool header_ok = false;
+    Status st = Decode(&frames_, &m, &header_ok);
     if (!st.ok()) {
       // Answer when the header decoded (the sender can match the reply); drop otherwise.
-      if (m.header.magic == kWireMagic && IsDataType(m.header.type) && !IsReply(m.header.type) &&
-          m.header.request_id != 0 && st.message().find("header") == std::string::npos) {
+      if (header_ok && IsDataType(m.header.type) && !IsReply(m.header.type)) {
         CountBad(st, "malformed request answered with an error");
         ReplyError(m, st);
       } else {

@@ -121,11 +121,11 @@ double GBps(double bytes, double seconds) { return bytes / seconds / 1e9; }
 void RunOptimizerBench(Reporter& r, const Options& opts) {
   const std::vector<size_t> sizes =
       opts.quick ? std::vector<size_t>{kMi} : std::vector<size_t>{kMi, 16 * kMi, 64 * kMi};
-  double last_adam = 0.0;
+  double adam_1thread = 0.0;
   std::unique_ptr<Arrays> arrays;
   for (size_t n : sizes) {
     const std::string size_name = "/" + std::to_string(n / kMi) + "M";
-    // Shorter passes get more repetitions so each case runs a similar time.
+    // Short passes are the noisiest: they get the most repetitions.
     const int reps = opts.quick ? 3 : n <= kMi ? 50 : n <= 16 * kMi ? 15 : 8;
     arrays.reset();
     arrays = std::make_unique<Arrays>(n);
@@ -152,7 +152,7 @@ void RunOptimizerBench(Reporter& r, const Options& opts) {
       const double value = GBps(double(c.bytes_per_param) * n, s);
       r.Add({"optimizer", c.name + size_name, "GB/s", value, triad,
              std::string(c.counted) + "; 1 thread; baseline triad"});
-      if (c.config.kind == opt::Kind::kAdam) last_adam = value;
+      if (c.config.kind == opt::Kind::kAdam) adam_1thread = value;
     }
 
     // Thread scaling on the largest size: Adam split into equal contiguous parts.
@@ -175,7 +175,7 @@ void RunOptimizerBench(Reporter& r, const Options& opts) {
       for (auto& th : pool) th.join();
     });
     r.Add({"optimizer", "adam_threads" + std::to_string(threads) + size_name, "GB/s",
-           GBps(28.0 * n, s), last_adam,
+           GBps(28.0 * n, s), adam_1thread,
            "28 B/param over " + std::to_string(threads) +
                " threads (thread start included); baseline adam on 1 thread"});
   }

@@ -1,0 +1,256 @@
+// The consistency models against their exact semantics (server/consistency.h), on a real
+// cluster of threads: workers push known increments at every clock, worker 0 is slow, and every
+// pull checks that what it sees lies inside what the model allows.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "common/time.h"
+#include "optimizers/optimizer.h"
+#include "server/consistency.h"
+#include "tests/local_cluster.h"
+
+namespace pushpull {
+namespace {
+
+TableSpec CounterTable(int rows, Consistency c) {
+  TableSpec s;
+  s.name = "counters";
+  s.rows = rows;
+  s.dim = 2;
+  s.consistency = c;
+  s.optimizer.kind = opt::Kind::kSgd;
+  s.optimizer.lr = 1.0f;
+  return s;
+}
+
+struct ModelCase {
+  const char* name;
+  Consistency c;
+};
+
+class ConsistencyTest : public ::testing::TestWithParam<ModelCase> {};
+
+// Row v counts worker v's pushes: each push adds exactly 1 to row v (BSP: the mean over W
+// workers is applied, so a worker pushes -W into its own row). At a pull at clock c:
+//   every live worker's row >= c - s   (all updates tagged below c - s are visible)
+//   own row == c exactly (read-my-writes; BSP: the pushes of clocks below c)
+//   every row <= pushes that worker has issued so far
+//   BSP: every row == c exactly
+TEST_P(ConsistencyTest, PullsSeeWhatTheModelAllows) {
+  const ModelCase mc = GetParam();
+  const int W = 3, S = 2, T = 12;
+  LocalClusterConfig cfg;
+  cfg.servers = S;
+  cfg.workers = W;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  std::atomic<int64_t> issued[W];
+  for (auto& i : issued) i = 0;
+  std::atomic<int> violations{0};
+  std::atomic<int32_t> max_staleness{0};
+  const int64_t s = mc.c.bound();
+  cluster.RunWorkers([&](Client& client, int w) {
+    auto t = client.CreateTable(CounterTable(W, mc.c));
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    std::vector<float> vals(W * 2);
+    for (int64_t c = 0; c < T; ++c) {
+      if (w == 0) std::this_thread::sleep_for(std::chrono::milliseconds(15));  // the straggler
+      Future f = client.PullDense(*t, vals.data());
+      ASSERT_TRUE(f.Wait().ok());
+      int32_t st = f.staleness();
+      if (st > max_staleness) max_staleness = st;
+      if (s >= 0) EXPECT_LE(st, s) << mc.name;
+      for (int v = 0; v < W; ++v) {
+        double seen = vals[v * 2];
+        EXPECT_EQ(vals[v * 2], vals[v * 2 + 1]);
+        if (seen > issued[v].load() + 1e-4) ++violations;  // never more than was pushed
+        if (v == w && std::fabs(seen - c) > 1e-4) ++violations;   // read-my-writes, exactly
+        if (s >= 0 && seen < c - s - 1e-4) ++violations;          // staleness bound
+        if (s == 0 && std::fabs(seen - c) > 1e-4) ++violations;   // BSP: exactly c
+      }
+      std::vector<float> g(W * 2, 0.0f);
+      float inc = mc.c.model == Consistency::kBsp ? -float(W) : -1.0f;
+      g[w * 2] = g[w * 2 + 1] = inc;
+      issued[w]++;
+      ASSERT_TRUE(client.PushDense(*t, std::move(g)).Wait().ok());
+      ASSERT_TRUE(client.Clock().ok());
+    }
+  });
+  EXPECT_EQ(violations.load(), 0) << mc.name;
+  for (int i = 0; i < S; ++i) {
+    if (s >= 0) EXPECT_LE(cluster.server(i).stats().max_staleness.load(), s);
+    EXPECT_EQ(cluster.server(i).stats().rejected.load(), 0u);
+  }
+  if (mc.c.model == Consistency::kBsp) EXPECT_EQ(max_staleness.load(), 0);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ConsistencyTest,
+                         ::testing::Values(ModelCase{"bsp", {Consistency::kBsp, 0}},
+                                           ModelCase{"ssp1", {Consistency::kSsp, 1}},
+                                           ModelCase{"ssp3", {Consistency::kSsp, 3}},
+                                           ModelCase{"asp", {Consistency::kAsp, 0}}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// Waits (bounded) until `pred` holds.
+template <typename P>
+bool Eventually(P pred, int64_t ms = 10000) {
+  Deadline d = Deadline::In(ms);
+  while (!d.Expired()) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pred();
+}
+
+// SSP(k): with worker 1 stopped at clock 0, worker 0 may pull at clocks 0..k without waiting
+// and its pull at clock k+1 waits until worker 1 clocks once.
+TEST(ConsistencyBlocking, SspLetsTheFastWorkerRunExactlyKAhead) {
+  for (int k : {0, 2}) {
+    LocalClusterConfig cfg;
+    cfg.servers = 2;
+    cfg.workers = 2;
+    LocalCluster cluster(cfg);
+    ASSERT_TRUE(cluster.Start().ok());
+    Consistency c{k == 0 ? Consistency::kBsp : Consistency::kSsp, k};
+    auto t0 = cluster.client(0).CreateTable(CounterTable(4, c));
+    auto t1 = cluster.client(1).CreateTable(CounterTable(4, c));
+    ASSERT_TRUE(t0.ok() && t1.ok());
+    std::vector<float> vals(8);
+    for (int clock = 0; clock <= k; ++clock) {
+      ASSERT_TRUE(cluster.client(0).PullDense(*t0, vals.data()).WaitFor(10000).ok()) << "k=" << k << " clock=" << clock;
+      ASSERT_TRUE(cluster.client(0).Clock().ok());
+    }
+    Future blocked = cluster.client(0).PullDense(*t0, vals.data());
+    auto parked = [&] {
+      uint64_t p = 0;
+      for (int s = 0; s < 2; ++s) p += cluster.server(s).stats().parked_now.load();
+      return p == 2;  // the pull's part on each server waits
+    };
+    ASSERT_TRUE(Eventually(parked)) << "pull at clock " << k + 1 << " should wait for worker 1";
+    EXPECT_FALSE(blocked.Ready());
+    ASSERT_TRUE(cluster.client(1).Clock().ok());
+    EXPECT_TRUE(blocked.WaitFor(10000).ok());
+    EXPECT_LE(blocked.staleness(), k);
+    EXPECT_TRUE(cluster.FinishAndJoin().ok());
+  }
+}
+
+// ASP never blocks: worker 0 runs 40 clocks ahead of an idle worker 1.
+TEST(ConsistencyBlocking, AspNeverWaits) {
+  LocalClusterConfig cfg;
+  cfg.servers = 2;
+  cfg.workers = 2;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  auto t = cluster.client(0).CreateTable(CounterTable(4, {Consistency::kAsp, 0}));
+  ASSERT_TRUE(t.ok());
+  std::vector<float> vals(8);
+  int32_t max_st = 0;
+  for (int clock = 0; clock < 40; ++clock) {
+    Future f = cluster.client(0).PullDense(*t, vals.data());
+    ASSERT_TRUE(f.WaitFor(10000).ok());
+    max_st = std::max(max_st, f.staleness());
+    ASSERT_TRUE(cluster.client(0).Clock().ok());
+  }
+  EXPECT_EQ(max_st, 39);  // measured, not bounded
+  for (int s = 0; s < 2; ++s) EXPECT_EQ(cluster.server(s).stats().parked_pulls.load(), 0u);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+// BSP over W workers with batch b equals one process training with batch W*b.
+void CheckBspEquivalence(int W, opt::Kind kind, float lr) {
+  const int D = 37, b = 8, T = 15;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  std::vector<float> X(size_t(T) * W * b * D), Y(size_t(T) * W * b), wtrue(D);
+  for (auto& v : wtrue) v = nd(rng);
+  for (size_t i = 0; i < Y.size(); ++i) {
+    float dot = 0;
+    for (int j = 0; j < D; ++j) dot += (X[i * D + j] = nd(rng)) * wtrue[j];
+    Y[i] = dot + 0.1f * nd(rng);
+  }
+  auto grad = [&](const std::vector<float>& w, size_t first, int n) {
+    std::vector<float> g(D, 0.0f);
+    for (int i = 0; i < n; ++i) {
+      const float* x = &X[(first + i) * D];
+      float r = -Y[first + i];
+      for (int j = 0; j < D; ++j) r += x[j] * w[j];
+      for (int j = 0; j < D; ++j) g[j] += r * x[j] / n;
+    }
+    return g;
+  };
+  opt::OptimizerConfig oc;
+  oc.kind = kind;
+  oc.lr = lr;
+  // Reference: one process, batch W*b.
+  auto optimizer = opt::Optimizer::Create(oc);
+  std::vector<float> ref(D, 0.0f);
+  std::vector<std::vector<float>> slots(optimizer->num_slots(), std::vector<float>(D));
+  for (int s = 0; s < optimizer->num_slots(); ++s)
+    std::fill(slots[s].begin(), slots[s].end(), optimizer->slot_init(s));
+  for (int t = 0; t < T; ++t) {
+    auto g = grad(ref, size_t(t) * W * b, W * b);
+    float* sp[4];
+    for (int s = 0; s < optimizer->num_slots(); ++s) sp[s] = slots[s].data();
+    opt::StepContext ctx;
+    ctx.step = t + 1;
+    ctx.lr = opt::ScheduledLr(oc, t);
+    optimizer->Apply(ref.data(), sp, g.data(), D, ctx);
+  }
+  LocalClusterConfig cfg;
+  cfg.servers = 2;
+  cfg.workers = W;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  TableSpec spec;
+  spec.name = "w";
+  spec.rows = D;
+  spec.dim = 1;
+  spec.optimizer = oc;
+  std::vector<float> result(D);
+  cluster.RunWorkers([&](Client& client, int w) {
+    auto tab = client.CreateTable(spec);
+    ASSERT_TRUE(tab.ok());
+    std::vector<float> cur(D);
+    for (int t = 0; t < T; ++t) {
+      ASSERT_TRUE(client.PullDense(*tab, cur.data()).Wait().ok());
+      client.PushDense(*tab, grad(cur, size_t(t) * W * b + size_t(w) * b, b));
+      ASSERT_TRUE(client.Clock().ok());
+    }
+    ASSERT_TRUE(client.PullDense(*tab, cur.data()).Wait().ok());
+    if (w == 0) result = cur;
+  });
+  for (int j = 0; j < D; ++j) EXPECT_NEAR(result[j], ref[j], 2e-5f + 1e-4f * std::fabs(ref[j])) << "j=" << j;
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+TEST(BspEquivalence, TwoWorkersSgdEqualsOneProcessWithDoubleBatch) { CheckBspEquivalence(2, opt::Kind::kSgd, 0.05f); }
+TEST(BspEquivalence, FourWorkersAdamEqualsOneProcess) { CheckBspEquivalence(4, opt::Kind::kAdam, 0.01f); }
+
+TEST(ConsistencyRules, PullRule) {
+  EXPECT_TRUE(PullReady(5, 0, 5));
+  EXPECT_FALSE(PullReady(5, 0, 4));
+  EXPECT_TRUE(PullReady(5, 2, 3));
+  EXPECT_FALSE(PullReady(5, 2, 2));
+  EXPECT_TRUE(PullReady(1000, -1, 0));
+  EXPECT_EQ(PullStaleness(5, 3), 2);
+  EXPECT_EQ(PullStaleness(3, 5), 0);
+  ClockVector v(3);
+  EXPECT_TRUE(v.Advance(0, 1).ok());
+  EXPECT_FALSE(v.Advance(0, 3).ok());  // jumps
+  EXPECT_FALSE(v.Advance(0, 1).ok());  // replay
+  EXPECT_EQ(v.MinLive(), 0);
+  v.MarkDead(1);
+  v.MarkDead(2);
+  EXPECT_EQ(v.MinLive(), 1);
+  EXPECT_FALSE(v.Advance(1, 1).ok());  // dead
+}
+
+}  // namespace
+}  // namespace pushpull

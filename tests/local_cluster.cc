@@ -1,0 +1,116 @@
+#include "tests/local_cluster.h"
+
+#include <limits.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+
+namespace pushpull {
+
+Status LocalCluster::Start() {
+  SchedulerOptions so;
+  so.bind_host = "127.0.0.1";
+  so.num_servers = config_.servers;
+  so.num_workers = config_.workers;
+  so.heartbeat_timeout_ms = config_.heartbeat_timeout_ms;
+  so.register_timeout_ms = 30000;
+  so.request_timeout_ms = 10000;
+  so.continue_on_worker_death = config_.continue_on_worker_death;
+  auto s = Scheduler::Create(so);
+  if (!s.ok()) return s.status();
+  scheduler_ = std::move(s.value());
+  scheduler_thread_ = std::thread([this] { scheduler_status_ = scheduler_->Run(); });
+  server_status_.resize(config_.servers);
+  for (int i = 0; i < config_.servers; ++i) {
+    ServerOptions o;
+    o.bind_host = "127.0.0.1";
+    o.control.scheduler = scheduler_->address();
+    o.control.heartbeat_interval_ms = config_.heartbeat_interval_ms;
+    o.control.scheduler_timeout_ms = 10000;
+    o.control.requested_rank = i;
+    o.update_threads = config_.update_threads;
+    auto srv = Server::Create(o);
+    if (!srv.ok()) return srv.status();
+    servers_.push_back(std::move(srv.value()));
+  }
+  for (int i = 0; i < config_.servers; ++i)
+    server_threads_.emplace_back([this, i] { server_status_[i] = servers_[i]->Run(); });
+  clients_.resize(config_.workers);
+  std::vector<Status> st(config_.workers);
+  std::vector<std::thread> t;
+  for (int w = 0; w < config_.workers; ++w) {
+    t.emplace_back([&, w] {
+      ClientOptions o;
+      o.scheduler = scheduler_->address();
+      o.request_timeout_ms = config_.request_timeout_ms;
+      o.heartbeat_interval_ms = config_.heartbeat_interval_ms;
+      o.scheduler_timeout_ms = 10000;
+      o.requested_rank = w;
+      auto c = Client::Connect(o);
+      if (c.ok()) clients_[w] = std::move(c.value());
+      else st[w] = c.status();
+    });
+  }
+  for (auto& th : t) th.join();
+  for (auto& s2 : st) PP_RETURN_IF_ERROR(s2);
+  return Status::OK();
+}
+
+void LocalCluster::StopServer(int s) {
+  servers_[s]->Stop();
+  if (server_threads_[s].joinable()) server_threads_[s].join();
+}
+
+void LocalCluster::RunWorkers(const std::function<void(Client&, int)>& fn) {
+  std::vector<std::thread> t;
+  for (int w = 0; w < static_cast<int>(clients_.size()); ++w)
+    if (clients_[w]) t.emplace_back([&, w] { fn(*clients_[w], w); });
+  for (auto& th : t) th.join();
+}
+
+Status LocalCluster::FinishAndJoin() {
+  Status first;
+  for (auto& c : clients_) {
+    if (!c) continue;
+    Status st = c->Finish();
+    if (!st.ok() && first.ok()) first = st;
+  }
+  if (scheduler_thread_.joinable()) scheduler_thread_.join();
+  for (auto& t : server_threads_)
+    if (t.joinable()) t.join();
+  joined_ = true;
+  return first.ok() ? scheduler_status_ : first;
+}
+
+LocalCluster::~LocalCluster() {
+  clients_.clear();
+  if (scheduler_) scheduler_->Stop();
+  for (auto& s : servers_) s->Stop();
+  if (scheduler_thread_.joinable()) scheduler_thread_.join();
+  for (auto& t : server_threads_)
+    if (t.joinable()) t.join();
+}
+
+std::string BinDir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "build/bin";
+  buf[n] = 0;
+  std::string p(buf);
+  return p.substr(0, p.rfind('/'));
+}
+
+int RunCommand(const std::string& cmd, int timeout_s, std::string* output) {
+  std::string full = "timeout -s KILL " + std::to_string(timeout_s) + " " + cmd + " 2>&1";
+  FILE* f = popen(full.c_str(), "r");
+  if (!f) return -1;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) output->append(buf.data(), n);
+  int st = pclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+}  // namespace pushpull

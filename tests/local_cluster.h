@@ -1,0 +1,67 @@
+// A whole pushpull job as threads in one process, over real ZeroMQ tcp sockets on loopback
+// with ephemeral ports: a scheduler, S servers and W connected clients.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/scheduler.h"
+#include "server/server.h"
+#include "worker/pushpull.h"
+
+namespace pushpull {
+
+struct LocalClusterConfig {
+  int servers = 1;
+  int workers = 1;
+  int update_threads = 1;
+  int heartbeat_interval_ms = 100;
+  int heartbeat_timeout_ms = 1500;
+  int request_timeout_ms = 30000;
+  bool continue_on_worker_death = false;
+};
+
+class LocalCluster {
+ public:
+  explicit LocalCluster(LocalClusterConfig c) : config_(c) {}
+  ~LocalCluster();
+
+  // Starts scheduler and servers and connects every client (in parallel).
+  Status Start();
+  Client& client(int w) { return *clients_[w]; }
+  // Destroys client w without Finish(): to the scheduler it looks like a dead worker.
+  void KillClient(int w) { clients_[w].reset(); }
+  Server& server(int s) { return *servers_[s]; }
+  // Stops server s (its thread returns): to the scheduler it looks like a dead server.
+  void StopServer(int s);
+  const std::string& scheduler_address() const { return scheduler_->address(); }
+  const LocalClusterConfig& config() const { return config_; }
+
+  // Runs fn(client, rank) on one thread per worker and waits for all.
+  void RunWorkers(const std::function<void(Client&, int)>& fn);
+  // Finishes every remaining client; then the scheduler ends the job. Returns its status.
+  Status FinishAndJoin();
+  Status scheduler_status() const { return scheduler_status_; }
+  Status server_status(int s) const { return server_status_[s]; }
+
+ private:
+  LocalClusterConfig config_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::thread scheduler_thread_;
+  Status scheduler_status_;
+  std::vector<std::unique_ptr<Server>> servers_;
+  std::vector<std::thread> server_threads_;
+  std::vector<Status> server_status_;
+  std::vector<std::unique_ptr<Client>> clients_;
+  bool joined_ = false;
+};
+
+// Binaries beside the test binary (build/bin).
+std::string BinDir();
+// Runs a shell command with a timeout, capturing stdout+stderr; returns the exit status.
+int RunCommand(const std::string& cmd, int timeout_s, std::string* output);
+
+}  // namespace pushpull

@@ -1,0 +1,342 @@
+// The wire format, and a live server under malformed input from an independent client: every
+// bad message gets an error reply or is dropped and counted, nothing is applied twice, and a
+// normal worker is still served correctly afterwards.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/time.h"
+#include "common/wire.h"
+#include "tests/local_cluster.h"
+
+namespace pushpull {
+namespace {
+
+std::vector<zmq::message_t> Frames(const Header& h, size_t key_bytes, size_t value_bytes) {
+  std::vector<zmq::message_t> f;
+  std::string e = EncodeHeader(h);
+  f.emplace_back(e.data(), e.size());
+  f.emplace_back(key_bytes);
+  f.emplace_back(value_bytes);
+  return f;
+}
+
+TEST(Wire, HeaderRoundTripsWithControlPayloads) {
+  Header h;
+  h.type = MsgType::kCreateTable;
+  h.request_id = 77;
+  h.spec.name = "emb";
+  h.spec.sparse = true;
+  h.spec.dim = 16;
+  h.info = TableInfo::Make(3, h.spec, 4);
+  h.SetStatus(Status::NotFound("x"));
+  std::string e = EncodeHeader(h);
+  Header d;
+  ASSERT_TRUE(DecodeHeader(e.data(), e.size(), &d).ok());
+  EXPECT_EQ(d.request_id, 77u);
+  EXPECT_EQ(d.spec.name, "emb");
+  EXPECT_EQ(d.info.id, 3u);
+  EXPECT_EQ(d.info.bucket_owner.size(), TableInfo::kBuckets);
+  EXPECT_EQ(d.status, Code::kNotFound);
+  EXPECT_TRUE(d.spec == h.spec);
+}
+
+TEST(Wire, DecodeRejectsEveryMalformedShape) {
+  Header h;
+  h.type = MsgType::kPush;
+  h.num_keys = 4;
+  h.dim = 3;
+  Message m;
+  {  // consistent
+    auto f = Frames(h, 32, 48);
+    EXPECT_TRUE(Decode(&f, &m).ok());
+  }
+  {  // wrong frame count
+    auto f = Frames(h, 32, 48);
+    f.pop_back();
+    EXPECT_EQ(Decode(&f, &m).code(), Code::kCorruption);
+  }
+  {  // keys frame does not match num_keys
+    auto f = Frames(h, 24, 48);
+    EXPECT_EQ(Decode(&f, &m).code(), Code::kCorruption);
+  }
+  {  // values frame does not match rows * dim
+    auto f = Frames(h, 32, 44);
+    EXPECT_EQ(Decode(&f, &m).code(), Code::kCorruption);
+  }
+  {  // a claimed count of 2^40 keys with nothing behind it
+    Header big = h;
+    big.num_keys = uint64_t(1) << 40;
+    auto f = Frames(big, 0, 0);
+    Status st = Decode(&f, &m);
+    EXPECT_EQ(st.code(), Code::kCorruption);
+  }
+  {  // truncated header
+    std::string e = EncodeHeader(h);
+    Header d;
+    EXPECT_EQ(DecodeHeader(e.data(), e.size() / 2, &d).code(), Code::kCorruption);
+    EXPECT_EQ(DecodeHeader(e.data(), 3, &d).code(), Code::kCorruption);
+  }
+  {  // a string length field claiming 2^32-1 bytes: refused before any allocation
+    Header c;
+    c.type = MsgType::kRegister;
+    c.address = "abc";
+    std::string e = EncodeHeader(c);
+    size_t at = e.find("abc") - 4;
+    uint32_t huge = 0xFFFFFFFFu;
+    std::memcpy(&e[at], &huge, 4);
+    Header d;
+    Status st = DecodeHeader(e.data(), e.size(), &d);
+    EXPECT_EQ(st.code(), Code::kCorruption);
+    EXPECT_NE(st.message().find("claims"), std::string::npos) << st.ToString();
+  }
+  {  // wrong magic
+    Header bad = h;
+    bad.magic = 1234;
+    std::string e = EncodeHeader(bad);
+    Header d;
+    EXPECT_EQ(DecodeHeader(e.data(), e.size(), &d).code(), Code::kCorruption);
+  }
+}
+
+TEST(Wire, PartitionIsBalancedAndOwnersAgree) {
+  TableSpec s;
+  s.name = "t";
+  s.rows = 10;
+  TableInfo t = TableInfo::Make(0, s, 3);
+  EXPECT_EQ(t.row_offsets, (std::vector<uint64_t>{0, 4, 7, 10}));
+  EXPECT_EQ(t.OwnerOf(0), 0);
+  EXPECT_EQ(t.OwnerOf(3), 0);
+  EXPECT_EQ(t.OwnerOf(4), 1);
+  EXPECT_EQ(t.OwnerOf(9), 2);
+  s.sparse = true;
+  TableInfo sp = TableInfo::Make(0, s, 3);
+  int count[3] = {};
+  for (Key k = 0; k < 30000; ++k) count[sp.OwnerOf(k * 7919)]++;
+  for (int c : count) EXPECT_NEAR(c, 10000, 600);
+  EXPECT_FALSE(ParseConsistency("ssp:x").ok());
+  EXPECT_FALSE(ParseConsistency("ssp:-1").ok());
+  EXPECT_EQ(ParseConsistency("ssp:4")->staleness, 4);
+}
+
+// An independent DEALER speaking to a live server, impersonating worker 1.
+class RawPeer {
+ public:
+  explicit RawPeer(const std::string& address) : sock_(ctx_, zmq::socket_type::dealer) {
+    sock_.set(zmq::sockopt::linger, 0);
+    sock_.connect(address);
+  }
+  void SendRaw(std::vector<zmq::message_t> frames) {
+    for (size_t i = 0; i < frames.size(); ++i)
+      sock_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+  void Send(const Header& h, const std::vector<Key>& keys, const std::vector<float>& values) {
+    std::vector<zmq::message_t> f;
+    std::string e = EncodeHeader(h);
+    f.emplace_back(e.data(), e.size());
+    f.emplace_back(keys.data(), keys.size() * sizeof(Key));
+    f.emplace_back(values.data(), values.size() * sizeof(float));
+    SendRaw(std::move(f));
+  }
+  // The next reply, or a Header with type kHeartbeat when none came within the deadline.
+  Header Reply(int ms = 5000) {
+    Header h;
+    zmq::pollitem_t it{static_cast<void*>(sock_), 0, ZMQ_POLLIN, 0};
+    Poll(&it, 1, ms);
+    if (!(it.revents & ZMQ_POLLIN)) return h;
+    std::vector<zmq::message_t> frames;
+    RecvFrames(sock_, &frames);
+    Message m;
+    EXPECT_TRUE(Decode(&frames, &m).ok());
+    return m.header;
+  }
+  bool Silent(int ms = 300) {
+    zmq::pollitem_t it{static_cast<void*>(sock_), 0, ZMQ_POLLIN, 0};
+    Poll(&it, 1, ms);
+    return !(it.revents & ZMQ_POLLIN);
+  }
+
+ private:
+  zmq::context_t ctx_;
+  zmq::socket_t sock_;
+};
+
+TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
+  LocalClusterConfig cfg;
+  cfg.servers = 1;
+  cfg.workers = 2;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  TableSpec spec;
+  spec.name = "t";
+  spec.rows = 8;
+  spec.dim = 4;
+  spec.consistency = {Consistency::kAsp, 0};
+  spec.optimizer.lr = 1.0f;
+  auto t = cluster.client(0).CreateTable(spec);
+  ASSERT_TRUE(t.ok());
+  RawPeer peer(cluster.server(0).address());
+  const ServerStats& stats = cluster.server(0).stats();
+
+  Header push;
+  push.type = MsgType::kPush;
+  push.sender_rank = 1;
+  push.table = t->id;
+  push.num_keys = 1;
+  push.dim = 4;
+  std::vector<Key> key{2};
+  std::vector<float> g{-1, -1, -1, -1};
+  uint64_t id = 1000;
+  auto expect_error = [&](Header h, const std::vector<Key>& k, const std::vector<float>& v, Code want,
+                          const char* what) {
+    h.request_id = ++id;
+    peer.Send(h, k, v);
+    Header r = peer.Reply();
+    EXPECT_EQ(r.request_id, id) << what;
+    EXPECT_EQ(r.status, want) << what << ": " << r.error;
+    EXPECT_FALSE(r.error.empty()) << what;
+  };
+
+  // Truncated header: nothing addressable, dropped and counted.
+  uint64_t bad0 = stats.bad_messages;
+  {
+    std::string e = EncodeHeader(push);
+    std::vector<zmq::message_t> f;
+    f.emplace_back(e.data(), 7);
+    f.emplace_back(0);
+    f.emplace_back(0);
+    peer.SendRaw(std::move(f));
+    EXPECT_TRUE(peer.Silent());
+  }
+  {  // random bytes, one frame
+    std::vector<zmq::message_t> f;
+    f.emplace_back("garbage!", 8);
+    peer.SendRaw(std::move(f));
+    EXPECT_TRUE(peer.Silent());
+  }
+  EXPECT_EQ(stats.bad_messages - bad0, 2u);
+  {  // wrong frame count: answered with Corruption
+    Header h = push;
+    h.request_id = ++id;
+    std::string e = EncodeHeader(h);
+    std::vector<zmq::message_t> f;
+    f.emplace_back(e.data(), e.size());
+    f.emplace_back(key.data(), 8);
+    peer.SendRaw(std::move(f));
+    Header r = peer.Reply();
+    EXPECT_EQ(r.status, Code::kCorruption) << r.error;
+  }
+  expect_error(push, {2, 3}, g, Code::kCorruption, "keys do not match num_keys");
+  expect_error(push, key, {-1, -1, -1}, Code::kCorruption, "values do not match rows*dim");
+  {
+    Header h = push;
+    h.table = 99;
+    expect_error(h, key, g, Code::kNotFound, "unknown table");
+  }
+  expect_error(push, {8}, g, Code::kInvalidArgument, "row out of range");
+  {
+    Header h = push;
+    h.dim = 2;
+    expect_error(h, key, {-1, -1}, Code::kInvalidArgument, "wrong dimension");
+  }
+  {
+    Header h = push;
+    h.num_keys = uint64_t(1) << 40;
+    expect_error(h, {}, {}, Code::kCorruption, "claimed length 2^40");
+  }
+  expect_error(push, key, {-1, std::nanf(""), -1, -1}, Code::kInvalidArgument, "NaN gradient");
+  expect_error(push, key, {-1, -1, std::numeric_limits<float>::infinity(), -1}, Code::kInvalidArgument,
+               "Inf gradient");
+  {
+    Header h;
+    h.type = MsgType::kClock;
+    h.sender_rank = 1;
+    h.clock = 5;
+    expect_error(h, {}, {}, Code::kFailedPrecondition, "clock jumps ahead");
+  }
+  {
+    Header h = push;
+    h.clock = 3;
+    expect_error(h, key, g, Code::kFailedPrecondition, "push tagged with a future clock");
+  }
+  {
+    Header h = push;
+    h.sender_rank = 7;
+    expect_error(h, key, g, Code::kInvalidArgument, "sender is not a worker");
+  }
+  // A valid push, then the same push replayed: applied once.
+  Header ok = push;
+  ok.request_id = ++id;
+  peer.Send(ok, key, g);
+  EXPECT_EQ(peer.Reply().status, Code::kOk);
+  peer.Send(ok, key, g);
+  Header r = peer.Reply();
+  EXPECT_EQ(r.status, Code::kAlreadyExists) << r.error;
+  EXPECT_EQ(stats.duplicates.load(), 1u);
+
+  // The server still serves a normal worker, and row 2 moved exactly once (lr 1, grad -1).
+  std::vector<float> vals(8 * 4);
+  ASSERT_TRUE(cluster.client(0).PullDense(*t, vals.data()).Wait().ok());
+  for (int r2 = 0; r2 < 8; ++r2)
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(vals[r2 * 4 + c], r2 == 2 ? 1.0f : 0.0f) << r2 << "," << c;
+  ASSERT_TRUE(cluster.client(0).Push(*t, {5}, {-2, -2, -2, -2}).Wait().ok());
+  ASSERT_TRUE(cluster.client(0).Pull(*t, {5, 2}, vals.data()).Wait().ok());
+  EXPECT_EQ(vals[0], 2.0f);
+  EXPECT_EQ(vals[4], 1.0f);
+  // Malformed: 2 dropped + 4 answered; refused: the 8 well-formed but invalid ones.
+  EXPECT_EQ(stats.bad_messages.load(), 6u);
+  EXPECT_EQ(stats.rejected.load(), 8u);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+TEST(ClientErrors, BadShapesAreRefusedBeforeSending) {
+  LocalClusterConfig cfg;
+  cfg.servers = 2;
+  cfg.workers = 1;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  TableSpec spec;
+  spec.name = "t";
+  spec.rows = 10;
+  spec.dim = 3;
+  auto t = c.CreateTable(spec);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(c.Push(*t, {1, 2}, {1, 2, 3}).Wait().code(), Code::kInvalidArgument);
+  EXPECT_EQ(c.Push(*t, {10}, {1, 2, 3}).Wait().code(), Code::kInvalidArgument);
+  EXPECT_EQ(c.PushDense(*t, std::vector<float>(29)).Wait().code(), Code::kInvalidArgument);
+  // Same name, different spec.
+  TableSpec other = spec;
+  other.dim = 4;
+  auto dup = c.CreateTable(other);
+  EXPECT_EQ(dup.status().code(), Code::kAlreadyExists);
+  EXPECT_NE(dup.status().message().find("'t'"), std::string::npos);
+  // Same spec again: a no-op returning the same table.
+  auto again = c.CreateTable(spec);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->id, t->id);
+  // Bad hyper-parameters are refused naming the field.
+  TableSpec bad = spec;
+  bad.name = "bad";
+  bad.optimizer.kind = opt::Kind::kAdam;
+  bad.optimizer.beta1 = 1.5f;
+  auto b = c.CreateTable(bad);
+  EXPECT_EQ(b.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(b.status().message().find("beta1"), std::string::npos) << b.status().ToString();
+  // Keys split across both servers and out of order come back in order.
+  std::vector<float> g(10 * 3);
+  for (int i = 0; i < 30; ++i) g[i] = -float(i);
+  ASSERT_TRUE(c.PushDense(*t, g).Wait().ok());
+  ASSERT_TRUE(c.Clock().ok());  // BSP: the push becomes visible when its clock closes
+  std::vector<float> out(3 * 3);
+  ASSERT_TRUE(c.Pull(*t, {9, 0, 5}, out.data()).Wait().ok());
+  EXPECT_FLOAT_EQ(out[0], 0.01f * 27);
+  EXPECT_FLOAT_EQ(out[3], 0.0f);
+  EXPECT_FLOAT_EQ(out[6], 0.01f * 15);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+}  // namespace
+}  // namespace pushpull
