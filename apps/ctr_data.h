@@ -29,7 +29,7 @@ struct CtrConfig {
   uint64_t id_space = 1ull << 24;   // ids are in [0, id_space)
   int active = 40;                  // fields, one active feature each
   double zipf_s = 1.1;              // Zipf exponent of the ranks within a field, > 0
-  int64_t informative_ranks = 2000; // ranks <= this may carry a non-zero true weight
+  int64_t informative_ranks = 1000; // ranks <= this may carry a non-zero true weight
   double informative_fraction = 0.5;// fraction of those that do, in [0, 1]
   double weight_scale = 0.4;        // standard deviation of a non-zero true weight
   double bias = -1.0;               // true intercept

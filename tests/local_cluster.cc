@@ -103,12 +103,20 @@ std::string BinDir() {
 }
 
 int RunCommand(const std::string& cmd, int timeout_s, std::string* output) {
+  return RunCommandLines(cmd, timeout_s, output, [](const std::string&) {});
+}
+
+int RunCommandLines(const std::string& cmd, int timeout_s, std::string* output,
+                    const std::function<void(const std::string&)>& on_line) {
   std::string full = "timeout -s KILL " + std::to_string(timeout_s) + " " + cmd + " 2>&1";
   FILE* f = popen(full.c_str(), "r");
   if (!f) return -1;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) output->append(buf.data(), n);
+  std::array<char, 8192> buf;
+  while (fgets(buf.data(), buf.size(), f)) {
+    std::string line(buf.data());
+    output->append(line);
+    on_line(line);
+  }
   int st = pclose(f);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }

@@ -63,5 +63,8 @@ class LocalCluster {
 std::string BinDir();
 // Runs a shell command with a timeout, capturing stdout+stderr; returns the exit status.
 int RunCommand(const std::string& cmd, int timeout_s, std::string* output);
+// Same, calling on_line(line) for each line of output as it arrives.
+int RunCommandLines(const std::string& cmd, int timeout_s, std::string* output,
+                    const std::function<void(const std::string&)>& on_line);
 
 }  // namespace pushpull

@@ -1,0 +1,165 @@
+// Failures, first stage: a dead worker is noticed within the heartbeat timeout and the job goes
+// on without it (or ends naming it); a dead server ends the job naming it. Never a hang.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <thread>
+
+#include "common/time.h"
+#include "tests/local_cluster.h"
+
+namespace pushpull {
+namespace {
+
+TableSpec Dense(const char* name, int rows) {
+  TableSpec s;
+  s.name = name;
+  s.rows = rows;
+  s.dim = 4;
+  s.optimizer.lr = 0.1f;
+  return s;
+}
+
+// Worker 1 disappears (no Finish, no more heartbeats) while worker 0 waits at a BSP pull.
+TEST(WorkerFailure, JobGoesOnWithoutADeadWorkerWhenAsked) {
+  LocalClusterConfig cfg;
+  cfg.servers = 2;
+  cfg.workers = 2;
+  cfg.continue_on_worker_death = true;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  auto t0 = cluster.client(0).CreateTable(Dense("w", 8));
+  auto t1 = cluster.client(1).CreateTable(Dense("w", 8));
+  ASSERT_TRUE(t0.ok() && t1.ok());
+  std::vector<float> v(32);
+  for (int c = 0; c < 3; ++c) {
+    for (int w = 0; w < 2; ++w) {
+      ASSERT_TRUE(cluster.client(w).PullDense(w ? *t1 : *t0, v.data()).Wait().ok());
+      cluster.client(w).PushDense(w ? *t1 : *t0, std::vector<float>(32, 1.0f));
+      ASSERT_TRUE(cluster.client(w).Clock().ok());
+    }
+  }
+  ASSERT_TRUE(cluster.client(0).Clock().ok());     // worker 0 at clock 4, worker 1 at 3
+  Future waiting = cluster.client(0).PullDense(*t0, v.data());
+  cluster.KillClient(1);
+  int64_t start = NowMs();
+  Status st = waiting.WaitFor(20000);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_LT(NowMs() - start, 15000);  // released once the scheduler declared worker 1 dead
+  for (int c = 0; c < 5; ++c) {      // and the job goes on
+    ASSERT_TRUE(cluster.client(0).PullDense(*t0, v.data()).Wait().ok());
+    ASSERT_TRUE(cluster.client(0).Clock().ok());
+  }
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+TEST(WorkerFailure, DeadWorkerAbortsTheJobNamingItByDefault) {
+  LocalClusterConfig cfg;
+  cfg.servers = 1;
+  cfg.workers = 2;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  auto t0 = cluster.client(0).CreateTable(Dense("w", 8));
+  ASSERT_TRUE(t0.ok());
+  ASSERT_TRUE(cluster.client(0).Clock().ok());
+  std::vector<float> v(32);
+  Future waiting = cluster.client(0).PullDense(*t0, v.data());  // waits for worker 1
+  cluster.KillClient(1);
+  Status st = waiting.WaitFor(20000);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.code(), Code::kDeadlineExceeded) << st.ToString();
+  EXPECT_NE(st.message().find("worker 1"), std::string::npos) << st.ToString();
+  // Sticky: later calls say the same.
+  EXPECT_FALSE(cluster.client(0).Clock().ok());
+  Status sched = cluster.FinishAndJoin();
+  EXPECT_EQ(cluster.scheduler_status().code(), Code::kAborted);
+  EXPECT_NE(cluster.scheduler_status().message().find("worker 1"), std::string::npos);
+}
+
+TEST(ServerFailure, DeadServerEndsTheJobNamingIt) {
+  LocalClusterConfig cfg;
+  cfg.servers = 2;
+  cfg.workers = 1;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  TableSpec spec = Dense("w", 8);
+  spec.consistency = {Consistency::kAsp, 0};
+  auto t = cluster.client(0).CreateTable(spec);
+  ASSERT_TRUE(t.ok());
+  cluster.StopServer(1);
+  std::vector<float> v(32);
+  int64_t start = NowMs();
+  Status st;
+  // Calls fail (not hang) once the scheduler declares server 1 dead.
+  while (NowMs() - start < 20000) {
+    st = cluster.client(0).PullDense(*t, v.data()).WaitFor(20000);
+    if (!st.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("server 1"), std::string::npos) << st.ToString();
+  cluster.FinishAndJoin().IgnoreError();
+  EXPECT_EQ(cluster.scheduler_status().code(), Code::kAborted);
+  EXPECT_NE(cluster.scheduler_status().message().find("server 1"), std::string::npos)
+      << cluster.scheduler_status().ToString();
+}
+
+// Real processes through pushpull-launch: SIGKILL worker `victim` (or a server) mid-run.
+struct KillRun {
+  int exit_code = -1;
+  std::string output;
+  bool killed = false;
+};
+
+KillRun LaunchAndKill(const std::string& flags, const std::string& victim) {
+  KillRun r;
+  pid_t pid = -1;
+  std::string cmd = BinDir() + "/pushpull-launch --heartbeat_timeout_ms=1500 --heartbeat_interval_ms=200 " + flags;
+  r.exit_code = RunCommandLines(cmd, 90, &r.output, [&](const std::string& line) {
+    std::string tag = "started " + victim + " (pid ";
+    auto at = line.find(tag);
+    if (at != std::string::npos) pid = std::stoi(line.substr(at + tag.size()));
+    if (!r.killed && pid > 0 && line.find("linreg epoch 2/") != std::string::npos) {
+      kill(pid, SIGKILL);
+      r.killed = true;
+    }
+  });
+  return r;
+}
+
+TEST(MultiProcess, LinregConvergesUnderSspWithTwoServersThreeWorkers) {
+  std::string out;
+  int code = RunCommand(BinDir() + "/pushpull-launch --servers=2 --workers=3 --consistency=ssp:1 -- "
+                        "--app=linreg --epochs=4 --progress_s=0", 120, &out);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("reached=yes"), std::string::npos) << out;
+  EXPECT_NE(out.find("job succeeded"), std::string::npos);
+}
+
+TEST(MultiProcess, SigkilledWorkerDoesNotHangTheJob) {
+  const std::string app = "-- --app=linreg --epochs=40 --examples=4000 --progress_s=0";
+  KillRun go = LaunchAndKill("--servers=2 --workers=3 --on_worker_death=continue " + app, "worker 1");
+  ASSERT_TRUE(go.killed) << go.output;
+  EXPECT_EQ(go.exit_code, 0) << go.output;
+  EXPECT_NE(go.output.find("worker 1 sent no heartbeat"), std::string::npos) << go.output;
+  EXPECT_NE(go.output.find("job finished: 2 workers finished, 1 died"), std::string::npos) << go.output;
+
+  KillRun stop = LaunchAndKill("--servers=2 --workers=3 " + app, "worker 1");
+  ASSERT_TRUE(stop.killed) << stop.output;
+  EXPECT_NE(stop.exit_code, 0);
+  EXPECT_NE(stop.output.find("worker 1 (pid"), std::string::npos) << stop.output;
+  EXPECT_NE(stop.output.find("killed by signal 9"), std::string::npos) << stop.output;
+}
+
+TEST(MultiProcess, SigkilledServerEndsTheJobNamingIt) {
+  KillRun r = LaunchAndKill("--servers=2 --workers=2 -- --app=linreg --epochs=40 --examples=4000 --progress_s=0",
+                            "server 1");
+  ASSERT_TRUE(r.killed) << r.output;
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("server 1 (pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("job failed"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace pushpull

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs every test with a hard time bound. Usage: tests/run_tests.sh BUILD_DIR
+set -euo pipefail
+build=${1:-build}
+# Unit and threads-in-one-process cluster tests, plus the multi-process ones (pushpull-launch on
+# free ports). Per-process output goes to a log; gtest's summary is printed.
+log=$build/test.log
+echo "running $build/bin/pushpull-tests (full log: $log)"
+if ! timeout -s KILL 900 "$build/bin/pushpull-tests" --gtest_brief=1 >"$log" 2>&1; then
+  grep -E "^\[  FAILED|Failure|^tests/|Expected|Which is|Actual|Value of" "$log" | head -80 || true
+  tail -5 "$log"
+  echo "TESTS FAILED (see $log)"
+  exit 1
+fi
+grep -E "^\[==========\]|^\[  PASSED|SKIPPED" "$log" || true
+if [ -x apps/experiments/run.sh ]; then
+  echo "running the tiny consistency experiment (pipeline check)"
+  timeout -s KILL 300 apps/experiments/run.sh "$build" --tiny
+fi
+echo "all tests passed"
