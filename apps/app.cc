@@ -6,6 +6,9 @@
 
 #include "common/log.h"
 #include "common/time.h"
+#include "worker/pushpull.h"
+
+#include <thread>
 
 namespace pushpull {
 
@@ -38,6 +41,92 @@ void Progress::Update(int64_t step, double loss, int64_t samples) {
                << " elapsed " << (now - start_ms_) / 1000 << "s";
   last_ms_ = now;
   last_samples_ = samples;
+}
+
+Status InjectionOptions::ParseRankMap(const std::string& flag, const std::string& text,
+                                      std::map<int, double>* out) {
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t comma = text.find(',', i);
+    std::string item = text.substr(i, comma == std::string::npos ? std::string::npos : comma - i);
+    size_t colon = item.find(':');
+    char* end = nullptr;
+    long rank = colon == std::string::npos ? -1 : std::strtol(item.c_str(), &end, 10);
+    double v = colon == std::string::npos ? 0 : std::strtod(item.c_str() + colon + 1, &end);
+    if (colon == std::string::npos || rank < 0 || !end || *end != '\0' || !(v >= 0))
+      return Status::InvalidArgument("--" + flag + ": '" + item + "' is not RANK:VALUE (e.g. 1:50)");
+    (*out)[static_cast<int>(rank)] = v;
+    if (comma == std::string::npos) break;
+    i = comma + 1;
+  }
+  return Status::OK();
+}
+
+std::string InjectionOptions::Describe(int rank) const {
+  std::ostringstream os;
+  auto f = fixed_delay_ms.find(rank);
+  if (f != fixed_delay_ms.end()) os << "fixed delay " << f->second << " ms per clock; ";
+  if (random_delay_p > 0)
+    os << "random delay: p=" << random_delay_p << " exponential mean " << random_delay_mean_ms << " ms per clock; ";
+  auto s = slowdown.find(rank);
+  if (s != slowdown.end()) os << "compute slowdown x" << s->second << "; ";
+  if (send_latency_ms > 0) os << "send latency +" << send_latency_ms << " ms; ";
+  std::string r = os.str();
+  return r.empty() ? "none" : r.substr(0, r.size() - 2);
+}
+
+Injector::Injector(const InjectionOptions& o, int rank, uint64_t seed)
+    : o_(o), rank_(rank), state_(SplitMix64(seed * 31 + rank + 1)) {
+  PP_LOG(Info) << "injection for worker " << rank << ": " << o.Describe(rank);
+}
+
+void Injector::AfterStep(double compute_s) {
+  double sleep_s = 0;
+  auto f = o_.fixed_delay_ms.find(rank_);
+  if (f != o_.fixed_delay_ms.end()) sleep_s += f->second / 1000.0;
+  if (o_.random_delay_p > 0) {
+    state_ = SplitMix64(state_);
+    double u = ((state_ >> 11) + 0.5) / 9007199254740992.0;
+    if (u < o_.random_delay_p) {
+      state_ = SplitMix64(state_);
+      double u2 = ((state_ >> 11) + 0.5) / 9007199254740992.0;
+      sleep_s += -std::log(u2) * o_.random_delay_mean_ms / 1000.0;
+    }
+  }
+  auto s = o_.slowdown.find(rank_);
+  if (s != o_.slowdown.end() && s->second > 1) sleep_s += (s->second - 1) * compute_s;
+  if (sleep_s > 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(sleep_s * 1e6)));
+    injected_s_ += sleep_s;
+  }
+}
+
+Status CheckStaleness(const Future& f, const Consistency& c, const char* what) {
+  int64_t bound = c.bound();
+  if (bound >= 0 && f.staleness() > bound)
+    return Status::Internal(std::string(what) + ": a pull observed staleness " + std::to_string(f.staleness()) +
+                            " beyond the bound " + std::to_string(bound) + " of " + c.ToString());
+  return Status::OK();
+}
+
+TraceWriter::TraceWriter(const std::string& path) {
+  if (path.empty()) return;
+  f_ = std::fopen(path.c_str(), "w");
+  if (!f_) {
+    PP_LOG(Error) << "cannot open trace file '" << path << "'";
+    return;
+  }
+  std::fprintf(f_, "clock,wall_s,loss,metric,staleness\n");
+}
+
+void TraceWriter::Row(int64_t clock, double wall_s, double loss, double metric, int32_t staleness) {
+  if (!f_) return;
+  std::fprintf(f_, "%lld,%.4f,%.6g,%s,%d\n", static_cast<long long>(clock), wall_s, loss,
+               std::isfinite(metric) ? std::to_string(metric).c_str() : "", staleness);
+}
+
+TraceWriter::~TraceWriter() {
+  if (f_) std::fclose(f_);
 }
 
 }  // namespace pushpull

@@ -14,6 +14,20 @@
 namespace pushpull {
 
 class Client;
+class Future;
+
+// Stragglers and a slower network, injected into a worker to study the consistency models
+// (all seeded; every run logs what it injected).
+struct InjectionOptions {
+  std::map<int, int> fixed_delay_ms;   // rank -> sleep this long every clock
+  double random_delay_p = 0;           // every worker, each clock, with probability p ...
+  double random_delay_mean_ms = 0;     // ... sleeps an exponential time with this mean
+  std::map<int, double> slowdown;      // rank -> compute takes this many times as long
+  int send_latency_ms = 0;             // added to every message this worker sends
+  // Parses "1:50,3:20" style lists; InvalidArgument naming the flag otherwise.
+  static Status ParseRankMap(const std::string& flag, const std::string& text, std::map<int, double>* out);
+  std::string Describe(int rank) const;
+};
 
 struct AppOptions {
   Consistency consistency;        // of every table the app creates
@@ -25,6 +39,38 @@ struct AppOptions {
   std::string metrics_out;        // append one JSON object per epoch when set
   double target = -1;             // loss (or accuracy) to reach; < 0: the app's default
   int progress_interval_s = 5;    // progress line period
+  std::string trace_out;          // CSV, one row per clock: clock,wall_s,loss,metric,staleness
+  InjectionOptions inject;
+};
+
+// Applies InjectionOptions after each step of one worker.
+class Injector {
+ public:
+  Injector(const InjectionOptions& o, int rank, uint64_t seed);
+  // compute_s: seconds the step's computation took (for the slowdown factor).
+  void AfterStep(double compute_s);
+  double injected_s() const { return injected_s_; }
+
+ private:
+  InjectionOptions o_;
+  int rank_;
+  uint64_t state_;
+  double injected_s_ = 0;
+};
+
+// Fails loudly when a pull saw more staleness than the table's model allows.
+Status CheckStaleness(const Future& f, const Consistency& c, const char* what);
+
+// Per-clock CSV trace for the experiments.
+class TraceWriter {
+ public:
+  explicit TraceWriter(const std::string& path);
+  void Row(int64_t clock, double wall_s, double loss, double metric, int32_t staleness);
+  bool enabled() const { return f_ != nullptr; }
+  ~TraceWriter();
+
+ private:
+  FILE* f_ = nullptr;
 };
 
 struct AppResult {

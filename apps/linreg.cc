@@ -57,6 +57,8 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   const double target = app.target > 0 ? app.target : floor * 1.5;
   MetricsWriter metrics(app.metrics_out);
   Progress progress("linreg", app.progress_interval_s);
+  Injector injector(app.inject, rank, app.seed);
+  TraceWriter trace(app.trace_out);
   std::vector<float> w(o.dim);
   const int batches = (o.examples_per_worker + app.batch - 1) / app.batch;
   int64_t start = NowMs(), samples = 0;
@@ -66,17 +68,22 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
     for (int b = 0; b < batches; ++b) {
       Future pull = client.PullDense(*table, w.data());
       PP_RETURN_IF_ERROR(pull.Wait().Annotate("linreg epoch " + std::to_string(epoch)));
+      PP_RETURN_IF_ERROR(CheckStaleness(pull, app.consistency, "linreg"));
       result->max_staleness = std::max(result->max_staleness, pull.staleness());
+      int64_t t0 = NowUs();
       int begin = b * app.batch, n = std::min(app.batch, o.examples_per_worker - begin);
       Eigen::Map<const Eigen::VectorXf> W(w.data(), o.dim);
       Eigen::VectorXf r = X.middleRows(begin, n) * W - Y.segment(begin, n);
       epoch_loss += 0.5 * r.squaredNorm();
       std::vector<float> grad(o.dim);
       Eigen::Map<Eigen::VectorXf>(grad.data(), o.dim) = X.middleRows(begin, n).transpose() * r / float(n);
+      injector.AfterStep((NowUs() - t0) * 1e-6);
       client.PushDense(*table, std::move(grad));
       PP_RETURN_IF_ERROR(client.Clock());
       samples += n;
-      progress.Update(client.clock(), 0.5 * r.squaredNorm() / n, samples);
+      double batch_loss = 0.5 * r.squaredNorm() / n;
+      progress.Update(client.clock(), batch_loss, samples);
+      trace.Row(client.clock(), (NowMs() - start) / 1000.0, batch_loss, NAN, pull.staleness());
     }
     // Loss of the current model over this worker's whole shard.
     PP_RETURN_IF_ERROR(client.PullDense(*table, w.data()).Wait());

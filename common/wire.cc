@@ -251,17 +251,22 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
   if (out->keys.size() != key_bytes)
     return Status::Corruption("keys frame has " + std::to_string(out->keys.size()) +
                               " bytes, header implies " + std::to_string(key_bytes));
-  if (out->keys.size() % alignof(Key) != 0 ||
-      reinterpret_cast<uintptr_t>(out->keys.data()) % alignof(Key) != 0)
-    return Status::Corruption("keys frame misaligned");
+  // ZeroMQ may hand small frames out at any offset of its receive buffer: realign (a copy,
+  // small frames only in practice) so keys and values can be read in place as u64 and float.
+  auto align = [](zmq::message_t& f, size_t a) {
+    if (reinterpret_cast<uintptr_t>(f.data()) % a == 0) return;
+    zmq::message_t copy(f.size());
+    std::memcpy(copy.data(), f.data(), f.size());
+    f = std::move(copy);
+  };
+  align(out->keys, alignof(Key));
+  align(out->values, alignof(float));
   bool carries_values = h.type == MsgType::kPush || h.type == MsgType::kPullReply;
   uint64_t value_bytes = carries_values ? h.row_count() * h.dim * sizeof(float) : 0;
   if (carries_values && h.status != Code::kOk) value_bytes = 0;
   if (out->values.size() != value_bytes)
     return Status::Corruption("values frame has " + std::to_string(out->values.size()) +
                               " bytes, header implies " + std::to_string(value_bytes));
-  if (reinterpret_cast<uintptr_t>(out->values.data()) % alignof(float) != 0)
-    return Status::Corruption("values frame misaligned");
   return Status::OK();
 }
 

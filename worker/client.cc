@@ -4,6 +4,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -168,6 +169,7 @@ class ClientImpl final : public Client {
   Status CheckTable(const Table& t, const TableInfo** info);
 
   void IoLoop();
+  void SendCommand(std::unique_ptr<Command> c);
   void HandleReply(Message& m, int from);
   void OnMembership();
   void FailAll(const Status& st);
@@ -191,6 +193,7 @@ class ClientImpl final : public Client {
 
   // I/O thread only.
   std::map<uint64_t, Part> pending_;
+  std::deque<std::pair<int64_t, std::unique_ptr<Command>>> delayed_;  // send_latency_ms
   std::vector<zmq::message_t> frames_;
 };
 
@@ -500,7 +503,9 @@ void ClientImpl::IoLoop() {
   items[S] = {static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0};
   items[S + 1] = {static_cast<void*>(cmd_in_), 0, ZMQ_POLLIN, 0};
   while (!stop_) {
-    Poll(items.data(), items.size(), std::min<int64_t>(control_.MsUntilTick(), 100));
+    int64_t timeout = std::min<int64_t>(control_.MsUntilTick(), 100);
+    if (!delayed_.empty()) timeout = std::max<int64_t>(0, std::min(timeout, delayed_.front().first - NowMs()));
+    Poll(items.data(), items.size(), timeout);
     if (items[S + 1].revents & ZMQ_POLLIN) {
       for (int i = 0; i < 1024; ++i) {
         zmq::message_t m;
@@ -508,24 +513,28 @@ void ClientImpl::IoLoop() {
         Command* raw;
         std::memcpy(&raw, m.data(), sizeof(raw));
         std::unique_ptr<Command> c(raw);
-        Status st = c->part.target == kScheduler
-                        ? control_.Send(c->header)
-                        : SendMessage(dealers_[c->part.target], nullptr, c->header, std::move(c->keys),
-                                      std::move(c->values));
-        if (!st.ok()) {
-          c->part.fs->Complete(c->part.target, st);
-          continue;
-        }
-        pending_.emplace(c->header.request_id, std::move(c->part));
+        if (options_.send_latency_ms > 0) delayed_.emplace_back(NowMs() + options_.send_latency_ms, std::move(c));
+        else SendCommand(std::move(c));
       }
+    }
+    while (!delayed_.empty() && delayed_.front().first <= NowMs()) {
+      SendCommand(std::move(delayed_.front().second));
+      delayed_.pop_front();
     }
     for (int s = 0; s < S; ++s) {
       if (!(items[s].revents & ZMQ_POLLIN)) continue;
       for (int i = 0; i < 256 && RecvFrames(dealers_[s], &frames_, 4); ++i) {
         Message m;
-        Status st = Decode(&frames_, &m);
+        bool header_ok = false;
+        Status st = Decode(&frames_, &m, &header_ok);
         if (!st.ok()) {
-          PP_LOG(Warning) << "malformed reply from server " << s << " dropped: " << st.ToString();
+          PP_LOG(Warning) << "malformed reply from server " << s << ": " << st.ToString();
+          // If it can be matched to a request, fail that request now rather than at its deadline.
+          auto it = header_ok ? pending_.find(m.header.request_id) : pending_.end();
+          if (it != pending_.end() && it->second.target == s) {
+            it->second.fs->Complete(s, st.Annotate("reply from server " + std::to_string(s)));
+            pending_.erase(it);
+          }
           continue;
         }
         HandleReply(m, s);
@@ -546,6 +555,18 @@ void ClientImpl::IoLoop() {
     Status st = control_.Tick();
     if (!st.ok()) FailAll(st);
   }
+}
+
+void ClientImpl::SendCommand(std::unique_ptr<Command> c) {
+  Status st = c->part.target == kScheduler
+                  ? control_.Send(c->header)
+                  : SendMessage(dealers_[c->part.target], nullptr, c->header, std::move(c->keys),
+                                std::move(c->values));
+  if (!st.ok()) {
+    c->part.fs->Complete(c->part.target, st);
+    return;
+  }
+  pending_.emplace(c->header.request_id, std::move(c->part));
 }
 
 void ClientImpl::HandleReply(Message& m, int from) {

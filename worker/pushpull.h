@@ -39,6 +39,7 @@ struct ClientOptions {
   int scheduler_timeout_ms = 15000;   // scheduler silent this long: calls fail with Unavailable
   int register_timeout_ms = 120000;   // how long Connect waits for the whole job to register
   int requested_rank = -1;            // >= 0: ask for this worker rank (if free)
+  int send_latency_ms = 0;            // experiments: hold every outgoing message this long
 };
 
 // A table as created: its name, shape and id. Cheap to copy.

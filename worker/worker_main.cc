@@ -4,6 +4,7 @@
 #include <map>
 
 #include "apps/app.h"
+#include "apps/fmnist_mlp.h"
 #include "apps/linreg.h"
 #include "common/log.h"
 #include "worker/pushpull.h"
@@ -26,10 +27,24 @@ DEFINE_uint64(seed, 42, "seed of data and initialisation");
 DEFINE_string(metrics_out, "", "append one JSON object per epoch to this file");
 DEFINE_double(target, -1, "loss (linreg, sparse_lr) or accuracy (fmnist_mlp) to reach; < 0: app default");
 DEFINE_int32(progress_s, 5, "seconds between progress lines (0: none)");
+DEFINE_string(trace_out, "", "write a CSV row per clock here: clock,wall_s,loss,metric,staleness");
+// Injection (experiments): stragglers and a slower network.
+DEFINE_string(straggler, "", "RANK:MS[,RANK:MS]: these workers sleep MS milliseconds every clock");
+DEFINE_double(random_delay_p, 0, "each clock, every worker sleeps with this probability ...");
+DEFINE_double(random_delay_ms, 0, "... an exponential time with this mean (ms)");
+DEFINE_string(slowdown, "", "RANK:FACTOR[,...]: these workers' compute takes FACTOR times as long");
+DEFINE_int32(send_latency_ms, 0, "added latency on every message this worker sends");
 // linreg
 DEFINE_int32(dim, 100, "linreg: features");
 DEFINE_int32(examples, 10000, "linreg: examples per worker");
 DEFINE_double(noise, 0.1, "linreg: label noise stddev");
+
+// fmnist_mlp
+DEFINE_string(layers, "784,256,128,10", "fmnist_mlp: layer sizes");
+DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist", "fmnist_mlp: directory of the gzip'd IDX files");
+DEFINE_string(device, "auto", "fmnist_mlp: compute backend: auto (GPU when present) | cpu | gpu");
+DEFINE_int32(train_limit, 0, "fmnist_mlp: use only this many training images (0: all)");
+DEFINE_int32(test_limit, 0, "fmnist_mlp: evaluate on only this many test images (0: all)");
 
 namespace {
 
@@ -45,6 +60,16 @@ pushpull::Status RunApp(pushpull::Client& client, pushpull::AppResult* result) {
   app.metrics_out = FLAGS_metrics_out;
   app.target = FLAGS_target;
   app.progress_interval_s = FLAGS_progress_s;
+  app.trace_out = FLAGS_trace_out;
+  std::map<int, double> fixed;
+  PP_RETURN_IF_ERROR(pushpull::InjectionOptions::ParseRankMap("straggler", FLAGS_straggler, &fixed));
+  for (auto& [r, ms] : fixed) app.inject.fixed_delay_ms[r] = static_cast<int>(ms);
+  PP_RETURN_IF_ERROR(pushpull::InjectionOptions::ParseRankMap("slowdown", FLAGS_slowdown, &app.inject.slowdown));
+  if (FLAGS_random_delay_p < 0 || FLAGS_random_delay_p > 1 || FLAGS_random_delay_ms < 0)
+    return pushpull::Status::InvalidArgument("--random_delay_p must be in [0, 1] and --random_delay_ms >= 0");
+  app.inject.random_delay_p = FLAGS_random_delay_p;
+  app.inject.random_delay_mean_ms = FLAGS_random_delay_ms;
+  app.inject.send_latency_ms = FLAGS_send_latency_ms;
   if (FLAGS_app == "linreg") {
     app.batch = FLAGS_batch > 0 ? FLAGS_batch : 100;
     pushpull::LinregOptions o;
@@ -52,6 +77,20 @@ pushpull::Status RunApp(pushpull::Client& client, pushpull::AppResult* result) {
     o.examples_per_worker = FLAGS_examples;
     o.noise = static_cast<float>(FLAGS_noise);
     return pushpull::RunLinreg(client, app, o, result);
+  }
+  if (FLAGS_app == "fmnist_mlp") {
+    app.batch = FLAGS_batch > 0 ? FLAGS_batch : 64;
+    pushpull::FmnistOptions o;
+    auto layers = pushpull::ParseLayers(FLAGS_layers);
+    if (!layers.ok()) return layers.status();
+    o.layers = *layers;
+    o.data_dir = FLAGS_data_dir;
+    auto dev = pushpull::ParseDevice(FLAGS_device);
+    if (!dev.ok()) return dev.status();
+    o.device = *dev;
+    o.train_limit = FLAGS_train_limit;
+    o.test_limit = FLAGS_test_limit;
+    return pushpull::RunFmnistMlp(client, app, o, result);
   }
   return pushpull::Status::InvalidArgument("unknown --app '" + FLAGS_app +
                                            "' (linreg, fmnist_mlp, sparse_lr)");
@@ -76,6 +115,7 @@ int main(int argc, char** argv) {
   o.heartbeat_interval_ms = FLAGS_heartbeat_interval_ms;
   o.scheduler_timeout_ms = FLAGS_scheduler_timeout_ms;
   o.register_timeout_ms = FLAGS_register_timeout_ms;
+  o.send_latency_ms = FLAGS_send_latency_ms;
   o.requested_rank = FLAGS_rank;
   auto client = pushpull::Client::Connect(o);
   if (!client.ok()) {

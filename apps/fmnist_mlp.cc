@@ -1,0 +1,190 @@
+#include "apps/fmnist_mlp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "apps/fmnist_data.h"
+#include "common/log.h"
+#include "common/time.h"
+#include "worker/pushpull.h"
+
+namespace pushpull {
+
+Result<std::vector<int>> ParseLayers(const std::string& s) {
+  std::vector<int> out;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t comma = s.find(',', i);
+    std::string item = s.substr(i, comma == std::string::npos ? std::string::npos : comma - i);
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1 || v > 100000)
+      return Status::InvalidArgument("--layers '" + s + "': '" + item + "' is not a layer size");
+    out.push_back(static_cast<int>(v));
+    if (comma == std::string::npos) break;
+    i = comma + 1;
+  }
+  if (out.size() < 2) return Status::InvalidArgument("--layers needs at least an input and an output size");
+  return out;
+}
+
+Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& o, AppResult* result) {
+  const int rank = client.rank(), W = client.num_workers();
+  if (o.layers.front() != 784 || o.layers.back() != 10)
+    return Status::InvalidArgument("fmnist_mlp: the first layer must be 784 (28x28) and the last 10 (classes)");
+  auto train_all = LoadFashionMnist(o.data_dir, true);
+  if (!train_all.ok()) return train_all.status();
+  if (o.train_limit > 0 && o.train_limit < train_all->n) {
+    train_all->n = o.train_limit;
+    train_all->images.resize(size_t(o.train_limit) * train_all->dim());
+    train_all->labels.resize(o.train_limit);
+  }
+  auto shard = Shard(*train_all, rank, W);
+  if (!shard.ok()) return shard.status();
+  const Dataset& train = *shard;
+  Dataset test;
+  if (rank == 0) {
+    auto t = LoadFashionMnist(o.data_dir, false);
+    if (!t.ok()) return t.status();
+    test = std::move(t.value());
+    if (o.test_limit > 0 && o.test_limit < test.n) {
+      test.n = o.test_limit;
+      test.images.resize(size_t(o.test_limit) * test.dim());
+      test.labels.resize(o.test_limit);
+    }
+  }
+  const int batch = app.batch;
+  auto backend = MlpBackend::Create(o.device, o.layers, std::max(batch, 1024));
+  if (!backend.ok()) return backend.status();
+  MlpBackend& net = **backend;
+  PP_LOG(Info) << "fmnist_mlp: worker " << rank << "/" << W << " on " << train.n << " training images, backend "
+               << net.name() << ", batch " << batch;
+
+  const int L = static_cast<int>(o.layers.size()) - 1;
+  std::vector<Table> tables;
+  for (int l = 0; l < L; ++l) {
+    TableSpec spec;
+    spec.name = "fmnist.layer" + std::to_string(l);
+    spec.rows = o.layers[l + 1];
+    spec.dim = o.layers[l] + 1;
+    spec.init = InitKind::kGlorot;
+    spec.glorot_bias_columns = 1;
+    spec.seed = app.seed + l;
+    spec.consistency = app.consistency;
+    auto kind = opt::ParseKind(app.optimizer.empty() ? "adam" : app.optimizer);
+    if (!kind.ok()) return kind.status();
+    spec.optimizer.kind = *kind;
+    spec.optimizer.lr = app.lr > 0 ? app.lr : 1e-3f;
+    auto t = client.CreateTable(spec);
+    if (!t.ok()) return t.status();
+    tables.push_back(*t);
+  }
+  std::vector<std::vector<float>> params(L), grads(L);
+  std::vector<const float*> pptr(L);
+  std::vector<float*> gptr(L);
+  for (int l = 0; l < L; ++l) {
+    params[l].resize(net.layer_size(l));
+    pptr[l] = params[l].data();
+  }
+  auto pull_all = [&](int32_t* staleness) -> Status {
+    std::vector<Future> f;
+    for (int l = 0; l < L; ++l) f.push_back(client.PullDense(tables[l], params[l].data()));
+    for (auto& x : f) {
+      PP_RETURN_IF_ERROR(x.Wait());
+      PP_RETURN_IF_ERROR(CheckStaleness(x, app.consistency, "fmnist_mlp"));
+      *staleness = std::max(*staleness, x.staleness());
+    }
+    return Status::OK();
+  };
+
+  const double target = app.target > 0 ? app.target : 0.88;
+  MetricsWriter metrics(app.metrics_out);
+  TraceWriter trace(app.trace_out);
+  Progress progress("fmnist_mlp", app.progress_interval_s);
+  Injector injector(app.inject, rank, app.seed);
+  std::mt19937_64 rng(SplitMix64(app.seed * 977 + rank));
+  std::vector<int> order(train.n);
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<float> xb(size_t(batch) * 784);
+  std::vector<uint8_t> yb(batch);
+  const int steps = (train.n + batch - 1) / batch;
+  int64_t start = NowMs(), samples = 0;
+  double accuracy = 0;
+  double wait_s = 0, compute_s = 0;
+  for (int epoch = 1; epoch <= app.epochs; ++epoch) {
+    int64_t epoch_start = NowMs();
+    std::shuffle(order.begin(), order.end(), rng);
+    double loss_sum = 0;
+    for (int s = 0; s < steps; ++s) {
+      int n = std::min(batch, train.n - s * batch);
+      for (int i = 0; i < n; ++i) {
+        int idx = order[s * batch + i];
+        std::copy_n(&train.images[size_t(idx) * 784], 784, &xb[size_t(i) * 784]);
+        yb[i] = train.labels[idx];
+      }
+      int64_t t0 = NowUs();
+      int32_t stale = 0;
+      PP_RETURN_IF_ERROR(pull_all(&stale).Annotate("fmnist_mlp epoch " + std::to_string(epoch)));
+      result->max_staleness = std::max(result->max_staleness, stale);
+      int64_t t1 = NowUs();
+      for (int l = 0; l < L; ++l) {
+        grads[l].resize(net.layer_size(l));
+        gptr[l] = grads[l].data();
+      }
+      float loss = 0;
+      PP_RETURN_IF_ERROR(net.ForwardBackward(pptr, xb.data(), yb.data(), n, gptr, &loss));
+      int64_t t2 = NowUs();
+      injector.AfterStep((t2 - t1) * 1e-6);
+      for (int l = 0; l < L; ++l) client.PushDense(tables[l], std::move(grads[l]));
+      PP_RETURN_IF_ERROR(client.Clock());
+      wait_s += (t1 - t0) * 1e-6;
+      compute_s += (t2 - t1) * 1e-6;
+      loss_sum += double(loss) * n;
+      samples += n;
+      progress.Update(client.clock(), loss, samples);
+      trace.Row(client.clock(), (NowMs() - start) / 1000.0, loss, NAN, stale);
+    }
+    double train_loss = loss_sum / train.n;
+    double test_acc = NAN;
+    if (rank == 0) {
+      int32_t stale = 0;
+      PP_RETURN_IF_ERROR(pull_all(&stale));
+      std::vector<int> pred(test.n);
+      float test_loss = 0;
+      PP_RETURN_IF_ERROR(net.Predict(pptr, test.images.data(), test.n, pred.data(), test.labels.data(), &test_loss));
+      int correct = 0;
+      for (int i = 0; i < test.n; ++i) correct += pred[i] == test.labels[i];
+      test_acc = accuracy = double(correct) / test.n;
+      trace.Row(client.clock(), (NowMs() - start) / 1000.0, test_loss, test_acc, stale);
+    }
+    double wall = (NowMs() - start) / 1000.0, secs = (NowMs() - epoch_start) / 1000.0;
+    double rate = double(train.n) / std::max(secs, 1e-3);
+    if (rank == 0)
+      PP_LOG(Info) << "fmnist_mlp epoch " << epoch << "/" << app.epochs << " train_loss " << train_loss
+                   << " test_accuracy " << test_acc << " " << secs << "s (" << int64_t(rate) << " samples/s)";
+    else
+      PP_LOG(Info) << "fmnist_mlp epoch " << epoch << "/" << app.epochs << " train_loss " << train_loss << " "
+                   << secs << "s (" << int64_t(rate) << " samples/s)";
+    PP_RETURN_IF_ERROR(metrics.Write({{"epoch", epoch}, {"clock", double(client.clock())}, {"wall_s", wall},
+                                      {"train_loss", train_loss}, {"test_accuracy", test_acc},
+                                      {"samples_per_s", rate}, {"worker", rank},
+                                      {"wait_fraction", wait_s / std::max(1e-9, wait_s + compute_s)}}));
+  }
+  result->final_metric = accuracy;
+  result->reached_target = rank != 0 || accuracy >= target;
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "fmnist_mlp summary: worker %d consistency=%s workers=%d epochs=%d test_accuracy=%s "
+                "target=%.3f reached=%s max_staleness=%d network_wait=%.0f%% backend=%s wall=%.1fs",
+                rank, app.consistency.ToString().c_str(), W, app.epochs,
+                rank == 0 ? std::to_string(accuracy).c_str() : "n/a(worker 0 evaluates)", target,
+                result->reached_target ? "yes" : "NO", result->max_staleness,
+                100.0 * wait_s / std::max(1e-9, wait_s + compute_s), net.name().c_str(),
+                (NowMs() - start) / 1000.0);
+  result->summary = buf;
+  return Status::OK();
+}
+
+}  // namespace pushpull

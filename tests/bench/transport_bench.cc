@@ -1,0 +1,825 @@
+// Bench "transport": pushpull's data path against real servers over tcp loopback on this
+// machine, next to a raw ZeroMQ baseline that moves the same bytes the same way, measured in the
+// same run.
+//
+// pushpull side: a LocalCluster (scheduler + S servers as threads of this process, one update
+// thread each, W clients). Tables are ASP with SGD so that neither consistency waits nor a heavy
+// optimizer dominate. Dense cases PushDense/PullDense a whole table of the payload's size
+// (dim 256 up to 1 MB, dim 1024 above); sparse cases Push/Pull fixed random u64 keys (dim 64)
+// of a sparse table. Each push hands the client a fresh std::vector (a copy of a warm source
+// buffer: the API takes ownership), each pull lands in a reused, warm destination buffer.
+//
+// Raw baseline: per server one thread with its own context and one ROUTER bound to
+// tcp://127.0.0.1 (ephemeral port); per worker one thread with its own context and one DEALER
+// per server. "push" sends [op][keys?][payload] zero-copy from a preallocated buffer and gets an
+// 8-byte ack; "pull" sends [op][keys?] and gets [op][payload] zero-copy from the server's
+// preallocated buffer; "pushpull" does both. The payload is split over the S servers like
+// pushpull splits it. Socket buffers are set as pushpull sets them (4 MiB SO_SNDBUF/RCVBUF).
+// The received payload is not copied anywhere (pushpull copies a pull reply into the caller's
+// buffer).
+//
+// Both sides: warm-up iterations first; latency runs wait for each op before the next (p50/p99
+// over all workers' samples); throughput runs keep up to `depth` ops in flight per worker
+// (4 up to 1 MB, 2 above), and count bytes of float payload (push-then-pull counts both
+// directions) over the span from the first worker's start to the last worker's end.
+// GB/s = 1e9 bytes/s; sizes are binary (1MB = 2^20 bytes).
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/log.h"
+#include "tests/bench/bench.h"
+#include "tests/local_cluster.h"
+// The bench binary does not link tests/local_cluster.cc; compile it into this file.
+#include "tests/local_cluster.cc"
+
+namespace pushpull::bench {
+namespace {
+
+constexpr int64_t kWaitMs = 60000;  // every wait is bounded
+constexpr size_t kKB = 1024, kMB = 1024 * 1024;
+
+enum class Op { kPush = 0, kPull = 1, kPushPull = 2 };
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kPush: return "push";
+    case Op::kPull: return "pull";
+    case Op::kPushPull: return "pushpull";
+  }
+  return "?";
+}
+
+std::string SizeName(size_t bytes) {
+  if (bytes >= kMB) return std::to_string(bytes / kMB) + "MB";
+  return std::to_string(bytes / kKB) + "KB";
+}
+
+// A reusable barrier whose wait is bounded (a failed thread still arrives).
+class Barrier {
+ public:
+  explicit Barrier(int n) : n_(n) {}
+  void Arrive() {
+    std::unique_lock<std::mutex> l(mu_);
+    int gen = gen_;
+    if (++count_ == n_) {
+      count_ = 0;
+      ++gen_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait_for(l, std::chrono::milliseconds(kWaitMs), [&] { return gen_ != gen; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int n_, count_ = 0, gen_ = 0;
+};
+
+// How one measured run goes.
+struct Plan {
+  bool serial = true;   // latency: wait for each op before the next
+  int depth = 1;        // throughput: ops in flight per worker
+  int warmup = 2;       // unmeasured ops first
+  int min_iters = 3;    // measured ops per worker, at least ...
+  int max_iters = 100000;
+  double budget_s = 0.2;  // ... and until this much time has passed
+};
+
+struct WorkerResult {
+  bool ok = true;
+  std::string error;
+  int64_t n = 0;
+  double t0 = 0, t1 = 0;
+  std::vector<double> lat_us;
+};
+
+struct RunResult {
+  bool ok = true;
+  std::string error;
+  double gbps = 0;  // aggregate over workers
+  double p50_us = 0, p99_us = 0;
+  int64_t ops = 0;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  size_t k = static_cast<size_t>(std::ceil(p * v.size()));
+  return v[std::min(v.size() - 1, k == 0 ? 0 : k - 1)];
+}
+
+// Driver interface (duck-typed): bool Issue(Op); bool WaitOldest(); size_t outstanding();
+// std::string error().
+template <class Driver>
+WorkerResult RunLoop(Driver& d, Op op, const Plan& p, Barrier& bar) {
+  WorkerResult r;
+  auto fail = [&]() {
+    r.ok = false;
+    r.error = d.error();
+  };
+  for (int i = 0; i < p.warmup && r.ok; ++i)
+    if (!d.Issue(op) || !d.WaitOldest()) fail();
+  bar.Arrive();
+  if (!r.ok) return r;
+  r.t0 = Now();
+  while (r.ok && (r.n < p.min_iters || (r.n < p.max_iters && Now() - r.t0 < p.budget_s))) {
+    if (p.serial) {
+      const double ts = Now();
+      if (!d.Issue(op) || !d.WaitOldest()) {
+        fail();
+        break;
+      }
+      r.lat_us.push_back((Now() - ts) * 1e6);
+    } else {
+      if (!d.Issue(op)) {
+        fail();
+        break;
+      }
+      if (static_cast<int>(d.outstanding()) >= p.depth && !d.WaitOldest()) {
+        fail();
+        break;
+      }
+    }
+    ++r.n;
+  }
+  while (r.ok && d.outstanding() > 0)
+    if (!d.WaitOldest()) fail();
+  r.t1 = Now();
+  return r;
+}
+
+// Runs fn(w) -> WorkerResult on W threads and aggregates.
+template <class Fn>
+RunResult RunWorkers(int W, double bytes_per_op, Fn&& fn) {
+  std::vector<WorkerResult> res(W);
+  std::vector<std::thread> th;
+  for (int w = 0; w < W; ++w) th.emplace_back([&, w] { res[w] = fn(w); });
+  for (auto& t : th) t.join();
+  RunResult out;
+  double t0 = 1e300, t1 = 0;
+  std::vector<double> lat;
+  for (auto& r : res) {
+    if (!r.ok) {
+      out.ok = false;
+      if (out.error.empty()) out.error = r.error;
+      continue;
+    }
+    t0 = std::min(t0, r.t0);
+    t1 = std::max(t1, r.t1);
+    out.ops += r.n;
+    lat.insert(lat.end(), r.lat_us.begin(), r.lat_us.end());
+  }
+  if (!out.ok) return out;
+  out.gbps = bytes_per_op * out.ops / std::max(1e-9, t1 - t0) / 1e9;
+  out.p50_us = Percentile(lat, 0.50);
+  out.p99_us = Percentile(lat, 0.99);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// pushpull side
+
+struct TableSet {
+  std::vector<Table> per_worker;  // the same table as each client knows it
+  size_t floats = 0;
+  uint32_t dim = 0;
+  std::vector<Key> keys;  // sparse
+};
+
+class PushPullDriver {
+ public:
+  PushPullDriver(Client& c, const Table& t, size_t floats, const std::vector<Key>* keys, int bufs)
+      : c_(c), t_(t), keys_(keys), src_(floats, 1e-3f), out_(bufs, std::vector<float>(floats, 0.0f)) {}
+
+  bool Issue(Op op) {
+    std::vector<Future> fs;
+    if (op != Op::kPull) {
+      std::vector<float> g(src_);  // the API takes ownership of the gradient
+      fs.push_back(keys_ ? c_.Push(t_, *keys_, std::move(g)) : c_.PushDense(t_, std::move(g)));
+    }
+    if (op != Op::kPush) {
+      float* dst = out_[slot_].data();
+      slot_ = (slot_ + 1) % out_.size();
+      fs.push_back(keys_ ? c_.Pull(t_, *keys_, dst) : c_.PullDense(t_, dst));
+    }
+    q_.push_back(std::move(fs));
+    return true;
+  }
+  bool WaitOldest() {
+    if (q_.empty()) return true;
+    std::vector<Future> fs = std::move(q_.front());
+    q_.pop_front();
+    for (auto& f : fs) {
+      Status st = f.WaitFor(kWaitMs);
+      if (!st.ok()) {
+        error_ = st.ToString();
+        return false;
+      }
+    }
+    return true;
+  }
+  size_t outstanding() const { return q_.size(); }
+  std::string error() const { return error_; }
+
+ private:
+  Client& c_;
+  Table t_;
+  const std::vector<Key>* keys_;
+  std::vector<float> src_;
+  std::vector<std::vector<float>> out_;
+  size_t slot_ = 0;
+  std::deque<std::vector<Future>> q_;
+  std::string error_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// raw ZeroMQ side
+
+struct RawHeader {
+  uint8_t op = 0;  // 0 push, 1 pull
+  uint8_t has_keys = 0;
+  uint64_t reply_bytes = 0;  // pull: payload bytes to send back
+};
+
+void NoFree(void*, void*) {}
+
+void SetRawSocketOptions(zmq::socket_t& s) {
+  // What ConfigureSocket() sets that matters for bulk transfer; nothing else of pushpull.
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::sndhwm, 100000);
+  s.set(zmq::sockopt::rcvhwm, 100000);
+  s.set(zmq::sockopt::sndbuf, 4 << 20);
+  s.set(zmq::sockopt::rcvbuf, 4 << 20);
+}
+
+class RawServer {
+ public:
+  explicit RawServer(size_t max_reply_bytes)
+      : router_(ctx_, zmq::socket_type::router), buf_(max_reply_bytes / 4 + 1, 1e-3f) {
+    SetRawSocketOptions(router_);
+    router_.bind("tcp://127.0.0.1:*");
+    address_ = router_.get(zmq::sockopt::last_endpoint);
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~RawServer() {
+    stop_ = true;
+    thread_.join();
+  }
+  const std::string& address() const { return address_; }
+
+ private:
+  void Loop() {
+    std::vector<zmq::message_t> frames;
+    while (!stop_) {
+      zmq::pollitem_t item{static_cast<void*>(router_), 0, ZMQ_POLLIN, 0};
+      if (zmq_poll(&item, 1, 50) <= 0) continue;
+      for (int i = 0; i < 256; ++i) {
+        frames.clear();
+        while (true) {
+          zmq::message_t m;
+          if (!router_.recv(m, zmq::recv_flags::dontwait)) break;
+          bool more = m.more();
+          frames.push_back(std::move(m));
+          if (!more) break;
+        }
+        if (frames.size() < 2) break;
+        RawHeader h;
+        std::memcpy(&h, frames[1].data(), std::min(sizeof h, frames[1].size()));
+        router_.send(frames[0], zmq::send_flags::sndmore);
+        if (h.op == 0) {
+          uint64_t ack = 1;
+          zmq::message_t a(&ack, sizeof ack);
+          router_.send(a, zmq::send_flags::none);
+        } else {
+          zmq::message_t hm(&h, sizeof h);
+          router_.send(hm, zmq::send_flags::sndmore);
+          zmq::message_t payload(buf_.data(), h.reply_bytes, NoFree, nullptr);
+          router_.send(payload, zmq::send_flags::none);
+        }
+      }
+    }
+  }
+
+  zmq::context_t ctx_;
+  zmq::socket_t router_;
+  std::vector<float> buf_;
+  std::string address_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// One raw client: its own context and one DEALER per server.
+class RawClient {
+ public:
+  explicit RawClient(const std::vector<std::string>& servers) {
+    for (auto& a : servers) {
+      dealers_.emplace_back(ctx_, zmq::socket_type::dealer);
+      SetRawSocketOptions(dealers_.back());
+      dealers_.back().set(zmq::sockopt::rcvtimeo, static_cast<int>(kWaitMs));
+      dealers_.back().connect(a);
+    }
+  }
+  std::vector<zmq::socket_t>& dealers() { return dealers_; }
+
+ private:
+  zmq::context_t ctx_;
+  std::vector<zmq::socket_t> dealers_;
+};
+
+class RawDriver {
+ public:
+  // part_floats[s]: floats to/from server s; keys: key bytes per server part (0: dense).
+  RawDriver(RawClient& c, std::vector<size_t> part_floats, std::vector<size_t> part_key_bytes)
+      : d_(c.dealers()), part_floats_(std::move(part_floats)), part_keys_(std::move(part_key_bytes)),
+        got_(d_.size(), 0) {
+    size_t mx = 0, mk = 0;
+    for (auto f : part_floats_) mx = std::max(mx, f);
+    for (auto k : part_keys_) mk = std::max(mk, k);
+    src_.assign(mx + 1, 1e-3f);
+    keys_.assign(mk / 8 + 1, 7);
+  }
+
+  bool Issue(Op op) {
+    try {
+      for (size_t s = 0; s < d_.size(); ++s) {
+        const bool keyed = part_keys_[s] > 0;
+        if (op != Op::kPull) {
+          RawHeader h{0, keyed, 0};
+          zmq::message_t hm(&h, sizeof h);
+          d_[s].send(hm, zmq::send_flags::sndmore);
+          if (keyed) {
+            zmq::message_t km(keys_.data(), part_keys_[s], NoFree, nullptr);
+            d_[s].send(km, zmq::send_flags::sndmore);
+          }
+          zmq::message_t vm(src_.data(), part_floats_[s] * 4, NoFree, nullptr);
+          d_[s].send(vm, zmq::send_flags::none);
+        }
+        if (op != Op::kPush) {
+          RawHeader h{1, keyed, part_floats_[s] * 4};
+          zmq::message_t hm(&h, sizeof h);
+          d_[s].send(hm, keyed ? zmq::send_flags::sndmore : zmq::send_flags::none);
+          if (keyed) {
+            zmq::message_t km(keys_.data(), part_keys_[s], NoFree, nullptr);
+            d_[s].send(km, zmq::send_flags::none);
+          }
+        }
+      }
+    } catch (const zmq::error_t& e) {
+      error_ = std::string("raw send: ") + e.what();
+      return false;
+    }
+    q_.push_back(op == Op::kPushPull ? 2 : 1);
+    return true;
+  }
+  bool WaitOldest() {
+    if (q_.empty()) return true;
+    const int need = q_.front();
+    q_.pop_front();
+    for (size_t s = 0; s < d_.size(); ++s) {
+      while (got_[s] < need) {
+        // One reply (multipart), received and dropped: the payload is not copied.
+        while (true) {
+          zmq::message_t m;
+          if (!d_[s].recv(m)) {
+            error_ = "raw: no reply within " + std::to_string(kWaitMs) + " ms";
+            return false;
+          }
+          if (!m.more()) break;
+        }
+        ++got_[s];
+      }
+      got_[s] -= need;
+    }
+    return true;
+  }
+  size_t outstanding() const { return q_.size(); }
+  std::string error() const { return error_; }
+
+ private:
+  std::vector<zmq::socket_t>& d_;
+  std::vector<size_t> part_floats_, part_keys_;
+  std::vector<int> got_;
+  std::vector<float> src_;
+  std::vector<uint64_t> keys_;
+  std::deque<int> q_;
+  std::string error_;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+size_t ProcessRssBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long size = 0, resident = 0;
+  int n = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+TableSpec MakeSpec(const std::string& name, bool sparse, uint64_t rows, uint32_t dim,
+                   opt::Kind kind, Consistency c) {
+  TableSpec s;
+  s.name = name;
+  s.sparse = sparse;
+  s.rows = sparse ? 0 : rows;
+  s.dim = dim;
+  s.init = InitKind::kZeros;
+  s.optimizer.kind = kind;
+  s.optimizer.lr = 1e-4f;
+  s.consistency = c;
+  return s;
+}
+
+Consistency Asp() {
+  Consistency c;
+  c.model = Consistency::kAsp;
+  return c;
+}
+
+std::string ShapeName(int S, int W) { return std::to_string(S) + "s" + std::to_string(W) + "w"; }
+
+struct Shape {
+  int S, W;
+  bool sparse;  // also the sparse cases for this shape
+};
+
+struct Config {
+  bool quick = false;
+  std::vector<size_t> sizes;
+  std::vector<size_t> sparse_sizes;
+  std::vector<Shape> shapes;
+  double budget_s = 0.2;
+  int ssp_iters_max = 400;
+  double ssp_budget_s = 2.0;
+};
+
+Plan LatencyPlan(const Config& cfg, size_t bytes) {
+  Plan p;
+  p.serial = true;
+  p.warmup = bytes >= 16 * kMB ? 1 : (bytes >= kMB ? 3 : 50);
+  p.min_iters = cfg.quick ? 3 : (bytes >= 64 * kMB ? 3 : 5);
+  p.budget_s = cfg.budget_s;
+  return p;
+}
+Plan ThroughputPlan(const Config& cfg, size_t bytes) {
+  Plan p = LatencyPlan(cfg, bytes);
+  p.serial = false;
+  p.depth = bytes > kMB ? 2 : 4;
+  return p;
+}
+
+struct Measured {
+  RunResult r[3];        // throughput by Op
+  RunResult lat[2];      // latency: push, pull
+};
+
+// Runs one case (a table of `bytes`) on both sides and reports its figures.
+class TransportBench {
+ public:
+  TransportBench(Reporter& rep, const Config& cfg) : rep_(rep), cfg_(cfg) {}
+
+  void Run() {
+    SetLogLevel(LogLevel::kWarning);
+    const double t0 = Now();
+    RunRss();
+    for (const Shape& sh : cfg_.shapes) RunShape(sh);
+    // 16 MB dense pull from 2 servers vs 1 (1 worker), from the figures above.
+    auto a = pull16_.find(2), b = pull16_.find(1);
+    if (a != pull16_.end() && b != pull16_.end())
+      Add("pull_2s_vs_1s/16MB/1w", "GB/s", a->second, b->second,
+          "dense 16MB pull throughput with 2 servers (value) vs 1 server (baseline), 1 worker, "
+          "pipelined depth 2");
+    RunSsp();
+    SetLogLevel(LogLevel::kInfo);
+    std::fprintf(stderr, "transport bench: %.1f s\n", Now() - t0);
+  }
+
+ private:
+  void Add(const std::string& name, const std::string& unit, double value, double baseline,
+           const std::string& note) {
+    Figure f;
+    f.bench = "transport";
+    f.name = name;
+    f.unit = unit;
+    f.value = value;
+    f.baseline = baseline;
+    f.note = note;
+    rep_.Add(f);
+  }
+
+  void RunShape(const Shape& sh) {
+    LocalClusterConfig lc;
+    lc.servers = sh.S;
+    lc.workers = sh.W;
+    lc.update_threads = 1;
+    lc.request_timeout_ms = static_cast<int>(kWaitMs);
+    LocalCluster cl(lc);
+    Status st = cl.Start();
+    if (!st.ok()) {
+      std::fprintf(stderr, "transport: cluster %s failed to start: %s\n",
+                   ShapeName(sh.S, sh.W).c_str(), st.ToString().c_str());
+      return;
+    }
+    size_t max_bytes = 0;
+    for (auto b : cfg_.sizes) max_bytes = std::max(max_bytes, b);
+    if (sh.sparse)
+      for (auto b : cfg_.sparse_sizes) max_bytes = std::max(max_bytes, b);
+    {
+      std::vector<std::unique_ptr<RawServer>> servers;
+      std::vector<std::string> addrs;
+      for (int s = 0; s < sh.S; ++s) {
+        // pull replies of a sparse part can be a little over bytes/S (uneven buckets)
+        servers.push_back(std::make_unique<RawServer>(max_bytes / sh.S + max_bytes / 8 + 4096));
+        addrs.push_back(servers.back()->address());
+      }
+      std::vector<std::unique_ptr<RawClient>> raw_clients;
+      for (int w = 0; w < sh.W; ++w) raw_clients.push_back(std::make_unique<RawClient>(addrs));
+
+      for (size_t bytes : cfg_.sizes) RunCase(cl, sh, raw_clients, bytes, false);
+      if (sh.sparse)
+        for (size_t bytes : cfg_.sparse_sizes) RunCase(cl, sh, raw_clients, bytes, true);
+      raw_clients.clear();
+      servers.clear();
+    }
+    st = cl.FinishAndJoin();
+    if (!st.ok())
+      std::fprintf(stderr, "transport: cluster %s did not finish cleanly: %s\n",
+                   ShapeName(sh.S, sh.W).c_str(), st.ToString().c_str());
+  }
+
+  void RunCase(LocalCluster& cl, const Shape& sh, std::vector<std::unique_ptr<RawClient>>& raw,
+               size_t bytes, bool sparse) {
+    const int S = sh.S, W = sh.W;
+    const uint32_t dim = sparse ? 64 : (bytes <= kMB ? 256 : 1024);
+    const size_t floats = bytes / 4;
+    const uint64_t rows = floats / dim;
+    const std::string tname = std::string(sparse ? "s_" : "d_") + SizeName(bytes);
+    TableSpec spec = MakeSpec(tname, sparse, rows, dim, opt::Kind::kSgd, Asp());
+    std::vector<Table> tables(W);
+    for (int w = 0; w < W; ++w) {
+      auto t = cl.client(w).CreateTable(spec);
+      if (!t.ok()) {
+        std::fprintf(stderr, "transport: create %s: %s\n", tname.c_str(), t.status().ToString().c_str());
+        return;
+      }
+      tables[w] = t.value();
+    }
+    // Sparse: fixed random keys (the same for every worker) and the per-server parts they make.
+    std::vector<Key> keys;
+    std::vector<size_t> part_floats(S, 0), part_keys(S, 0);
+    if (sparse) {
+      TableInfo info = TableInfo::Make(0, spec, S);
+      for (uint64_t i = 0; i < rows; ++i) {
+        Key k = SplitMix64(i * 0x9E3779B97F4A7C15ull + bytes);
+        keys.push_back(k);
+        part_floats[info.OwnerOf(k)] += dim;
+        part_keys[info.OwnerOf(k)] += sizeof(Key);
+      }
+    } else {
+      TableInfo info = TableInfo::Make(0, spec, S);
+      for (int s = 0; s < S; ++s) part_floats[s] = (info.row_offsets[s + 1] - info.row_offsets[s]) * dim;
+    }
+    Measured pp, rw;
+    const Plan lat = LatencyPlan(cfg_, bytes), thr = ThroughputPlan(cfg_, bytes);
+    const int bufs = thr.depth;
+    // pushpull: per-worker drivers live across the runs of this case (warm buffers).
+    {
+      std::vector<std::unique_ptr<PushPullDriver>> d;
+      for (int w = 0; w < W; ++w)
+        d.push_back(std::make_unique<PushPullDriver>(cl.client(w), tables[w], floats,
+                                                     sparse ? &keys : nullptr, bufs));
+      Barrier bar(W);
+      auto run = [&](Op op, const Plan& p) {
+        double bpo = double(bytes) * (op == Op::kPushPull ? 2 : 1);
+        return RunWorkers(W, bpo, [&](int w) { return RunLoop(*d[w], op, p, bar); });
+      };
+      pp.lat[0] = run(Op::kPush, lat);
+      pp.lat[1] = run(Op::kPull, lat);
+      for (Op op : {Op::kPush, Op::kPull, Op::kPushPull}) pp.r[int(op)] = run(op, thr);
+    }
+    {
+      std::vector<std::unique_ptr<RawDriver>> d;
+      for (int w = 0; w < W; ++w)
+        d.push_back(std::make_unique<RawDriver>(*raw[w], part_floats, part_keys));
+      Barrier bar(W);
+      auto run = [&](Op op, const Plan& p) {
+        double bpo = double(bytes) * (op == Op::kPushPull ? 2 : 1);
+        return RunWorkers(W, bpo, [&](int w) { return RunLoop(*d[w], op, p, bar); });
+      };
+      rw.lat[0] = run(Op::kPush, lat);
+      rw.lat[1] = run(Op::kPull, lat);
+      for (Op op : {Op::kPush, Op::kPull, Op::kPushPull}) rw.r[int(op)] = run(op, thr);
+    }
+    const std::string suffix = "/" + SizeName(bytes) + "/" + ShapeName(S, W);
+    const std::string pre = sparse ? "sparse_" : "";
+    const std::string what =
+        sparse ? "sparse table dim 64, " + std::to_string(rows) + " random keys"
+               : "dense table " + std::to_string(rows) + "x" + std::to_string(dim);
+    auto fail_note = [](const RunResult& a, const RunResult& b) {
+      std::string e = !a.ok ? "pushpull FAILED: " + a.error : "";
+      if (!b.ok) e += (e.empty() ? "" : "; ") + std::string("raw FAILED: ") + b.error;
+      return e;
+    };
+    for (Op op : {Op::kPush, Op::kPull, Op::kPushPull}) {
+      const RunResult& a = pp.r[int(op)];
+      const RunResult& b = rw.r[int(op)];
+      std::string note = what + ", ASP+SGD, " + std::to_string(thr.depth) +
+                         " ops in flight per worker" +
+                         (op == Op::kPushPull ? ", bytes of both directions" : "") +
+                         ", ops pp/raw " + std::to_string(a.ops) + "/" + std::to_string(b.ops);
+      std::string f = fail_note(a, b);
+      if (!f.empty()) note = f;
+      Add(pre + OpName(op) + suffix, "GB/s", a.ok ? a.gbps : NAN, b.ok ? b.gbps : 0.0, note);
+    }
+    if (!sparse && S == 2 && W == 1 && bytes == 16 * kMB && pp.r[1].ok) pull16_[2] = pp.r[1].gbps;
+    if (!sparse && S == 1 && W == 1 && bytes == 16 * kMB && pp.r[1].ok) pull16_[1] = pp.r[1].gbps;
+    for (int i = 0; i < 2; ++i) {
+      const RunResult& a = pp.lat[i];
+      const RunResult& b = rw.lat[i];
+      const std::string op = i == 0 ? "push" : "pull";
+      std::string note = what + ", ASP+SGD, one op at a time per worker, ops pp/raw " +
+                         std::to_string(a.ops) + "/" + std::to_string(b.ops);
+      std::string f = fail_note(a, b);
+      if (!f.empty()) note = f;
+      Add(pre + op + "_p50" + suffix, "us", a.ok ? a.p50_us : NAN, b.ok ? b.p50_us : 0.0, note);
+      Add(pre + op + "_p99" + suffix, "us", a.ok ? a.p99_us : NAN, b.ok ? b.p99_us : 0.0, note);
+    }
+  }
+
+  // Resident memory of a dense Adam table of N = 16M floats on a server (a thread here).
+  void RunRss() {
+    const size_t N = 16 * kMB;
+    const uint32_t dim = 256;
+    LocalClusterConfig lc;
+    lc.servers = 1;
+    lc.workers = 1;
+    lc.update_threads = 1;
+    lc.request_timeout_ms = static_cast<int>(kWaitMs);
+    LocalCluster cl(lc);
+    Status st = cl.Start();
+    if (!st.ok()) {
+      std::fprintf(stderr, "transport: rss cluster: %s\n", st.ToString().c_str());
+      return;
+    }
+    Client& c = cl.client(0);
+    malloc_trim(0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const size_t before = ProcessRssBytes();
+    TableSpec spec = MakeSpec("adam_16M", false, N / dim, dim, opt::Kind::kAdam, Asp());
+    auto t = c.CreateTable(spec);
+    std::string note;
+    if (!t.ok()) {
+      note = "FAILED: " + t.status().ToString();
+    } else {
+      const size_t created = ProcessRssBytes();
+      std::vector<float> g(N, 1e-3f);  // the client's gradient, handed over (freed once sent)
+      st = c.PushDense(*t, std::move(g)).WaitFor(kWaitMs);
+      if (!st.ok()) note = "FAILED: " + st.ToString();
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let zmq release buffers
+      malloc_trim(0);
+      const size_t after = ProcessRssBytes();
+      if (note.empty()) {
+        char buf[512];
+        std::snprintf(buf, sizeof buf,
+                      "process RSS delta (/proc/self/statm) from before CreateTable to after one "
+                      "PushDense of all %zu floats (dim %u, 1 server, 1 update thread) was "
+                      "applied and its buffers freed (client gradient and server receive buffer "
+                      "are gone by then); baseline = 4N bytes; RSS right after CreateTable: "
+                      "+%.1f MB",
+                      N, dim, (double(created) - double(before)) / 1e6);
+        note = buf;
+        Add("server_rss_adam/16M", "bytes", double(after) - double(before), 4.0 * N, note);
+      }
+    }
+    if (!note.empty() && note.rfind("FAILED", 0) == 0)
+      Add("server_rss_adam/16M", "bytes", NAN, 4.0 * N, note);
+    st = cl.FinishAndJoin();
+    if (!st.ok()) std::fprintf(stderr, "transport: rss cluster finish: %s\n", st.ToString().c_str());
+  }
+
+  // 4 workers pushing to 2 servers with SSP(2): push, clock, pull on a ~1 MB dense table.
+  void RunSsp() {
+    const int S = 2, W = 4;
+    const uint32_t dim = 256;
+    const size_t floats = kMB / 4;
+    LocalClusterConfig lc;
+    lc.servers = S;
+    lc.workers = W;
+    lc.update_threads = 1;
+    lc.request_timeout_ms = static_cast<int>(kWaitMs);
+    LocalCluster cl(lc);
+    Status st = cl.Start();
+    if (!st.ok()) {
+      std::fprintf(stderr, "transport: ssp cluster: %s\n", st.ToString().c_str());
+      return;
+    }
+    Consistency ssp;
+    ssp.model = Consistency::kSsp;
+    ssp.staleness = 2;
+    TableSpec spec = MakeSpec("ssp_1MB", false, floats / dim, dim, opt::Kind::kSgd, ssp);
+    std::vector<Table> tables(W);
+    for (int w = 0; w < W; ++w) {
+      auto t = cl.client(w).CreateTable(spec);
+      if (!t.ok()) {
+        std::fprintf(stderr, "transport: ssp table: %s\n", t.status().ToString().c_str());
+        return;
+      }
+      tables[w] = t.value();
+    }
+    std::vector<std::string> err(W);
+    std::vector<double> t0(W), t1(W);
+    std::atomic<int> iters{0};
+    Barrier bar(W);
+    const int warm = 5;
+    cl.RunWorkers([&](Client& c, int w) {
+      std::vector<float> src(floats, 1e-3f), out(floats, 0.0f);
+      auto step = [&]() -> bool {
+        Future push = c.PushDense(tables[w], std::vector<float>(src));
+        Status s = c.Clock();
+        if (s.ok()) s = c.PullDense(tables[w], out.data()).WaitFor(kWaitMs);
+        if (s.ok()) s = push.WaitFor(kWaitMs);
+        if (!s.ok() && err[w].empty()) err[w] = s.ToString();
+        return s.ok();
+      };
+      bool ok = true;
+      double tw = Now();
+      for (int i = 0; i < warm && ok; ++i) ok = step();
+      tw = Now() - tw;
+      // Worker 0 picks the iteration count from its warm-up pace; all run the same count, so
+      // nobody is left waiting at the end for a worker that stopped early.
+      if (w == 0) {
+        int n = static_cast<int>(cfg_.ssp_budget_s / std::max(1e-6, tw / warm));
+        iters = std::max(10, std::min(cfg_.ssp_iters_max, n));
+      }
+      bar.Arrive();
+      t0[w] = Now();
+      const int n = iters.load();
+      for (int i = 0; i < n && ok; ++i) ok = step();
+      t1[w] = Now();
+    });
+    std::string e;
+    for (auto& x : err)
+      if (!x.empty() && e.empty()) e = x;
+    const double span = *std::max_element(t1.begin(), t1.end()) - *std::min_element(t0.begin(), t0.end());
+    const double updates = double(W) * iters.load();
+    int64_t maxst = 0;
+    for (int s = 0; s < S; ++s) maxst = std::max<int64_t>(maxst, cl.server(s).stats().max_staleness);
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "%d workers x %d iterations of PushDense (1MB, %u x %u, SGD), Clock, PullDense "
+                  "(waited), SSP(2), 2 servers x 1 update thread; an update = one worker's "
+                  "whole-table push applied (acknowledged); max staleness seen %lld",
+                  W, iters.load(), unsigned(floats / dim), dim, static_cast<long long>(maxst));
+    if (!e.empty())
+      Add("ssp_updates/1MB/2s4w", "updates/s", NAN, 0.0, "FAILED: " + e);
+    else
+      Add("ssp_updates/1MB/2s4w", "updates/s", updates / span, 0.0, buf);
+    st = cl.FinishAndJoin();
+    if (!st.ok()) std::fprintf(stderr, "transport: ssp cluster finish: %s\n", st.ToString().c_str());
+  }
+
+  Reporter& rep_;
+  const Config cfg_;
+  std::map<int, double> pull16_;  // servers -> 16MB dense pull GB/s, 1 worker
+};
+
+void RunTransportBench(Reporter& rep, const Options& o) {
+  Config cfg;
+  cfg.quick = o.quick;
+  if (o.quick) {
+    cfg.sizes = {4 * kKB, kMB, 16 * kMB};
+    cfg.sparse_sizes = {kMB};
+    cfg.shapes = {{1, 1, true}, {2, 1, false}};
+    cfg.budget_s = 0.04;
+    cfg.ssp_iters_max = 60;
+    cfg.ssp_budget_s = 0.5;
+  } else {
+    cfg.sizes = {4 * kKB, 64 * kKB, kMB, 16 * kMB, 64 * kMB};
+    cfg.sparse_sizes = {4 * kKB, 64 * kKB, kMB, 16 * kMB};
+    cfg.shapes = {{1, 1, true}, {2, 1, true}, {1, 2, false}, {2, 2, false}, {1, 4, false}, {2, 4, true}};
+    cfg.budget_s = 0.15;
+  }
+  TransportBench(rep, cfg).Run();
+}
+
+}  // namespace
+}  // namespace pushpull::bench
+
+PP_BENCH(transport, pushpull::bench::RunTransportBench);
