@@ -76,7 +76,13 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
     auto kind = opt::ParseKind(app.optimizer.empty() ? "adam" : app.optimizer);
     if (!kind.ok()) return kind.status();
     spec.optimizer.kind = *kind;
-    spec.optimizer.lr = app.lr > 0 ? app.lr : 1e-3f;
+    spec.optimizer.lr = app.lr > 0 ? app.lr : 2e-3f;
+    // Cosine decay to zero over the run, counted in applied updates: one per clock under BSP
+    // (the workers' mean), one per push otherwise.
+    spec.optimizer.schedule.kind = opt::ScheduleKind::kCosine;
+    spec.optimizer.schedule.total_steps =
+        int64_t(app.epochs) * ((train_all->n / W + batch - 1) / batch) *
+        (app.consistency.model == Consistency::kBsp ? 1 : W);
     auto t = client.CreateTable(spec);
     if (!t.ok()) return t.status();
     tables.push_back(*t);

@@ -6,6 +6,7 @@
 #include "apps/app.h"
 #include "apps/fmnist_mlp.h"
 #include "apps/linreg.h"
+#include "apps/sparse_lr.h"
 #include "common/log.h"
 #include "worker/pushpull.h"
 
@@ -45,6 +46,15 @@ DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist", "fmnist_mlp: direct
 DEFINE_string(device, "auto", "fmnist_mlp: compute backend: auto (GPU when present) | cpu | gpu");
 DEFINE_int32(train_limit, 0, "fmnist_mlp: use only this many training images (0: all)");
 DEFINE_int32(test_limit, 0, "fmnist_mlp: evaluate on only this many test images (0: all)");
+// sparse_lr
+DEFINE_int64(examples_total, 10000000, "sparse_lr: training examples over all workers");
+DEFINE_int32(heldout, 100000, "sparse_lr: held-out examples (worker 0 evaluates)");
+DEFINE_int32(active, 40, "sparse_lr: active features per example");
+DEFINE_double(zipf, 1.1, "sparse_lr: Zipf exponent of feature ids");
+DEFINE_double(ftrl_alpha, 0.2, "sparse_lr: FTRL alpha (--lr overrides)");
+DEFINE_double(ftrl_beta, 1.0, "sparse_lr: FTRL beta");
+DEFINE_double(ftrl_l1, 4.0, "sparse_lr: FTRL L1");
+DEFINE_double(ftrl_l2, 1.0, "sparse_lr: FTRL L2");
 
 namespace {
 
@@ -91,6 +101,20 @@ pushpull::Status RunApp(pushpull::Client& client, pushpull::AppResult* result) {
     o.train_limit = FLAGS_train_limit;
     o.test_limit = FLAGS_test_limit;
     return pushpull::RunFmnistMlp(client, app, o, result);
+  }
+  if (FLAGS_app == "sparse_lr") {
+    app.batch = FLAGS_batch > 0 ? FLAGS_batch : 1000;
+    pushpull::SparseLrOptions o;
+    o.examples_total = FLAGS_examples_total;
+    o.heldout = FLAGS_heldout;
+    o.data.seed = FLAGS_seed;
+    o.data.active = FLAGS_active;
+    o.data.zipf_s = FLAGS_zipf;
+    o.ftrl_alpha = static_cast<float>(FLAGS_ftrl_alpha);
+    o.ftrl_beta = static_cast<float>(FLAGS_ftrl_beta);
+    o.ftrl_l1 = static_cast<float>(FLAGS_ftrl_l1);
+    o.ftrl_l2 = static_cast<float>(FLAGS_ftrl_l2);
+    return pushpull::RunSparseLr(client, app, o, result);
   }
   return pushpull::Status::InvalidArgument("unknown --app '" + FLAGS_app +
                                            "' (linreg, fmnist_mlp, sparse_lr)");

@@ -1,0 +1,195 @@
+#include "apps/sparse_lr.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "common/log.h"
+#include "common/time.h"
+#include "worker/pushpull.h"
+
+namespace pushpull {
+namespace {
+
+// A minibatch's unique ids and, per example, the positions of its ids in that list.
+struct Batch {
+  std::vector<Key> keys;
+  std::vector<uint32_t> slots;  // examples * (active + 1), the bias included
+  std::vector<uint8_t> labels;
+  std::unordered_map<Key, uint32_t> index;
+
+  void Build(const std::vector<CtrExample>& ex, int n, Key bias_id) {
+    keys.clear();
+    slots.clear();
+    labels.resize(n);
+    index.clear();
+    auto slot_of = [&](Key k) {
+      auto [it, fresh] = index.try_emplace(k, static_cast<uint32_t>(keys.size()));
+      if (fresh) keys.push_back(k);
+      return it->second;
+    };
+    for (int i = 0; i < n; ++i) {
+      for (Key id : ex[i].ids) slots.push_back(slot_of(id));
+      slots.push_back(slot_of(bias_id));
+      labels[i] = ex[i].label;
+    }
+  }
+};
+
+double Sigmoid(double z) { return z >= 0 ? 1 / (1 + std::exp(-z)) : std::exp(z) / (1 + std::exp(z)); }
+
+}  // namespace
+
+Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions& o, AppResult* result) {
+  const int rank = client.rank(), W = client.num_workers();
+  auto gen = CtrGenerator::Create(o.data, static_cast<uint64_t>(rank));
+  if (!gen.ok()) return gen.status();
+  const Key bias_id = o.data.id_space;  // outside the generator's ids
+  const int per_example = o.data.active + 1;
+  if (app.batch < 1 || app.epochs < 1 || o.examples_total < W)
+    return Status::InvalidArgument("sparse_lr: batch, epochs and examples must be positive");
+
+  TableSpec spec;
+  spec.name = "sparse_lr.w";
+  spec.sparse = true;
+  spec.dim = 1;
+  spec.consistency = app.consistency;
+  auto kind = opt::ParseKind(app.optimizer.empty() ? "ftrl" : app.optimizer);
+  if (!kind.ok()) return kind.status();
+  spec.optimizer.kind = *kind;
+  spec.optimizer.lr = app.lr > 0 ? app.lr : 0.05f;
+  spec.optimizer.ftrl_alpha = app.lr > 0 ? app.lr : o.ftrl_alpha;
+  spec.optimizer.ftrl_beta = o.ftrl_beta;
+  spec.optimizer.ftrl_l1 = o.ftrl_l1;
+  spec.optimizer.ftrl_l2 = o.ftrl_l2;
+  spec.optimizer.initial_accumulator = 0.1f;
+  auto table = client.CreateTable(spec);
+  if (!table.ok()) return table.status();
+
+  // Held-out set (worker 0 evaluates): examples, their unique ids, the optimal log loss.
+  std::vector<CtrExample> held;
+  Batch held_batch;
+  double optimal = 0;
+  if (rank == 0) {
+    auto hg = CtrGenerator::Create(o.data, kCtrHeldOutStream);
+    if (!hg.ok()) return hg.status();
+    held.resize(o.heldout);
+    std::vector<double> p(o.heldout);
+    std::vector<uint8_t> y(o.heldout);
+    for (int i = 0; i < o.heldout; ++i) {
+      hg->Next(&held[i]);
+      p[i] = held[i].p;
+      y[i] = held[i].label;
+    }
+    auto ll = LogLoss(p, y);
+    if (!ll.ok()) return ll.status();
+    optimal = *ll;
+    held_batch.Build(held, o.heldout, bias_id);
+    PP_LOG(Info) << "sparse_lr: held-out set of " << o.heldout << " examples, " << held_batch.keys.size()
+                 << " distinct ids, optimal log loss " << optimal;
+  }
+  auto evaluate = [&](double* logloss, double* auc) -> Status {
+    std::vector<float> w(held_batch.keys.size());
+    PP_RETURN_IF_ERROR(client.Pull(*table, held_batch.keys, w.data()).Wait());
+    std::vector<double> p(o.heldout);
+    std::vector<uint8_t> y(o.heldout);
+    for (int i = 0; i < o.heldout; ++i) {
+      double z = 0;
+      for (int j = 0; j < per_example; ++j) z += w[held_batch.slots[size_t(i) * per_example + j]];
+      p[i] = Sigmoid(z);
+      y[i] = held[i].label;
+    }
+    auto ll = LogLoss(p, y);
+    auto a = Auc(p, y);
+    if (!ll.ok()) return ll.status();
+    if (!a.ok()) return a.status();
+    *logloss = *ll;
+    *auc = *a;
+    return Status::OK();
+  };
+
+  const int64_t mine = o.examples_total / W;
+  const int64_t per_eval = (mine + app.epochs - 1) / app.epochs;
+  MetricsWriter metrics(app.metrics_out);
+  TraceWriter trace(app.trace_out);
+  Progress progress("sparse_lr", app.progress_interval_s);
+  Injector injector(app.inject, rank, app.seed);
+  std::vector<CtrExample> ex(app.batch);
+  Batch b;
+  std::vector<float> w, grad;
+  int64_t done = 0, start = NowMs();
+  double logloss = NAN, auc = NAN;
+  double wait_s = 0;
+  for (int epoch = 1; epoch <= app.epochs; ++epoch) {
+    int64_t until = std::min(mine, per_eval * epoch);
+    int64_t epoch_start = NowMs(), epoch_first = done;
+    double loss_sum = 0;
+    while (done < until) {
+      int n = static_cast<int>(std::min<int64_t>(app.batch, until - done));
+      for (int i = 0; i < n; ++i) gen->Next(&ex[i]);
+      b.Build(ex, n, bias_id);
+      w.resize(b.keys.size());
+      int64_t t0 = NowUs();
+      Future pull = client.Pull(*table, b.keys, w.data());
+      PP_RETURN_IF_ERROR(pull.Wait().Annotate("sparse_lr"));
+      PP_RETURN_IF_ERROR(CheckStaleness(pull, app.consistency, "sparse_lr"));
+      result->max_staleness = std::max(result->max_staleness, pull.staleness());
+      int64_t t1 = NowUs();
+      wait_s += (t1 - t0) * 1e-6;
+      grad.assign(b.keys.size(), 0.0f);
+      const float scale = o.mean_gradient ? 1.0f / n : 1.0f;
+      double batch_loss = 0;
+      for (int i = 0; i < n; ++i) {
+        const uint32_t* s = &b.slots[size_t(i) * per_example];
+        double z = 0;
+        for (int j = 0; j < per_example; ++j) z += w[s[j]];
+        double p = Sigmoid(z);
+        batch_loss -= b.labels[i] ? std::log(std::max(p, 1e-15)) : std::log(std::max(1 - p, 1e-15));
+        float g = static_cast<float>((p - b.labels[i]) * scale);
+        for (int j = 0; j < per_example; ++j) grad[s[j]] += g;
+      }
+      injector.AfterStep((NowUs() - t1) * 1e-6);
+      client.Push(*table, b.keys, std::move(grad));
+      grad = std::vector<float>();
+      PP_RETURN_IF_ERROR(client.Clock());
+      done += n;
+      loss_sum += batch_loss;
+      progress.Update(client.clock(), batch_loss / n, done);
+      trace.Row(client.clock(), (NowMs() - start) / 1000.0, batch_loss / n, NAN, pull.staleness());
+    }
+    double secs = (NowMs() - epoch_start) / 1000.0;
+    double rate = (done - epoch_first) / std::max(secs, 1e-3);
+    double train_loss = loss_sum / std::max<int64_t>(1, done - epoch_first);
+    if (rank == 0) {
+      PP_RETURN_IF_ERROR(evaluate(&logloss, &auc));
+      trace.Row(client.clock(), (NowMs() - start) / 1000.0, logloss, auc, 0);
+      PP_LOG(Info) << "sparse_lr " << epoch << "/" << app.epochs << ": " << done << " examples, train_loss "
+                   << train_loss << " held-out logloss " << logloss << " (optimal " << optimal << ", gap "
+                   << 100 * (logloss / optimal - 1) << "%) auc " << auc << " " << int64_t(rate) << " examples/s";
+    } else {
+      PP_LOG(Info) << "sparse_lr " << epoch << "/" << app.epochs << ": " << done << " examples, train_loss "
+                   << train_loss << " " << int64_t(rate) << " examples/s";
+    }
+    PP_RETURN_IF_ERROR(metrics.Write({{"epoch", epoch}, {"clock", double(client.clock())},
+                                      {"wall_s", (NowMs() - start) / 1000.0}, {"train_loss", train_loss},
+                                      {"logloss", rank == 0 ? logloss : NAN},
+                                      {"optimal_logloss", rank == 0 ? optimal : NAN},
+                                      {"auc", rank == 0 ? auc : NAN}, {"samples_per_s", rate}, {"worker", rank}}));
+  }
+  double gap = rank == 0 ? logloss / optimal - 1 : 0;
+  const double target_gap = app.target > 0 ? app.target : 0.02;
+  result->final_metric = logloss;
+  result->reached_target = rank != 0 || gap <= target_gap;
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "sparse_lr summary: worker %d consistency=%s workers=%d examples=%lld logloss=%.5f "
+                "optimal=%.5f gap=%.2f%% target_gap=%.1f%% auc=%.4f reached=%s max_staleness=%d "
+                "network_wait=%.0f%% wall=%.1fs",
+                rank, app.consistency.ToString().c_str(), W, static_cast<long long>(done), logloss, optimal,
+                100 * gap, 100 * target_gap, auc, result->reached_target ? "yes" : "NO", result->max_staleness,
+                100 * wait_s / std::max(1e-3, (NowMs() - start) / 1000.0), (NowMs() - start) / 1000.0);
+  result->summary = buf;
+  return Status::OK();
+}
+
+}  // namespace pushpull

@@ -1,0 +1,119 @@
+// The training apps on in-process clusters: they learn (small runs), report what they promise,
+// and fail loudly when told to reach what they cannot.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "apps/fmnist_mlp.h"
+#include "apps/linreg.h"
+#include "apps/sparse_lr.h"
+#include "tests/local_cluster.h"
+
+namespace pushpull {
+namespace {
+
+std::vector<AppResult> RunOnCluster(int servers, int workers,
+                                    const std::function<Status(Client&, AppResult*)>& app) {
+  LocalClusterConfig cfg;
+  cfg.servers = servers;
+  cfg.workers = workers;
+  LocalCluster cluster(cfg);
+  EXPECT_TRUE(cluster.Start().ok());
+  std::vector<AppResult> results(workers);
+  cluster.RunWorkers([&](Client& c, int w) {
+    Status st = app(c, &results[w]);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  });
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+  return results;
+}
+
+TEST(Linreg, ConvergesToTheNoiseFloorUnderEveryModel) {
+  for (const char* model : {"bsp", "ssp:2", "asp"}) {
+    AppOptions app;
+    app.consistency = *ParseConsistency(model);
+    app.epochs = 5;
+    app.progress_interval_s = 0;
+    LinregOptions o;
+    o.examples_per_worker = 4000;
+    auto results = RunOnCluster(2, 2, [&](Client& c, AppResult* r) { return RunLinreg(c, app, o, r); });
+    for (auto& r : results) {
+      EXPECT_TRUE(r.reached_target) << model << ": " << r.summary;
+      EXPECT_LT(r.final_metric, 0.0075) << model;
+      EXPECT_LE(r.max_staleness, app.consistency.bound() < 0 ? 1 << 30 : app.consistency.bound());
+    }
+  }
+}
+
+TEST(FmnistMlp, LearnsOnASubsetAndWritesMetrics) {
+  std::string metrics = ::testing::TempDir() + "/fmnist_metrics.jsonl";
+  std::remove(metrics.c_str());
+  AppOptions app;
+  app.consistency = {Consistency::kSsp, 1};
+  app.epochs = 2;
+  app.batch = 64;
+  app.progress_interval_s = 0;
+  app.metrics_out = metrics;
+  app.target = 0.7;
+  FmnistOptions o;
+  o.device = Device::kCpu;
+  o.train_limit = 6000;
+  o.test_limit = 2000;
+  auto results = RunOnCluster(2, 2, [&](Client& c, AppResult* r) { return RunFmnistMlp(c, app, o, r); });
+  EXPECT_TRUE(results[0].reached_target) << results[0].summary;
+  EXPECT_GT(results[0].final_metric, 0.7);
+  std::ifstream f(metrics);
+  std::string line;
+  int lines = 0, with_acc = 0;
+  while (std::getline(f, line)) {
+    ++lines;
+    for (const char* k : {"\"epoch\"", "\"clock\"", "\"wall_s\"", "\"train_loss\"", "\"test_accuracy\"", "\"samples_per_s\""})
+      EXPECT_NE(line.find(k), std::string::npos) << line;
+    with_acc += line.find("\"test_accuracy\": null") == std::string::npos;
+  }
+  EXPECT_EQ(lines, 4);     // 2 workers x 2 epochs
+  EXPECT_EQ(with_acc, 2);  // worker 0 evaluates
+}
+
+TEST(FmnistMlp, MissingDataIsAClearError) {
+  AppOptions app;
+  app.epochs = 1;
+  FmnistOptions o;
+  o.data_dir = "/nonexistent/fmnist";
+  LocalClusterConfig cfg;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  AppResult r;
+  Status st = RunFmnistMlp(cluster.client(0), app, o, &r);
+  EXPECT_EQ(st.code(), Code::kNotFound);
+  EXPECT_NE(st.message().find("/nonexistent/fmnist"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("--data_dir"), std::string::npos) << st.ToString();
+}
+
+TEST(SparseLr, ApproachesTheOptimumAndReportsAuc) {
+  std::string metrics = ::testing::TempDir() + "/sparse_metrics.jsonl";
+  std::remove(metrics.c_str());
+  AppOptions app;
+  app.consistency = {Consistency::kBsp, 0};
+  app.epochs = 2;
+  app.batch = 1000;
+  app.progress_interval_s = 0;
+  app.metrics_out = metrics;
+  app.target = 0.15;  // a small run gets within 15% of the optimum
+  SparseLrOptions o;
+  o.examples_total = 400000;
+  o.heldout = 20000;
+  auto results = RunOnCluster(2, 2, [&](Client& c, AppResult* r) { return RunSparseLr(c, app, o, r); });
+  EXPECT_TRUE(results[0].reached_target) << results[0].summary;
+  std::ifstream f(metrics);
+  std::string line;
+  int with_auc = 0;
+  while (std::getline(f, line))
+    if (line.find("\"auc\": null") == std::string::npos && line.find("\"optimal_logloss\"") != std::string::npos)
+      ++with_auc;
+  EXPECT_EQ(with_auc, 2);
+}
+
+}  // namespace
+}  // namespace pushpull
