@@ -109,8 +109,11 @@ Status CheckStaleness(const Future& f, const Consistency& c, const char* what) {
   return Status::OK();
 }
 
-TraceWriter::TraceWriter(const std::string& path) {
-  if (path.empty()) return;
+TraceWriter::TraceWriter(const std::string& pattern, int rank) {
+  if (pattern.empty()) return;
+  std::string path = pattern;
+  auto at = path.find("%d");
+  if (at != std::string::npos) path.replace(at, 2, std::to_string(rank));
   f_ = std::fopen(path.c_str(), "w");
   if (!f_) {
     PP_LOG(Error) << "cannot open trace file '" << path << "'";

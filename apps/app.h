@@ -40,6 +40,9 @@ struct AppOptions {
   double target = -1;             // loss (or accuracy) to reach; < 0: the app's default
   int progress_interval_s = 5;    // progress line period
   std::string trace_out;          // CSV, one row per clock: clock,wall_s,loss,metric,staleness
+  int eval_every = 0;             // worker 0 also evaluates on a test subset every this many clocks
+  int eval_subset = 1000;
+  bool staleness_aware = false;   // tables divide the step by the push's staleness (Zhang et al.)         // ... of this many examples (traced as the metric column)
   InjectionOptions inject;
 };
 
@@ -64,7 +67,8 @@ Status CheckStaleness(const Future& f, const Consistency& c, const char* what);
 // Per-clock CSV trace for the experiments.
 class TraceWriter {
  public:
-  explicit TraceWriter(const std::string& path);
+  // "%d" in path is replaced by the worker's rank (one file per worker).
+  TraceWriter(const std::string& path, int rank);
   void Row(int64_t clock, double wall_s, double loss, double metric, int32_t staleness);
   bool enabled() const { return f_ != nullptr; }
   ~TraceWriter();

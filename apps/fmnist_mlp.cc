@@ -73,6 +73,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
     spec.glorot_bias_columns = 1;
     spec.seed = app.seed + l;
     spec.consistency = app.consistency;
+    spec.optimizer.staleness_aware = app.staleness_aware;
     auto kind = opt::ParseKind(app.optimizer.empty() ? "adam" : app.optimizer);
     if (!kind.ok()) return kind.status();
     spec.optimizer.kind = *kind;
@@ -107,7 +108,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
 
   const double target = app.target > 0 ? app.target : 0.88;
   MetricsWriter metrics(app.metrics_out);
-  TraceWriter trace(app.trace_out);
+  TraceWriter trace(app.trace_out, rank);
   Progress progress("fmnist_mlp", app.progress_interval_s);
   Injector injector(app.inject, rank, app.seed);
   std::mt19937_64 rng(SplitMix64(app.seed * 977 + rank));
@@ -150,7 +151,17 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
       loss_sum += double(loss) * n;
       samples += n;
       progress.Update(client.clock(), loss, samples);
-      trace.Row(client.clock(), (NowMs() - start) / 1000.0, loss, NAN, stale);
+      double metric = NAN;
+      if (rank == 0 && app.eval_every > 0 && client.clock() % app.eval_every == 0) {
+        // A quick look on a test subset with the parameters this step pulled (cheap: forward only).
+        int m = std::min(app.eval_subset, test.n);
+        std::vector<int> pred(m);
+        PP_RETURN_IF_ERROR(net.Predict(pptr, test.images.data(), m, pred.data()));
+        int correct = 0;
+        for (int i = 0; i < m; ++i) correct += pred[i] == test.labels[i];
+        metric = double(correct) / m;
+      }
+      trace.Row(client.clock(), (NowMs() - start) / 1000.0, loss, metric, stale);
     }
     double train_loss = loss_sum / train.n;
     double test_acc = NAN;

@@ -46,6 +46,7 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   spec.rows = o.dim;
   spec.dim = 1;
   spec.consistency = app.consistency;
+  spec.optimizer.staleness_aware = app.staleness_aware;
   auto kind = opt::ParseKind(app.optimizer.empty() ? "sgd" : app.optimizer);
   if (!kind.ok()) return kind.status();
   spec.optimizer.kind = *kind;
@@ -58,7 +59,7 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   MetricsWriter metrics(app.metrics_out);
   Progress progress("linreg", app.progress_interval_s);
   Injector injector(app.inject, rank, app.seed);
-  TraceWriter trace(app.trace_out);
+  TraceWriter trace(app.trace_out, rank);
   std::vector<float> w(o.dim);
   const int batches = (o.examples_per_worker + app.batch - 1) / app.batch;
   int64_t start = NowMs(), samples = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <unordered_map>
 
 #include "common/log.h"
@@ -54,6 +55,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   spec.sparse = true;
   spec.dim = 1;
   spec.consistency = app.consistency;
+  spec.optimizer.staleness_aware = app.staleness_aware;
   auto kind = opt::ParseKind(app.optimizer.empty() ? "ftrl" : app.optimizer);
   if (!kind.ok()) return kind.status();
   spec.optimizer.kind = *kind;
@@ -69,6 +71,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   // Held-out set (worker 0 evaluates): examples, their unique ids, the optimal log loss.
   std::vector<CtrExample> held;
   Batch held_batch;
+  std::map<int, size_t> held_prefix_keys;  // examples -> ids they use
   double optimal = 0;
   if (rank == 0) {
     auto hg = CtrGenerator::Create(o.data, kCtrHeldOutStream);
@@ -85,15 +88,23 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
     if (!ll.ok()) return ll.status();
     optimal = *ll;
     held_batch.Build(held, o.heldout, bias_id);
+    // Ids are numbered in first-touch order, so the first m examples use ids below a prefix.
+    int m = std::min(app.eval_subset, o.heldout);
+    uint32_t max_slot = 0;
+    for (size_t i = 0; i < size_t(m) * per_example; ++i) max_slot = std::max(max_slot, held_batch.slots[i]);
+    held_prefix_keys[m] = max_slot + 1;
     PP_LOG(Info) << "sparse_lr: held-out set of " << o.heldout << " examples, " << held_batch.keys.size()
                  << " distinct ids, optimal log loss " << optimal;
   }
-  auto evaluate = [&](double* logloss, double* auc) -> Status {
-    std::vector<float> w(held_batch.keys.size());
-    PP_RETURN_IF_ERROR(client.Pull(*table, held_batch.keys, w.data()).Wait());
-    std::vector<double> p(o.heldout);
-    std::vector<uint8_t> y(o.heldout);
-    for (int i = 0; i < o.heldout; ++i) {
+  // Evaluates on the first `m` held-out examples (their ids come first in held_batch.keys).
+  auto evaluate = [&](double* logloss, double* auc, int m) -> Status {
+    size_t nkeys = m == o.heldout ? held_batch.keys.size() : held_prefix_keys[m];
+    std::vector<float> w(nkeys);
+    std::vector<Key> keys(held_batch.keys.begin(), held_batch.keys.begin() + nkeys);
+    PP_RETURN_IF_ERROR(client.Pull(*table, std::move(keys), w.data()).Wait());
+    std::vector<double> p(m);
+    std::vector<uint8_t> y(m);
+    for (int i = 0; i < m; ++i) {
       double z = 0;
       for (int j = 0; j < per_example; ++j) z += w[held_batch.slots[size_t(i) * per_example + j]];
       p[i] = Sigmoid(z);
@@ -111,7 +122,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   const int64_t mine = o.examples_total / W;
   const int64_t per_eval = (mine + app.epochs - 1) / app.epochs;
   MetricsWriter metrics(app.metrics_out);
-  TraceWriter trace(app.trace_out);
+  TraceWriter trace(app.trace_out, rank);
   Progress progress("sparse_lr", app.progress_interval_s);
   Injector injector(app.inject, rank, app.seed);
   std::vector<CtrExample> ex(app.batch);
@@ -155,13 +166,19 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
       done += n;
       loss_sum += batch_loss;
       progress.Update(client.clock(), batch_loss / n, done);
-      trace.Row(client.clock(), (NowMs() - start) / 1000.0, batch_loss / n, NAN, pull.staleness());
+      double metric = NAN;
+      if (rank == 0 && app.eval_every > 0 && client.clock() % app.eval_every == 0) {
+        double ll, a;
+        PP_RETURN_IF_ERROR(evaluate(&ll, &a, std::min(app.eval_subset, o.heldout)));
+        metric = ll / optimal - 1;  // the gap to the optimum
+      }
+      trace.Row(client.clock(), (NowMs() - start) / 1000.0, batch_loss / n, metric, pull.staleness());
     }
     double secs = (NowMs() - epoch_start) / 1000.0;
     double rate = (done - epoch_first) / std::max(secs, 1e-3);
     double train_loss = loss_sum / std::max<int64_t>(1, done - epoch_first);
     if (rank == 0) {
-      PP_RETURN_IF_ERROR(evaluate(&logloss, &auc));
+      PP_RETURN_IF_ERROR(evaluate(&logloss, &auc, o.heldout));
       trace.Row(client.clock(), (NowMs() - start) / 1000.0, logloss, auc, 0);
       PP_LOG(Info) << "sparse_lr " << epoch << "/" << app.epochs << ": " << done << " examples, train_loss "
                    << train_loss << " held-out logloss " << logloss << " (optimal " << optimal << ", gap "

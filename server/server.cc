@@ -172,7 +172,8 @@ void ServerImpl::UpdateLoop(int k) {
         s.ApplyPush(*sel, r->msg.key_data(), r->msg.value_data(), r->ctx);
         break;
       case Request::kAccumulate:
-        s.Accumulate(r->clock, *sel, r->msg.key_data(), r->msg.value_data(), r->ctx.grad_scale);
+        s.Accumulate(r->clock, r->msg.header.sender_rank, *sel, r->msg.key_data(), r->msg.value_data(),
+                     r->ctx.grad_scale);
         break;
       case Request::kRead:
         s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out->data());

@@ -82,9 +82,9 @@ void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* gr
   });
 }
 
-void Stripe::Accumulate(int64_t clock, const RowSelection& sel, const Key* keys,
+void Stripe::Accumulate(int64_t clock, int worker, const RowSelection& sel, const Key* keys,
                         const float* grads, float grad_scale) {
-  Accumulator& acc = bsp_[clock];
+  Accumulator& acc = bsp_[clock][worker];
   ForEachRun(sel, keys, false, [&](uint32_t r, uint64_t pos, size_t len) {
     for (size_t k = 0; k < len; ++k) {
       auto [it, fresh] = acc.slot_of.try_emplace(r + k, static_cast<uint32_t>(acc.rows.size()));
@@ -102,19 +102,36 @@ void Stripe::Accumulate(int64_t clock, const RowSelection& sel, const Key* keys,
 void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
   auto it = bsp_.find(clock);
   if (it == bsp_.end()) return;
-  Accumulator& acc = it->second;
+  // Rows any worker touched, ascending; then the sum in worker order (deterministic).
+  std::vector<uint32_t> rows;
+  for (auto& [w, acc] : it->second) rows.insert(rows.end(), acc.rows.begin(), acc.rows.end());
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  const bool contiguous = !rows.empty() && rows.back() - rows.front() + 1 == rows.size();
+  std::unordered_map<uint32_t, uint32_t> pos_of;
+  if (!contiguous)
+    for (uint32_t i = 0; i < rows.size(); ++i) pos_of.emplace(rows[i], i);
+  std::vector<float> total(rows.size() * dim_, 0.0f);
+  for (auto& [w, acc] : it->second) {
+    for (size_t i = 0; i < acc.rows.size(); ++i) {
+      uint32_t p = contiguous ? acc.rows[i] - rows.front() : pos_of[acc.rows[i]];
+      float* dst = &total[size_t(p) * dim_];
+      const float* src = &acc.sum[i * dim_];
+      for (uint32_t c = 0; c < dim_; ++c) dst[c] += src[c];
+    }
+  }
   float* slot_ptrs[8];
-  size_t n = acc.rows.size(), i = 0;
+  size_t n = rows.size(), i = 0;
   while (i < n) {
-    // Runs of consecutive local rows with consecutive accumulator slots and equal steps.
-    uint32_t r = acc.rows[i];
+    // Runs of consecutive local rows with equal steps: one optimizer call each.
+    uint32_t r = rows[i];
     size_t len = 1;
-    while (i + len < n && acc.rows[i + len] == r + len && steps_[r + len] == steps_[r]) ++len;
+    while (i + len < n && rows[i + len] == r + len && steps_[r + len] == steps_[r]) ++len;
     for (size_t k = 0; k < len; ++k) ++steps_[r + k];
     opt::StepContext ctx = ctx_in;
     ctx.step = steps_[r];
     for (size_t s = 0; s < slots_.size(); ++s) slot_ptrs[s] = &slots_[s][size_t(r) * dim_];
-    optimizer_->Apply(&params_[size_t(r) * dim_], slot_ptrs, &acc.sum[i * dim_], len * dim_, ctx);
+    optimizer_->Apply(&params_[size_t(r) * dim_], slot_ptrs, &total[i * dim_], len * dim_, ctx);
     i += len;
   }
   bsp_.erase(it);

@@ -36,10 +36,12 @@ class Stripe {
   // Applies gradients now (SSP/ASP). grads holds dim floats per message row.
   void ApplyPush(const RowSelection& sel, const Key* keys, const float* grads,
                  const opt::StepContext& ctx);
-  // BSP: adds gradients into the accumulator of `clock`.
-  void Accumulate(int64_t clock, const RowSelection& sel, const Key* keys, const float* grads,
-                  float grad_scale);
-  // BSP: applies the accumulated sum of `clock` once, scaled by ctx.grad_scale, then drops it.
+  // BSP: adds worker `worker`'s gradients into its accumulator for `clock`.
+  void Accumulate(int64_t clock, int worker, const RowSelection& sel, const Key* keys,
+                  const float* grads, float grad_scale);
+  // BSP: applies the sum over workers of `clock` once, scaled by ctx.grad_scale, then drops it.
+  // The sum is taken in worker order, so a BSP run is bitwise reproducible whatever order the
+  // pushes arrived in.
   void ApplyAccumulated(int64_t clock, const opt::StepContext& ctx);
   // Copies rows (parameters, or optimizer slot `slot` >= 0) into out (dim floats per message row).
   void Read(const RowSelection& sel, const Key* keys, int slot, float* out);
@@ -68,7 +70,7 @@ class Stripe {
     std::vector<uint32_t> rows;   // local rows, in first-touch order
     std::unordered_map<uint32_t, uint32_t> slot_of;  // local row -> index into rows
   };
-  std::map<int64_t, Accumulator> bsp_;
+  std::map<int64_t, std::map<int, Accumulator>> bsp_;  // clock -> worker -> its sum
 };
 
 class TableShard {

@@ -52,7 +52,7 @@
 namespace pushpull::bench {
 namespace {
 
-constexpr int64_t kWaitMs = 60000;  // every wait is bounded
+constexpr int64_t kWaitMs = 20000;  // every wait is bounded (data-path waits: see CaseWaitMs)
 constexpr size_t kKB = 1024, kMB = 1024 * 1024;
 
 enum class Op { kPush = 0, kPull = 1, kPushPull = 2 };
@@ -205,8 +205,16 @@ struct TableSet {
 
 class PushPullDriver {
  public:
-  PushPullDriver(Client& c, const Table& t, size_t floats, const std::vector<Key>* keys, int bufs)
-      : c_(c), t_(t), keys_(keys), src_(floats, 1e-3f), out_(bufs, std::vector<float>(floats, 0.0f)) {}
+  PushPullDriver(Client& c, const Table& t, size_t floats, const std::vector<Key>* keys, int bufs,
+                 int64_t wait_ms)
+      : c_(c), t_(t), keys_(keys), wait_ms_(wait_ms), src_(floats, 1e-3f),
+        out_(bufs, std::vector<float>(floats, 0.0f)) {}
+  // A pull still in flight must not land in out_ after it is gone: a Future whose wait expires
+  // is abandoned (the client then drops its reply).
+  ~PushPullDriver() {
+    for (auto& fs : q_)
+      for (auto& f : fs) f.WaitFor(100).IgnoreError();
+  }
 
   bool Issue(Op op) {
     std::vector<Future> fs;
@@ -227,9 +235,10 @@ class PushPullDriver {
     std::vector<Future> fs = std::move(q_.front());
     q_.pop_front();
     for (auto& f : fs) {
-      Status st = f.WaitFor(kWaitMs);
+      Status st = f.WaitFor(wait_ms_);
       if (!st.ok()) {
         error_ = st.ToString();
+        for (auto& g : fs) g.WaitFor(100).IgnoreError();  // abandon the rest of this op
         return false;
       }
     }
@@ -242,6 +251,7 @@ class PushPullDriver {
   Client& c_;
   Table t_;
   const std::vector<Key>* keys_;
+  const int64_t wait_ms_;
   std::vector<float> src_;
   std::vector<std::vector<float>> out_;
   size_t slot_ = 0;
@@ -346,9 +356,11 @@ class RawClient {
 class RawDriver {
  public:
   // part_floats[s]: floats to/from server s; keys: key bytes per server part (0: dense).
-  RawDriver(RawClient& c, std::vector<size_t> part_floats, std::vector<size_t> part_key_bytes)
+  RawDriver(RawClient& c, std::vector<size_t> part_floats, std::vector<size_t> part_key_bytes,
+            int64_t wait_ms)
       : d_(c.dealers()), part_floats_(std::move(part_floats)), part_keys_(std::move(part_key_bytes)),
-        got_(d_.size(), 0) {
+        got_(d_.size(), 0), wait_ms_(wait_ms) {
+    for (auto& d : d_) d.set(zmq::sockopt::rcvtimeo, static_cast<int>(wait_ms));
     size_t mx = 0, mk = 0;
     for (auto f : part_floats_) mx = std::max(mx, f);
     for (auto k : part_keys_) mk = std::max(mk, k);
@@ -398,7 +410,7 @@ class RawDriver {
         while (true) {
           zmq::message_t m;
           if (!d_[s].recv(m)) {
-            error_ = "raw: no reply within " + std::to_string(kWaitMs) + " ms";
+            error_ = "raw: no reply within " + std::to_string(wait_ms_) + " ms";
             return false;
           }
           if (!m.more()) break;
@@ -416,6 +428,7 @@ class RawDriver {
   std::vector<zmq::socket_t>& d_;
   std::vector<size_t> part_floats_, part_keys_;
   std::vector<int> got_;
+  int64_t wait_ms_;
   std::vector<float> src_;
   std::vector<uint64_t> keys_;
   std::deque<int> q_;
@@ -599,33 +612,36 @@ class TransportBench {
     Measured pp, rw;
     const Plan lat = LatencyPlan(cfg_, bytes), thr = ThroughputPlan(cfg_, bytes);
     const int bufs = thr.depth;
-    // pushpull: per-worker drivers live across the runs of this case (warm buffers).
+    // Generous for this box (~50 MB/s for everything in flight) but short enough that a lost
+    // reply costs seconds, not minutes.
+    const int64_t wait_ms = 2000 + static_cast<int64_t>(double(bytes) * W * thr.depth * 2 / 50e6 * 1e3);
+    // After a failed run the other runs of the case on that side are skipped (same error).
+    auto measure = [&](auto& drivers, Measured& m) {
+      Barrier bar(W);
+      RunResult failed;
+      auto run = [&](Op op, const Plan& p) {
+        if (!failed.ok) return failed;
+        double bpo = double(bytes) * (op == Op::kPushPull ? 2 : 1);
+        RunResult r = RunWorkers(W, bpo, [&](int w) { return RunLoop(*drivers[w], op, p, bar); });
+        if (!r.ok) failed = r;
+        return r;
+      };
+      m.lat[0] = run(Op::kPush, lat);
+      m.lat[1] = run(Op::kPull, lat);
+      for (Op op : {Op::kPush, Op::kPull, Op::kPushPull}) m.r[int(op)] = run(op, thr);
+    };
     {
       std::vector<std::unique_ptr<PushPullDriver>> d;
       for (int w = 0; w < W; ++w)
         d.push_back(std::make_unique<PushPullDriver>(cl.client(w), tables[w], floats,
-                                                     sparse ? &keys : nullptr, bufs));
-      Barrier bar(W);
-      auto run = [&](Op op, const Plan& p) {
-        double bpo = double(bytes) * (op == Op::kPushPull ? 2 : 1);
-        return RunWorkers(W, bpo, [&](int w) { return RunLoop(*d[w], op, p, bar); });
-      };
-      pp.lat[0] = run(Op::kPush, lat);
-      pp.lat[1] = run(Op::kPull, lat);
-      for (Op op : {Op::kPush, Op::kPull, Op::kPushPull}) pp.r[int(op)] = run(op, thr);
+                                                     sparse ? &keys : nullptr, bufs, wait_ms));
+      measure(d, pp);
     }
     {
       std::vector<std::unique_ptr<RawDriver>> d;
       for (int w = 0; w < W; ++w)
-        d.push_back(std::make_unique<RawDriver>(*raw[w], part_floats, part_keys));
-      Barrier bar(W);
-      auto run = [&](Op op, const Plan& p) {
-        double bpo = double(bytes) * (op == Op::kPushPull ? 2 : 1);
-        return RunWorkers(W, bpo, [&](int w) { return RunLoop(*d[w], op, p, bar); });
-      };
-      rw.lat[0] = run(Op::kPush, lat);
-      rw.lat[1] = run(Op::kPull, lat);
-      for (Op op : {Op::kPush, Op::kPull, Op::kPushPull}) rw.r[int(op)] = run(op, thr);
+        d.push_back(std::make_unique<RawDriver>(*raw[w], part_floats, part_keys, wait_ms));
+      measure(d, rw);
     }
     const std::string suffix = "/" + SizeName(bytes) + "/" + ShapeName(S, W);
     const std::string pre = sparse ? "sparse_" : "";

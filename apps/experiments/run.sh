@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# make experiments: the classic consistency-model findings, reproduced on pushpull.
+#   apps/experiments/run.sh BUILD_DIR [--tiny]
+# Runs fmnist_mlp and sparse_lr with 2 servers and 4 workers under BSP, SSP s=1,2,4,8 and ASP,
+# each without and with injected stragglers, over a few seeds; then the staleness-aware rate
+# scaling runs. Writes per-run CSV traces (clock, wall_s, loss, metric, staleness), a summary
+# CSV, PNG plots (gnuplot) and docs/EXPERIMENTS.md. Every run checks its staleness bound (the
+# apps fail loudly on a violation) and the script re-checks it from the traces.
+# --tiny: 2 workers, a few clocks, one plot: the pipeline check `make test` runs.
+set -euo pipefail
+build=${1:-build}
+tiny=0
+[ "${2:-}" = "--tiny" ] && tiny=1
+here=$(cd "$(dirname "$0")" && pwd)
+launch="$build/bin/pushpull-launch"
+if [ $tiny = 1 ]; then out="$build/experiments-tiny"; else out="$build/experiments"; fi
+runs="$out/runs"
+rm -rf "$out"
+mkdir -p "$runs"
+summary="$out/summary.csv"
+echo "app,model,bound,stragglers,seed,time_to_target_s,clocks_to_target,final_metric,wait_fraction,max_staleness,wall_s" > "$summary"
+
+if [ $tiny = 1 ]; then
+  workers=2; seeds="1"; models="bsp ssp:2"; stragglers="none"; apps="fmnist_mlp"
+  fm_flags="--epochs=1 --train_limit=3000 --test_limit=1000 --eval_every=5 --eval_subset=500 --batch=64"
+  fm_target=0.5
+else
+  workers=4; seeds="1 2"; models="bsp ssp:1 ssp:2 ssp:4 ssp:8 asp"; stragglers="none random"
+  apps="fmnist_mlp sparse_lr"
+  fm_flags="--epochs=2 --eval_every=10 --eval_subset=1000 --batch=32"
+  fm_target=0.84
+fi
+slr_flags="--examples_total=2000000 --epochs=1 --heldout=20000 --eval_every=25 --eval_subset=5000 --batch=500"
+slr_target=0.05   # held-out log loss within 5% of the optimum
+# Stragglers: every worker, at each clock, with probability 0.1 sleeps an exponential time with a
+# mean of 40 ms (transient slowdowns, as in Ho et al. and Cui et al.).
+straggler_flags="--random_delay_p=0.1 --random_delay_ms=40"
+
+bound_of() { case $1 in bsp) echo 0;; asp) echo -1;; ssp:*) echo "${1#ssp:}";; esac; }
+
+# Time and clock of the first trace row (worker 0) whose metric reaches the target.
+# fmnist: metric = accuracy (>= target); sparse_lr: metric = gap to the optimum (<= target).
+to_target() {  # csv app target
+  awk -F, -v app="$2" -v t="$3" 'NR > 1 && $4 != "" {
+      hit = (app == "sparse_lr") ? ($4 <= t) : ($4 >= t)
+      if (hit) { print $2 "," $1; found = 1; exit } }
+    END { if (!found) print ","}' "$1"
+}
+last_metric() { awk -F, 'NR > 1 && $4 != "" { m = $4 } END { print m }' "$1"; }
+
+run_one() {  # app model strag seed [extra flags...]
+  local app=$1 model=$2 strag=$3 seed=$4; shift 4
+  local name="${app}_${model/:/}_${strag}_s${seed}${EXTRA_TAG:-}"
+  local flags target
+  if [ "$app" = fmnist_mlp ]; then flags=$fm_flags; target=$fm_target; else flags=$slr_flags; target=$slr_target; fi
+  local inject=""
+  [ "$strag" = random ] && inject=$straggler_flags
+  echo "== $name"
+  local start=$(date +%s%N)
+  # Worker 0 writes the trace; every worker checks its staleness bound on every pull.
+  if ! "$launch" --servers=2 --workers=$workers --consistency=$model -- --app=$app --seed=$seed \
+      $flags $inject --progress_s=0 --target=0.0001 "$@" \
+      --metrics_out="$runs/$name.jsonl" --trace_out="$runs/$name.w%d.csv" > "$runs/$name.log" 2>&1; then
+    # --target=0.0001: the experiments measure time to target themselves; a run fails only on errors.
+    if grep -qE "failed:|beyond the bound|job failed" "$runs/$name.log" && ! grep -q "did not reach its target" "$runs/$name.log"; then
+      echo "run $name failed:"; tail -20 "$runs/$name.log"; exit 1
+    fi
+  fi
+  local wall_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  local trace="$runs/$name.w0.csv"
+  local bound=$(bound_of "$model")
+  # The bound, checked again from every worker's trace.
+  local max_st=$(cat "$runs/$name".w*.csv | awk -F, 'NR > 1 && $1 != "clock" && $5 > m { m = $5 } END { print m + 0 }')
+  if [ "$bound" -ge 0 ] && [ "$max_st" -gt "$bound" ]; then
+    echo "STALENESS VIOLATION in $name: observed $max_st > bound $bound"; exit 1
+  fi
+  local tt=$(to_target "$trace" "$app" "$target")
+  local wait=$(grep -o 'network_wait=[0-9]*%' "$runs/$name.log" | tr -dc '0-9\n' | awk '{ s += $1; n++ } END { if (n) printf "%.3f", s / n / 100 }')
+  echo "$app,$model,$bound,$strag${EXTRA_TAG:-},$seed,${tt%,*},${tt#*,},$(last_metric "$trace"),$wait,$max_st,$(awk -v m=$wall_ms 'BEGIN { printf "%.1f", m / 1000 }')" >> "$summary"
+}
+
+for app in $apps; do
+  for strag in $stragglers; do
+    for model in $models; do
+      for seed in $seeds; do run_one "$app" "$model" "$strag" "$seed"; done
+    done
+  done
+done
+if [ $tiny = 0 ]; then
+  # Staleness-aware rate scaling (Zhang et al. 2016) at high staleness, fmnist with stragglers.
+  for model in ssp:8 asp; do
+    EXTRA_TAG=_sa run_one fmnist_mlp "$model" random 1 --staleness_aware --lr=0.004
+    EXTRA_TAG=_plain run_one fmnist_mlp "$model" random 1 --lr=0.004
+  done
+fi
+
+# The same seed and flags give the same BSP trajectory: rerun one BSP case and compare losses.
+first=$(ls "$runs"/*_bsp_none_s1.w0.csv | head -1)
+if [ -n "$first" ]; then
+  base=$(basename "$first" .w0.csv)
+  app=${base%%_bsp_*}
+  echo "== reproducibility check: $base again"
+  if [ "$app" = fmnist_mlp ]; then flags=$fm_flags; else flags=$slr_flags; fi
+  "$launch" --servers=2 --workers=$workers --consistency=bsp -- --app=$app --seed=1 $flags --progress_s=0 \
+    --target=0.0001 --trace_out="$out/repro.w%d.csv" > "$out/repro.log" 2>&1 || true
+  if ! diff <(cut -d, -f1,3 "$first") <(cut -d, -f1,3 "$out/repro.w0.csv") > /dev/null; then
+    echo "REPRODUCIBILITY FAILURE: BSP loss trajectory of $base differs between two runs"; exit 1
+  fi
+  echo "   same BSP loss trajectory, clock by clock"
+fi
+
+"$here/plot.sh" "$out" $tiny
+echo "experiments done: $summary"
