@@ -53,6 +53,9 @@ namespace pushpull::bench {
 namespace {
 
 constexpr int64_t kWaitMs = 20000;  // every wait is bounded (data-path waits: see CaseWaitMs)
+// LocalCluster's 1.5 s default declares a server dead here under 64 MB x 4 workers: its heartbeat
+// goes out from the same I/O thread that moves the data (reported; not what this bench measures).
+constexpr int kHeartbeatTimeoutMs = 10000;
 constexpr size_t kKB = 1024, kMB = 1024 * 1024;
 
 enum class Op { kPush = 0, kPull = 1, kPushPull = 2 };
@@ -167,7 +170,7 @@ WorkerResult RunLoop(Driver& d, Op op, const Plan& p, Barrier& bar) {
 
 // Runs fn(w) -> WorkerResult on W threads and aggregates.
 template <class Fn>
-RunResult RunWorkers(int W, double bytes_per_op, Fn&& fn) {
+RunResult RunWorkers(int W, double bytes_per_op, Fn&& fn, std::vector<double>* lat_pool = nullptr) {
   std::vector<WorkerResult> res(W);
   std::vector<std::thread> th;
   for (int w = 0; w < W; ++w) th.emplace_back([&, w] { res[w] = fn(w); });
@@ -188,6 +191,7 @@ RunResult RunWorkers(int W, double bytes_per_op, Fn&& fn) {
   }
   if (!out.ok) return out;
   out.gbps = bytes_per_op * out.ops / std::max(1e-9, t1 - t0) / 1e9;
+  if (lat_pool) lat_pool->insert(lat_pool->end(), lat.begin(), lat.end());
   out.p50_us = Percentile(lat, 0.50);
   out.p99_us = Percentile(lat, 0.99);
   return out;
@@ -478,7 +482,8 @@ struct Config {
   std::vector<size_t> sizes;
   std::vector<size_t> sparse_sizes;
   std::vector<Shape> shapes;
-  double budget_s = 0.2;
+  double budget_s = 0.2;  // per repetition
+  int reps = 3;           // pushpull/raw repetitions, alternating
   int ssp_iters_max = 400;
   double ssp_budget_s = 2.0;
 };
@@ -486,8 +491,8 @@ struct Config {
 Plan LatencyPlan(const Config& cfg, size_t bytes) {
   Plan p;
   p.serial = true;
-  p.warmup = bytes >= 16 * kMB ? 1 : (bytes >= kMB ? 3 : 50);
-  p.min_iters = cfg.quick ? 3 : (bytes >= 64 * kMB ? 3 : 5);
+  p.warmup = bytes >= 16 * kMB ? 1 : (bytes >= kMB ? 3 : 30);
+  p.min_iters = bytes >= 64 * kMB ? 2 : (bytes >= 16 * kMB ? 3 : 5);
   p.budget_s = cfg.budget_s;
   return p;
 }
@@ -543,6 +548,7 @@ class TransportBench {
     lc.workers = sh.W;
     lc.update_threads = 1;
     lc.request_timeout_ms = static_cast<int>(kWaitMs);
+    lc.heartbeat_timeout_ms = kHeartbeatTimeoutMs;
     LocalCluster cl(lc);
     Status st = cl.Start();
     if (!st.ok()) {
@@ -615,34 +621,54 @@ class TransportBench {
     // Generous for this box (~50 MB/s for everything in flight) but short enough that a lost
     // reply costs seconds, not minutes.
     const int64_t wait_ms = 2000 + static_cast<int64_t>(double(bytes) * W * thr.depth * 2 / 50e6 * 1e3);
+    // pushpull and raw runs alternate (pp, raw, pp, raw, ...) so that load from elsewhere on this
+    // shared box hits both alike; throughput: the best repetition; latency: all samples pooled.
     // After a failed run the other runs of the case on that side are skipped (same error).
-    auto measure = [&](auto& drivers, Measured& m) {
-      Barrier bar(W);
-      RunResult failed;
-      auto run = [&](Op op, const Plan& p) {
-        if (!failed.ok) return failed;
-        double bpo = double(bytes) * (op == Op::kPushPull ? 2 : 1);
-        RunResult r = RunWorkers(W, bpo, [&](int w) { return RunLoop(*drivers[w], op, p, bar); });
-        if (!r.ok) failed = r;
-        return r;
-      };
-      m.lat[0] = run(Op::kPush, lat);
-      m.lat[1] = run(Op::kPull, lat);
-      for (Op op : {Op::kPush, Op::kPull, Op::kPushPull}) m.r[int(op)] = run(op, thr);
-    };
-    {
-      std::vector<std::unique_ptr<PushPullDriver>> d;
-      for (int w = 0; w < W; ++w)
-        d.push_back(std::make_unique<PushPullDriver>(cl.client(w), tables[w], floats,
+    std::vector<std::unique_ptr<PushPullDriver>> ppd;
+    std::vector<std::unique_ptr<RawDriver>> rwd;
+    for (int w = 0; w < W; ++w) {
+      ppd.push_back(std::make_unique<PushPullDriver>(cl.client(w), tables[w], floats,
                                                      sparse ? &keys : nullptr, bufs, wait_ms));
-      measure(d, pp);
+      rwd.push_back(std::make_unique<RawDriver>(*raw[w], part_floats, part_keys, wait_ms));
     }
-    {
-      std::vector<std::unique_ptr<RawDriver>> d;
-      for (int w = 0; w < W; ++w)
-        d.push_back(std::make_unique<RawDriver>(*raw[w], part_floats, part_keys, wait_ms));
-      measure(d, rw);
-    }
+    Barrier bar(W);
+    RunResult pp_failed, rw_failed;
+    const int reps = bytes >= 64 * kMB ? std::min(2, cfg_.reps) : cfg_.reps;
+    auto one = [&](auto& drivers, RunResult& failed, Op op, const Plan& p, RunResult* best,
+                   std::vector<double>* lat_pool) {
+      if (!failed.ok) {
+        *best = failed;
+        return;
+      }
+      double bpo = double(bytes) * (op == Op::kPushPull ? 2 : 1);
+      std::vector<double> lat;
+      RunResult r = RunWorkers(W, bpo, [&](int w) { return RunLoop(*drivers[w], op, p, bar); },
+                               lat_pool);
+      if (!r.ok) {
+        failed = r;
+        *best = r;
+        return;
+      }
+      if (best->ops == 0 || r.gbps > best->gbps) *best = r;
+    };
+    auto both = [&](Op op, Plan p, RunResult* pp_out, RunResult* rw_out) {
+      std::vector<double> pp_lat, rw_lat;
+      for (int rep = 0; rep < reps; ++rep) {
+        if (rep > 0) p.warmup = std::max(1, p.warmup / 4);
+        one(ppd, pp_failed, op, p, pp_out, &pp_lat);
+        one(rwd, rw_failed, op, p, rw_out, &rw_lat);
+      }
+      if (pp_out->ok) pp_out->p50_us = Percentile(pp_lat, 0.5), pp_out->p99_us = Percentile(pp_lat, 0.99);
+      if (rw_out->ok) rw_out->p50_us = Percentile(rw_lat, 0.5), rw_out->p99_us = Percentile(rw_lat, 0.99);
+    };
+    const double tc = Now();
+    both(Op::kPush, lat, &pp.lat[0], &rw.lat[0]);
+    both(Op::kPull, lat, &pp.lat[1], &rw.lat[1]);
+    for (Op op : {Op::kPush, Op::kPull, Op::kPushPull}) both(op, thr, &pp.r[int(op)], &rw.r[int(op)]);
+    ppd.clear();
+    rwd.clear();
+    std::fprintf(stderr, "transport: %s%s/%s took %.1f s\n", sparse ? "sparse " : "",
+                 SizeName(bytes).c_str(), ShapeName(S, W).c_str(), Now() - tc);
     const std::string suffix = "/" + SizeName(bytes) + "/" + ShapeName(S, W);
     const std::string pre = sparse ? "sparse_" : "";
     const std::string what =
@@ -657,7 +683,7 @@ class TransportBench {
       const RunResult& a = pp.r[int(op)];
       const RunResult& b = rw.r[int(op)];
       std::string note = what + ", ASP+SGD, " + std::to_string(thr.depth) +
-                         " ops in flight per worker" +
+                         " ops in flight per worker, best of " + std::to_string(reps) + " alternating runs" +
                          (op == Op::kPushPull ? ", bytes of both directions" : "") +
                          ", ops pp/raw " + std::to_string(a.ops) + "/" + std::to_string(b.ops);
       std::string f = fail_note(a, b);
@@ -670,7 +696,8 @@ class TransportBench {
       const RunResult& a = pp.lat[i];
       const RunResult& b = rw.lat[i];
       const std::string op = i == 0 ? "push" : "pull";
-      std::string note = what + ", ASP+SGD, one op at a time per worker, ops pp/raw " +
+      std::string note = what + ", ASP+SGD, one op at a time per worker, samples of " +
+                         std::to_string(reps) + " alternating runs pooled, ops pp/raw " +
                          std::to_string(a.ops) + "/" + std::to_string(b.ops);
       std::string f = fail_note(a, b);
       if (!f.empty()) note = f;
@@ -688,6 +715,7 @@ class TransportBench {
     lc.workers = 1;
     lc.update_threads = 1;
     lc.request_timeout_ms = static_cast<int>(kWaitMs);
+    lc.heartbeat_timeout_ms = kHeartbeatTimeoutMs;
     LocalCluster cl(lc);
     Status st = cl.Start();
     if (!st.ok()) {
@@ -740,6 +768,7 @@ class TransportBench {
     lc.workers = W;
     lc.update_threads = 1;
     lc.request_timeout_ms = static_cast<int>(kWaitMs);
+    lc.heartbeat_timeout_ms = kHeartbeatTimeoutMs;
     LocalCluster cl(lc);
     Status st = cl.Start();
     if (!st.ok()) {
@@ -823,14 +852,16 @@ void RunTransportBench(Reporter& rep, const Options& o) {
     cfg.sizes = {4 * kKB, kMB, 16 * kMB};
     cfg.sparse_sizes = {kMB};
     cfg.shapes = {{1, 1, true}, {2, 1, false}};
-    cfg.budget_s = 0.04;
+    cfg.budget_s = 0.03;
+    cfg.reps = 2;
     cfg.ssp_iters_max = 60;
     cfg.ssp_budget_s = 0.5;
   } else {
     cfg.sizes = {4 * kKB, 64 * kKB, kMB, 16 * kMB, 64 * kMB};
     cfg.sparse_sizes = {4 * kKB, 64 * kKB, kMB, 16 * kMB};
     cfg.shapes = {{1, 1, true}, {2, 1, true}, {1, 2, false}, {2, 2, false}, {1, 4, false}, {2, 4, true}};
-    cfg.budget_s = 0.15;
+    cfg.budget_s = 0.06;
+    cfg.reps = 3;
   }
   TransportBench(rep, cfg).Run();
 }
