@@ -81,6 +81,7 @@ struct AppResult {
   bool reached_target = false;
   double final_metric = 0;        // loss or accuracy, as the app defines
   int32_t max_staleness = 0;      // largest staleness any pull observed
+  double samples_per_s = 0;       // training throughput of this worker (data loading excluded)
   std::string summary;            // one line
 };
 

@@ -189,6 +189,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
                                       {"samples_per_s", rate}, {"worker", rank},
                                       {"wait_fraction", wait_s / std::max(1e-9, wait_s + compute_s)}}));
   }
+  result->samples_per_s = samples / std::max(1e-3, (NowMs() - start) / 1000.0);
   result->final_metric = accuracy;
   result->reached_target = rank != 0 || accuracy >= target;
   char buf[512];

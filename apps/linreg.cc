@@ -99,6 +99,7 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
                                       {"wall_s", wall}, {"train_loss", loss},
                                       {"samples_per_s", samples / std::max(wall, 1e-3)}}));
   }
+  result->samples_per_s = samples / std::max(1e-3, (NowMs() - start) / 1000.0);
   result->final_metric = loss;
   result->reached_target = loss <= target;
   char buf[512];

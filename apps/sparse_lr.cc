@@ -195,16 +195,25 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   }
   double gap = rank == 0 ? logloss / optimal - 1 : 0;
   const double target_gap = app.target > 0 ? app.target : 0.02;
+  result->samples_per_s = done / std::max(1e-3, (NowMs() - start) / 1000.0);
   result->final_metric = logloss;
   result->reached_target = rank != 0 || gap <= target_gap;
   char buf[512];
-  std::snprintf(buf, sizeof(buf),
-                "sparse_lr summary: worker %d consistency=%s workers=%d examples=%lld logloss=%.5f "
-                "optimal=%.5f gap=%.2f%% target_gap=%.1f%% auc=%.4f reached=%s max_staleness=%d "
-                "network_wait=%.0f%% wall=%.1fs",
-                rank, app.consistency.ToString().c_str(), W, static_cast<long long>(done), logloss, optimal,
-                100 * gap, 100 * target_gap, auc, result->reached_target ? "yes" : "NO", result->max_staleness,
-                100 * wait_s / std::max(1e-3, (NowMs() - start) / 1000.0), (NowMs() - start) / 1000.0);
+  if (rank == 0)
+    std::snprintf(buf, sizeof(buf),
+                  "sparse_lr summary: worker 0 consistency=%s workers=%d examples=%lld logloss=%.5f "
+                  "optimal=%.5f gap=%.2f%% target_gap=%.1f%% auc=%.4f reached=%s max_staleness=%d "
+                  "network_wait=%.0f%% wall=%.1fs",
+                  app.consistency.ToString().c_str(), W, static_cast<long long>(done), logloss, optimal,
+                  100 * gap, 100 * target_gap, auc, result->reached_target ? "yes" : "NO",
+                  result->max_staleness, 100 * wait_s / std::max(1e-3, (NowMs() - start) / 1000.0),
+                  (NowMs() - start) / 1000.0);
+  else
+    std::snprintf(buf, sizeof(buf),
+                  "sparse_lr summary: worker %d consistency=%s examples=%lld (worker 0 evaluates) "
+                  "max_staleness=%d network_wait=%.0f%% wall=%.1fs",
+                  rank, app.consistency.ToString().c_str(), static_cast<long long>(done), result->max_staleness,
+                  100 * wait_s / std::max(1e-3, (NowMs() - start) / 1000.0), (NowMs() - start) / 1000.0);
   result->summary = buf;
   return Status::OK();
 }

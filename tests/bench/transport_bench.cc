@@ -852,7 +852,7 @@ void RunTransportBench(Reporter& rep, const Options& o) {
     cfg.sizes = {4 * kKB, kMB, 16 * kMB};
     cfg.sparse_sizes = {kMB};
     cfg.shapes = {{1, 1, true}, {2, 1, false}};
-    cfg.budget_s = 0.03;
+    cfg.budget_s = 0.07;
     cfg.reps = 2;
     cfg.ssp_iters_max = 60;
     cfg.ssp_budget_s = 0.5;
