@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/memory.h"
 #include "common/spsc_queue.h"
 #include "common/time.h"
 #include "common/wire.h"
@@ -29,7 +30,7 @@ struct Request {
   std::vector<RowSelection> sel;
   opt::StepContext ctx;
   int64_t clock = 0;                // kAccumulate / kApplyBsp
-  std::shared_ptr<std::vector<float>> out;  // kRead: reply values
+  std::shared_ptr<float[]> out;     // kRead: reply values (uninitialised, then filled)
   int32_t staleness = 0;
   std::atomic<int> pending{0};
 };
@@ -176,7 +177,7 @@ void ServerImpl::UpdateLoop(int k) {
                      r->ctx.grad_scale);
         break;
       case Request::kRead:
-        s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out->data());
+        s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get());
         break;
       case Request::kApplyBsp:
         s.ApplyAccumulated(r->clock, r->ctx);
@@ -368,7 +369,7 @@ void ServerImpl::ServePull(Request* r, int64_t min_live) {
   staleness_.Record(s);
   if (s > stats_.max_staleness) stats_.max_staleness = s;
   r->staleness = static_cast<int32_t>(s);
-  r->out = std::make_shared<std::vector<float>>(h.row_count() * h.dim);
+  r->out = NewFloatBuffer(h.row_count() * h.dim);
   Dispatch(r);
 }
 
@@ -418,9 +419,9 @@ void ServerImpl::Reply(Request* r) {
     out.dim = h.dim;
     out.slot = h.slot;
     out.staleness = r->staleness;
-    size_t bytes = r->out->size() * sizeof(float);
+    size_t bytes = h.row_count() * h.dim * sizeof(float);
     stats_.bytes_out += bytes;
-    values = ZeroCopyFrame(r->out->data(), bytes, r->out);
+    values = ZeroCopyFrame(r->out.get(), bytes, r->out);
   }
   Status st = SendMessage(router_, &r->msg.identity, out, zmq::message_t(), std::move(values));
   if (!st.ok()) PP_LOG(Warning) << "reply to worker " << h.sender_rank << " lost: " << st.ToString();

@@ -3,6 +3,7 @@
 
 #include <thread>
 
+#include "common/memory.h"
 #include "common/log.h"
 #include "common/signals.h"
 #include "server/server.h"
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
       "a pushpull server: holds table shards and optimizer state, applies pushes, answers pulls.\n"
       "usage: pushpull-server --scheduler=tcp://HOST:PORT [--advertise_host=MY_IP]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
+  pushpull::TuneMallocForLargeMessages();
   pushpull::SetLogTag("server");
   if (FLAGS_verbose) pushpull::SetLogLevel(pushpull::LogLevel::kDebug);
   pushpull::ServerOptions o;

@@ -33,6 +33,8 @@ struct ModelCase {
   Consistency c;
 };
 
+void PrintTo(const ModelCase& m, std::ostream* os) { *os << m.name; }
+
 class ConsistencyTest : public ::testing::TestWithParam<ModelCase> {};
 
 // Row v counts worker v's pushes: each push adds exactly 1 to row v (BSP: the mean over W

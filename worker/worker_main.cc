@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "common/memory.h"
 #include "apps/app.h"
 #include "apps/fmnist_mlp.h"
 #include "apps/linreg.h"
@@ -133,6 +134,7 @@ int main(int argc, char** argv) {
       "a pushpull worker: runs one training app.\n"
       "usage: pushpull-worker --scheduler=tcp://HOST:PORT --app=linreg|fmnist_mlp|sparse_lr [app flags]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
+  pushpull::TuneMallocForLargeMessages();
   pushpull::SetLogTag("worker");
   if (FLAGS_verbose) pushpull::SetLogLevel(pushpull::LogLevel::kDebug);
   if (FLAGS_app.empty()) {

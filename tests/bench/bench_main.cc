@@ -10,6 +10,7 @@
 #include <system_error>
 #include <vector>
 
+#include "common/memory.h"
 #include "tests/bench/bench.h"
 
 DEFINE_string(out, "build/bench/results.jsonl",
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   for (const auto& b : Registry()) usage += " " + b.name;
   gflags::SetUsageMessage(usage);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
+  pushpull::TuneMallocForLargeMessages();
 
   if (FLAGS_list) {
     for (const auto& b : Registry()) std::printf("%s\n", b.name.c_str());

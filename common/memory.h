@@ -1,0 +1,20 @@
+// Process-wide memory settings for the data path.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+namespace pushpull {
+
+// Large messages (pushes, pull replies) are allocated and freed at a high rate: by ZeroMQ when it
+// receives a frame, by the server for a reply, by the client for a push. glibc serves blocks
+// over 128 KiB with fresh mmap()s and returns freed heap tops to the kernel, so every such buffer
+// page-faults on every touch. This keeps freed memory in the heap instead (mmap threshold and trim
+// threshold raised), so a buffer of the same size is reused warm. Called by every daemon's main()
+// and the benchmark, before any thread starts.
+void TuneMallocForLargeMessages();
+
+// An uninitialised float buffer (no zero fill: it is about to be overwritten).
+inline std::shared_ptr<float[]> NewFloatBuffer(size_t n) { return std::shared_ptr<float[]>(new float[n]); }
+
+}  // namespace pushpull
