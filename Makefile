@@ -75,7 +75,7 @@ $(BUILD)/bin/pushpull-scheduler: $(BUILD)/obj/server/scheduler_main.o $(LIBS)
 $(BUILD)/bin/pushpull-server:    $(BUILD)/obj/server/server_main.o $(LIBS)
 $(BUILD)/bin/pushpull-worker:    $(BUILD)/obj/worker/worker_main.o $(LIBS)
 $(BUILD)/bin/pushpull-launch:    $(BUILD)/obj/deploy/launch_main.o $(LIBS)
-$(BUILD)/bin/pushpull-bench:     $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard tests/bench/*.cc)) $(LIBS)
+$(BUILD)/bin/pushpull-bench:     $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard tests/bench/*.cc)) $(BUILD)/obj/tests/local_cluster.o $(LIBS)
 $(BINS):
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS) $(LDLIBS)

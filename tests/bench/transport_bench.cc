@@ -32,6 +32,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -46,8 +47,6 @@
 #include "common/log.h"
 #include "tests/bench/bench.h"
 #include "tests/local_cluster.h"
-// The bench binary does not link tests/local_cluster.cc; compile it into this file.
-#include "tests/local_cluster.cc"
 
 namespace pushpull::bench {
 namespace {
@@ -485,6 +484,10 @@ struct Config {
   double budget_s = 0.2;  // per repetition
   int reps = 3;           // pushpull/raw repetitions, alternating
   int ssp_iters_max = 400;
+  // Profiling aid (env PP_TRANSPORT_PROFILE=OP/SIZE/SsWw[/raw], e.g. pushpull/16MB/1s1w): only
+  // that throughput run, pushpull side (or raw side), for budget_s; no RSS, no SSP.
+  int profile_op = -1;
+  bool profile_raw = false;
   double ssp_budget_s = 2.0;
 };
 
@@ -516,6 +519,10 @@ class TransportBench {
   void Run() {
     SetLogLevel(LogLevel::kWarning);
     const double t0 = Now();
+    if (cfg_.profile_op >= 0) {
+      for (const Shape& sh : cfg_.shapes) RunShape(sh);
+      return;
+    }
     RunRss();
     for (const Shape& sh : cfg_.shapes) RunShape(sh);
     // 16 MB dense pull from 2 servers vs 1 (1 worker), from the figures above.
@@ -662,6 +669,19 @@ class TransportBench {
       if (rw_out->ok) rw_out->p50_us = Percentile(rw_lat, 0.5), rw_out->p99_us = Percentile(rw_lat, 0.99);
     };
     const double tc = Now();
+    if (cfg_.profile_op >= 0) {
+      const Op op = static_cast<Op>(cfg_.profile_op);
+      RunResult r;
+      std::vector<double> l;
+      if (cfg_.profile_raw) one(rwd, rw_failed, op, thr, &r, &l);
+      else one(ppd, pp_failed, op, thr, &r, &l);
+      ppd.clear();
+      rwd.clear();
+      Add(std::string("profile_") + (cfg_.profile_raw ? "raw_" : "") + OpName(op) + "/" +
+              SizeName(bytes) + "/" + ShapeName(S, W), "GB/s", r.ok ? r.gbps : NAN, 0.0,
+          r.ok ? "ops " + std::to_string(r.ops) : "FAILED: " + r.error);
+      return;
+    }
     both(Op::kPush, lat, &pp.lat[0], &rw.lat[0]);
     both(Op::kPull, lat, &pp.lat[1], &rw.lat[1]);
     for (Op op : {Op::kPush, Op::kPull, Op::kPushPull}) both(op, thr, &pp.r[int(op)], &rw.r[int(op)]);
@@ -862,6 +882,28 @@ void RunTransportBench(Reporter& rep, const Options& o) {
     cfg.shapes = {{1, 1, true}, {2, 1, true}, {1, 2, false}, {2, 2, false}, {1, 4, false}, {2, 4, true}};
     cfg.budget_s = 0.06;
     cfg.reps = 3;
+  }
+  if (const char* prof = std::getenv("PP_TRANSPORT_PROFILE")) {
+    char op[32] = {0}, size[32] = {0}, side[32] = {0};
+    int S = 0, W = 0;
+    if (std::sscanf(prof, "%31[a-z]/%31[0-9KMB]/%ds%dw/%31s", op, size, &S, &W, side) < 4 || S < 1 ||
+        W < 1) {
+      std::fprintf(stderr, "PP_TRANSPORT_PROFILE=%s: want OP/SIZE/SsWw[/raw]\n", prof);
+      return;
+    }
+    for (int o = 0; o < 3; ++o)
+      if (std::string(op) == OpName(static_cast<Op>(o))) cfg.profile_op = o;
+    size_t bytes = std::strtoull(size, nullptr, 10) * (std::strchr(size, 'M') ? kMB : kKB);
+    if (cfg.profile_op < 0 || bytes == 0) {
+      std::fprintf(stderr, "PP_TRANSPORT_PROFILE=%s: unknown op or size\n", prof);
+      return;
+    }
+    cfg.profile_raw = std::string(side) == "raw";
+    cfg.sizes = {bytes};
+    cfg.sparse_sizes.clear();
+    cfg.shapes = {{S, W, false}};
+    cfg.budget_s = 5.0;
+    cfg.reps = 1;
   }
   TransportBench(rep, cfg).Run();
 }
