@@ -20,6 +20,8 @@
 namespace pushpull {
 namespace {
 
+constexpr uint64_t kInlineBytes = 64 * 1024;  // requests up to this size may run on the I/O thread
+
 // One unit of work for the update threads: a push, a pull, or a BSP clock to apply. Update
 // thread k works on sel[k] (or on stripe k as a whole for kApplyBsp).
 struct Request {
@@ -61,6 +63,7 @@ class ServerImpl final : public Server {
 
  private:
   void UpdateLoop(int k);
+  void Execute(Request* r, int k);
   void HandleRouter();
   void HandleData(Message& m);
   Status Validate(const Message& m, TableShard** shard);
@@ -92,6 +95,7 @@ class ServerImpl final : public Server {
   std::multimap<int64_t, Request*> parked_;          // pulls by the min clock they need
   StalenessHistogram staleness_;
   std::vector<std::unique_ptr<SpscQueue<Request>>> queues_;
+  std::unique_ptr<std::atomic<int>[]> inflight_;     // per update thread: requests handed over, not done
   std::vector<std::thread> threads_;
   std::vector<zmq::message_t> frames_;
   uint64_t bad_logged_ = 0;
@@ -112,6 +116,8 @@ Status ServerImpl::Run() {
 
   const int K = options_.update_threads;
   for (int k = 0; k < K; ++k) queues_.push_back(std::make_unique<SpscQueue<Request>>());
+  inflight_.reset(new std::atomic<int>[K]);
+  for (int k = 0; k < K; ++k) inflight_[k] = 0;
   for (int k = 0; k < K; ++k) threads_.emplace_back([this, k] { UpdateLoop(k); });
 
   Status exit_status;
@@ -160,30 +166,37 @@ Status ServerImpl::Run() {
   return exit_status;
 }
 
+void ServerImpl::Execute(Request* r, int k) {
+  Stripe& s = r->shard->stripe(k);
+  const RowSelection* sel = r->sel.empty() ? nullptr : &r->sel[k];
+  switch (r->op) {
+    case Request::kApply:
+      s.ApplyPush(*sel, r->msg.key_data(), r->msg.value_data(), r->ctx);
+      break;
+    case Request::kAccumulate:
+      s.Accumulate(r->clock, r->msg.header.sender_rank, *sel, r->msg.key_data(), r->msg.value_data(),
+                   r->ctx.grad_scale);
+      break;
+    case Request::kRead:
+      s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get());
+      break;
+    case Request::kApplyBsp:
+      s.ApplyAccumulated(r->clock, r->ctx);
+      break;
+  }
+}
+
 void ServerImpl::UpdateLoop(int k) {
   zmq::socket_t done(ctx_, zmq::socket_type::push);
   done.set(zmq::sockopt::linger, 0);
   done.connect(done_endpoint_);
   SpscQueue<Request>& q = *queues_[k];
   while (Request* r = q.Pop()) {
-    Stripe& s = r->shard->stripe(k);
-    const RowSelection* sel = r->sel.empty() ? nullptr : &r->sel[k];
-    switch (r->op) {
-      case Request::kApply:
-        s.ApplyPush(*sel, r->msg.key_data(), r->msg.value_data(), r->ctx);
-        break;
-      case Request::kAccumulate:
-        s.Accumulate(r->clock, r->msg.header.sender_rank, *sel, r->msg.key_data(), r->msg.value_data(),
-                     r->ctx.grad_scale);
-        break;
-      case Request::kRead:
-        s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get());
-        break;
-      case Request::kApplyBsp:
-        s.ApplyAccumulated(r->clock, r->ctx);
-        break;
-    }
-    if (r->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    Execute(r, k);
+    const bool last = r->pending.fetch_sub(1, std::memory_order_acq_rel) == 1;
+    // After the stripe's writes: the I/O thread may run small requests inline once all are idle.
+    inflight_[k].fetch_sub(1, std::memory_order_release);
+    if (last) {
       zmq::message_t m(&r, sizeof(r));
       done.send(m, zmq::send_flags::none);
     }
@@ -224,6 +237,8 @@ void ServerImpl::HandleRouter() {
       continue;
     }
     HandleData(m);
+    // Large batches must not starve the heartbeat (the scheduler would declare us dead).
+    if (control_.MsUntilTick() == 0) control_.Tick().IgnoreError();
   }
 }
 
@@ -382,9 +397,26 @@ void ServerImpl::Dispatch(Request* r) {
     Reply(r);
     return;
   }
+  // Small requests while every update thread is idle run right here: two thread hand-offs cost
+  // more than the work. Safe: an idle update thread touches no stripe until this thread hands it
+  // work, and its last writes are visible through the acquire below.
+  const uint64_t bytes = whole ? 0 : r->msg.header.row_count() * r->msg.header.dim * sizeof(float);
+  if (!whole && bytes <= kInlineBytes) {
+    bool idle = true;
+    for (int k = 0; k < K && idle; ++k) idle = inflight_[k].load(std::memory_order_acquire) == 0;
+    if (idle) {
+      for (int k = 0; k < K; ++k)
+        if (r->sel[k].size() > 0) Execute(r, k);
+      Reply(r);
+      return;
+    }
+  }
   r->pending.store(n, std::memory_order_relaxed);
-  for (int k = 0; k < K; ++k)
-    if (whole || r->sel[k].size() > 0) queues_[k]->Push(r);
+  for (int k = 0; k < K; ++k) {
+    if (!whole && r->sel[k].size() == 0) continue;
+    inflight_[k].fetch_add(1, std::memory_order_relaxed);
+    queues_[k]->Push(r);
+  }
 }
 
 void ServerImpl::HandleDone() {

@@ -22,6 +22,7 @@ struct FutureState {
   std::mutex mu;
   std::condition_variable cv;
   int remaining = 0;
+  std::atomic<int> remaining_hint{1};  // lock-free view of remaining, for the spin in Wait
   Status status;
   bool abandoned = false;          // the waiter gave up: never touch `out` again
   int32_t staleness = 0;
@@ -35,7 +36,10 @@ struct FutureState {
     if (!st.ok() && status.ok()) status = st;
     if (stale > staleness) staleness = stale;
     if (target >= 0 && target < static_cast<int>(waiting_on.size())) waiting_on[target] = 0;
-    if (--remaining == 0) cv.notify_all();
+    if (--remaining == 0) {
+      remaining_hint.store(0, std::memory_order_release);
+      cv.notify_all();
+    }
   }
 };
 
@@ -47,6 +51,8 @@ Status Future::Wait() { return s_ ? WaitFor(s_->default_timeout_ms) : Status::OK
 
 Status Future::WaitFor(int64_t timeout_ms) {
   if (!s_) return Status::OK();
+  // Small requests come back in tens of microseconds: look a few times before sleeping.
+  for (int i = 0; i < 50 && s_->remaining_hint.load(std::memory_order_acquire) > 0; ++i) std::this_thread::yield();
   std::unique_lock<std::mutex> l(s_->mu);
   if (!s_->cv.wait_for(l, std::chrono::milliseconds(timeout_ms), [&] { return s_->remaining <= 0; })) {
     s_->abandoned = true;
@@ -138,14 +144,14 @@ class ClientImpl final : public Client {
   int64_t clock() const override { return clock_; }
 
   Result<Table> CreateTable(const TableSpec& spec) override;
-  Future Push(const Table& t, std::vector<Key> keys, std::vector<float> grads) override;
+  Future Push(const Table& t, std::vector<Key> keys, std::shared_ptr<const std::vector<float>> grads) override;
   Future Pull(const Table& t, std::vector<Key> keys, float* out) override {
     return PullImpl(t, std::move(keys), -1, out);
   }
   Future PullSlot(const Table& t, std::vector<Key> keys, int slot, float* out) override {
     return PullImpl(t, std::move(keys), slot, out);
   }
-  Future PushDense(const Table& t, std::vector<float> grads) override;
+  Future PushDense(const Table& t, std::shared_ptr<const std::vector<float>> grads) override;
   Future PullDense(const Table& t, float* out) override;
   Status Clock() override;
   Status Barrier() override;
@@ -201,6 +207,7 @@ std::shared_ptr<FutureState> ClientImpl::NewState(std::string what, int parts) {
   auto fs = std::make_shared<FutureState>();
   fs->what = std::move(what);
   fs->remaining = parts;
+  fs->remaining_hint = parts;
   fs->default_timeout_ms = options_.request_timeout_ms;
   fs->waiting_on.assign(num_servers() + 1, 0);
   return fs;
@@ -209,6 +216,7 @@ std::shared_ptr<FutureState> ClientImpl::NewState(std::string what, int parts) {
 Future ClientImpl::Failed(const Status& st) {
   auto fs = NewState("", 0);
   fs->status = st;
+  fs->remaining_hint = 0;
   return Future(fs);
 }
 
@@ -279,16 +287,16 @@ Result<Table> ClientImpl::CreateTable(const TableSpec& spec) {
   return t;
 }
 
-Future ClientImpl::Push(const Table& t, std::vector<Key> keys, std::vector<float> grads) {
+Future ClientImpl::Push(const Table& t, std::vector<Key> keys, std::shared_ptr<const std::vector<float>> vbuf) {
   const TableInfo* info;
   Status st = CheckTable(t, &info);
   if (!st.ok()) return Failed(st);
   const uint32_t dim = info->spec.dim;
-  if (grads.size() != keys.size() * dim)
+  if (!vbuf || vbuf->size() != keys.size() * dim)
     return Failed(Status::InvalidArgument("push to '" + t.name + "': " + std::to_string(keys.size()) +
                                           " keys of dim " + std::to_string(dim) + " need " +
                                           std::to_string(keys.size() * dim) + " floats, got " +
-                                          std::to_string(grads.size())));
+                                          std::to_string(vbuf ? vbuf->size() : 0)));
   for (Key k : keys)
     if (!info->spec.sparse && k >= info->spec.rows)
       return Failed(Status::InvalidArgument("push to '" + t.name + "': row " + std::to_string(k) +
@@ -302,7 +310,6 @@ Future ClientImpl::Push(const Table& t, std::vector<Key> keys, std::vector<float
     if (i && owner[i] < owner[i - 1]) sorted = false;
   }
   auto kbuf = std::make_shared<std::vector<Key>>(std::move(keys));
-  auto vbuf = std::make_shared<std::vector<float>>(std::move(grads));
   std::vector<std::unique_ptr<Command>> cmds;
   auto make = [&](int s, zmq::message_t kf, zmq::message_t vf, uint64_t n) {
     auto c = std::make_unique<Command>();
@@ -394,17 +401,16 @@ Future ClientImpl::PullImpl(const Table& t, std::vector<Key> keys, int slot, flo
   return Future(fs);
 }
 
-Future ClientImpl::PushDense(const Table& t, std::vector<float> grads) {
+Future ClientImpl::PushDense(const Table& t, std::shared_ptr<const std::vector<float>> vbuf) {
   const TableInfo* info;
   Status st = CheckTable(t, &info);
   if (!st.ok()) return Failed(st);
   if (info->spec.sparse) return Failed(Status::InvalidArgument("PushDense on sparse table '" + t.name + "'"));
   const uint32_t dim = info->spec.dim;
-  if (grads.size() != info->spec.rows * dim)
+  if (!vbuf || vbuf->size() != info->spec.rows * dim)
     return Failed(Status::InvalidArgument("push to '" + t.name + "': table holds " +
                                           std::to_string(info->spec.rows * dim) + " floats, got " +
-                                          std::to_string(grads.size())));
-  auto vbuf = std::make_shared<std::vector<float>>(std::move(grads));
+                                          std::to_string(vbuf ? vbuf->size() : 0)));
   std::vector<std::unique_ptr<Command>> cmds;
   for (int s = 0; s < num_servers(); ++s) {
     uint64_t b = info->row_offsets[s], e = info->row_offsets[s + 1];
@@ -538,6 +544,7 @@ void ClientImpl::IoLoop() {
           continue;
         }
         HandleReply(m, s);
+        if (control_.MsUntilTick() == 0) control_.Tick().IgnoreError();
       }
     }
     if (items[S].revents & ZMQ_POLLIN) {

@@ -61,7 +61,8 @@ class Future {
  public:
   Future() = default;
   explicit Future(std::shared_ptr<internal::FutureState> s) : s_(std::move(s)) {}
-  // Waits for every server's answer, at most the client's request_timeout_ms.
+  // Waits for every server's answer, at most the client's request_timeout_ms. A pull's values
+  // are in its destination once this returns OK.
   Status Wait();
   Status WaitFor(int64_t timeout_ms);
   bool Ready() const;
@@ -95,10 +96,19 @@ class Client {
 
   // Keyed push and pull. grads: keys.size() * dim floats. out must stay valid until the
   // Future is done (or its Wait timed out) and receives keys.size() * dim floats in key order.
-  virtual Future Push(const Table& t, std::vector<Key> keys, std::vector<float> grads) = 0;
+  // Gradients are sent zero-copy from the buffer; a shared buffer may be reused once the push's
+  // Future is done (the library holds its reference only until then).
+  virtual Future Push(const Table& t, std::vector<Key> keys,
+                      std::shared_ptr<const std::vector<float>> grads) = 0;
+  Future Push(const Table& t, std::vector<Key> keys, std::vector<float> grads) {
+    return Push(t, std::move(keys), std::make_shared<const std::vector<float>>(std::move(grads)));
+  }
   virtual Future Pull(const Table& t, std::vector<Key> keys, float* out) = 0;
   // Whole dense table: rows * dim floats.
-  virtual Future PushDense(const Table& t, std::vector<float> grads) = 0;
+  virtual Future PushDense(const Table& t, std::shared_ptr<const std::vector<float>> grads) = 0;
+  Future PushDense(const Table& t, std::vector<float> grads) {
+    return PushDense(t, std::make_shared<const std::vector<float>>(std::move(grads)));
+  }
   virtual Future PullDense(const Table& t, float* out) = 0;
   // Reads optimizer state slot `slot` (e.g. Adam's m is 0) of some rows, for debugging.
   virtual Future PullSlot(const Table& t, std::vector<Key> keys, int slot, float* out) = 0;
