@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/flags.h"
+
 DEFINE_int32(servers, 1, "servers to start");
 DEFINE_int32(workers, 1, "workers to start");
 DEFINE_string(consistency, "bsp", "consistency model passed to the workers: bsp | ssp:K | asp");
@@ -133,11 +135,12 @@ bool Failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage(
+  pushpull::ParseFlagsOrHelp(&argc, &argv,
+                            
       "runs a pushpull job on this machine.\n"
       "usage: pushpull-launch --servers=S --workers=W [--consistency=bsp|ssp:K|asp] -- <worker flags>\n"
-      "example: pushpull-launch --servers=2 --workers=3 --consistency=ssp:1 -- --app=linreg");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);  // leaves what follows "--" in argv
+      "example: pushpull-launch --servers=2 --workers=3 --consistency=ssp:1 -- --app=linreg",
+                            "launch_main");  // leaves what follows "--" in argv
   std::vector<std::string> worker_args(argv + 1, argv + argc);
   if (FLAGS_servers < 1 || FLAGS_workers < 1) {
     std::fprintf(stderr, "pushpull-launch: --servers and --workers must be >= 1\n");

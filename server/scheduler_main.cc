@@ -5,6 +5,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/flags.h"
 #include "common/log.h"
 #include "common/signals.h"
 #include "server/scheduler.h"
@@ -21,10 +22,11 @@ DEFINE_string(on_worker_death, "abort", "abort: end the job naming the dead work
 DEFINE_bool(verbose, false, "debug logging");
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage(
+  pushpull::ParseFlagsOrHelp(&argc, &argv,
+                            
       "the pushpull scheduler: membership, table creation, barriers, heartbeats.\n"
-      "usage: pushpull-scheduler --num_servers=S --num_workers=W [--port=7000]");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+      "usage: pushpull-scheduler --num_servers=S --num_workers=W [--port=7000]",
+                            "scheduler_main");
   pushpull::SetLogTag("scheduler");
   if (FLAGS_verbose) pushpull::SetLogLevel(pushpull::LogLevel::kDebug);
   if (FLAGS_on_worker_death != "abort" && FLAGS_on_worker_death != "continue") {

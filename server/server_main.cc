@@ -3,6 +3,7 @@
 
 #include <thread>
 
+#include "common/flags.h"
 #include "common/memory.h"
 #include "common/log.h"
 #include "common/signals.h"
@@ -21,10 +22,11 @@ DEFINE_int32(rank, -1, "ask the scheduler for this rank (-1: any free one)");
 DEFINE_bool(verbose, false, "debug logging");
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage(
+  pushpull::ParseFlagsOrHelp(&argc, &argv,
+                            
       "a pushpull server: holds table shards and optimizer state, applies pushes, answers pulls.\n"
-      "usage: pushpull-server --scheduler=tcp://HOST:PORT [--advertise_host=MY_IP]");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+      "usage: pushpull-server --scheduler=tcp://HOST:PORT [--advertise_host=MY_IP]",
+                            "server_main");
   pushpull::TuneMallocForLargeMessages();
   pushpull::SetLogTag("server");
   if (FLAGS_verbose) pushpull::SetLogLevel(pushpull::LogLevel::kDebug);

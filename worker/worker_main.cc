@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "common/flags.h"
 #include "common/memory.h"
 #include "apps/app.h"
 #include "apps/fmnist_mlp.h"
@@ -130,10 +131,11 @@ pushpull::Status RunApp(pushpull::Client& client, pushpull::AppResult* result) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage(
+  pushpull::ParseFlagsOrHelp(&argc, &argv,
+                            
       "a pushpull worker: runs one training app.\n"
-      "usage: pushpull-worker --scheduler=tcp://HOST:PORT --app=linreg|fmnist_mlp|sparse_lr [app flags]");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+      "usage: pushpull-worker --scheduler=tcp://HOST:PORT --app=linreg|fmnist_mlp|sparse_lr [app flags]",
+                            "worker_main");
   pushpull::TuneMallocForLargeMessages();
   pushpull::SetLogTag("worker");
   if (FLAGS_verbose) pushpull::SetLogLevel(pushpull::LogLevel::kDebug);

@@ -10,6 +10,7 @@
 #include <system_error>
 #include <vector>
 
+#include "common/flags.h"
 #include "common/memory.h"
 #include "tests/bench/bench.h"
 
@@ -25,10 +26,9 @@ int main(int argc, char** argv) {
   using pushpull::bench::Registry;
   std::string usage = "Runs pushpull's benchmarks.\n  pushpull-bench [--out=FILE] "
                       "[--filter=SUBSTRING] [--quick] [--threads=N] [--list]\n"
-                      "(--helpshort lists only these flags)\nBenches:";
+                      "Benches:";
   for (const auto& b : Registry()) usage += " " + b.name;
-  gflags::SetUsageMessage(usage);
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  pushpull::ParseFlagsOrHelp(&argc, &argv, usage.c_str(), "tests/bench/");
   pushpull::TuneMallocForLargeMessages();
 
   if (FLAGS_list) {

@@ -1,0 +1,12 @@
+// Command-line parsing for the binaries' main()s: gflags, with a --help that lists only the
+// binary's own flags (not gflags' internals).
+#pragma once
+
+namespace pushpull {
+
+// Parses flags; on --help prints `usage` and the flags defined in files whose path contains
+// `flag_file` (e.g. "server_main"), then exits 0.
+void ParseFlagsOrHelp(int* argc, char*** argv, const char* usage, const char* flag_file,
+                      bool remove_flags = true);
+
+}  // namespace pushpull
