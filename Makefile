@@ -95,20 +95,20 @@ deps:
 	else echo "make deps: all packages present"; fi
 
 test: deps
-	$(MAKE) all
+	$(MAKE) -j$$(nproc) all
 	tests/run_tests.sh $(BUILD)
 
 demo: deps
-	$(MAKE) $(BINS)
+	$(MAKE) -j$$(nproc) $(BINS)
 	apps/demo.sh $(BUILD)
 
 bench: deps
-	$(MAKE) $(BINS)
+	$(MAKE) -j$$(nproc) $(BINS)
 	@mkdir -p $(BUILD)/bench
 	$(BUILD)/bin/pushpull-bench --out=$(BUILD)/bench/results.jsonl
 
 experiments: deps
-	$(MAKE) $(BINS)
+	$(MAKE) -j$$(nproc) $(BINS)
 	apps/experiments/run.sh $(BUILD)
 
 clean:

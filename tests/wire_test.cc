@@ -335,6 +335,18 @@ TEST(ClientErrors, BadShapesAreRefusedBeforeSending) {
   EXPECT_FLOAT_EQ(out[0], 0.01f * 27);
   EXPECT_FLOAT_EQ(out[3], 0.0f);
   EXPECT_FLOAT_EQ(out[6], 0.01f * 15);
+  // The zero-copy view holds the same values as a copying pull, one part per server.
+  std::vector<float> dense(30);
+  ASSERT_TRUE(c.PullDense(*t, dense.data()).Wait().ok());
+  PulledRows view;
+  ASSERT_TRUE(c.PullDenseView(*t, &view).Wait().ok());
+  ASSERT_EQ(view.num_parts(), 2u);
+  EXPECT_EQ(view.part_first_row(1), 5u);
+  EXPECT_EQ(view.part_floats(0) + view.part_floats(1), 30u);
+  std::vector<float> copied(30, -1.0f);
+  view.CopyTo(copied.data());
+  EXPECT_EQ(copied, dense);
+  EXPECT_EQ(view.part(1)[0], dense[15]);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 

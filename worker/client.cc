@@ -43,9 +43,31 @@ struct FutureState {
   }
 };
 
+// The received value frames of a PullDenseView, one per server in row order.
+struct PulledParts {
+  std::vector<zmq::message_t> frames;
+  std::vector<uint64_t> first_row;
+  uint32_t dim = 0;
+};
+
 }  // namespace internal
 
 using internal::FutureState;
+
+size_t PulledRows::num_parts() const { return p_ ? p_->frames.size() : 0; }
+const float* PulledRows::part(size_t i) const { return static_cast<const float*>(p_->frames[i].data()); }
+size_t PulledRows::part_floats(size_t i) const { return p_->frames[i].size() / sizeof(float); }
+uint64_t PulledRows::part_first_row(size_t i) const { return p_->first_row[i]; }
+void PulledRows::CopyTo(float* out) const {
+  for (size_t i = 0; i < num_parts(); ++i)
+    std::memcpy(out + p_->first_row[i] * p_->dim, part(i), p_->frames[i].size());
+}
+
+// Lets the client fill a PulledRows without making its internals public.
+class ClientAccess {
+ public:
+  static std::shared_ptr<internal::PulledParts>& parts(PulledRows* r) { return r->p_; }
+};
 
 Status Future::Wait() { return s_ ? WaitFor(s_->default_timeout_ms) : Status::OK(); }
 
@@ -87,6 +109,8 @@ struct Part {
   std::shared_ptr<FutureState> fs;
   int target = 0;                  // server rank, or kScheduler
   MsgType reply_type = MsgType::kPushReply;
+  std::shared_ptr<internal::PulledParts> view;  // PullDenseView: keep the frame here, at view_index
+  size_t view_index = 0;
   float* out = nullptr;            // pulls: where row i of the reply goes ...
   std::vector<uint32_t> positions; // ... out + positions[i]*dim, or out + i*dim when empty
   uint64_t rows = 0;
@@ -152,7 +176,9 @@ class ClientImpl final : public Client {
     return PullImpl(t, std::move(keys), slot, out);
   }
   Future PushDense(const Table& t, std::shared_ptr<const std::vector<float>> grads) override;
-  Future PullDense(const Table& t, float* out) override;
+  Future PullDense(const Table& t, float* out) override { return PullDenseImpl(t, out, nullptr); }
+  Future PullDenseView(const Table& t, PulledRows* out) override { return PullDenseImpl(t, nullptr, out); }
+  Future PullDenseImpl(const Table& t, float* out, PulledRows* view);
   Status Clock() override;
   Status Barrier() override;
   Status Finish() override;
@@ -434,17 +460,29 @@ Future ClientImpl::PushDense(const Table& t, std::shared_ptr<const std::vector<f
   return Future(fs);
 }
 
-Future ClientImpl::PullDense(const Table& t, float* out) {
+Future ClientImpl::PullDenseImpl(const Table& t, float* out, PulledRows* view) {
   const TableInfo* info;
   Status st = CheckTable(t, &info);
   if (!st.ok()) return Failed(st);
   if (info->spec.sparse) return Failed(Status::InvalidArgument("PullDense on sparse table '" + t.name + "'"));
   const uint32_t dim = info->spec.dim;
+  std::shared_ptr<internal::PulledParts> parts;
+  if (view) {
+    parts = std::make_shared<internal::PulledParts>();
+    parts->dim = dim;
+    ClientAccess::parts(view) = parts;
+  }
   std::vector<std::unique_ptr<Command>> cmds;
   for (int s = 0; s < num_servers(); ++s) {
     uint64_t b = info->row_offsets[s], e = info->row_offsets[s + 1];
     if (b == e) continue;
     auto c = std::make_unique<Command>();
+    if (parts) {
+      c->part.view = parts;
+      c->part.view_index = parts->frames.size();
+      parts->frames.emplace_back();
+      parts->first_row.push_back(b);
+    }
     c->header.type = MsgType::kPull;
     c->header.flags = kFlagRange;
     c->header.table = t.id;
@@ -454,7 +492,7 @@ Future ClientImpl::PullDense(const Table& t, float* out) {
     c->header.dim = dim;
     c->part.target = s;
     c->part.reply_type = MsgType::kPullReply;
-    c->part.out = out + b * dim;
+    c->part.out = out ? out + b * dim : nullptr;
     c->part.rows = e - b;
     c->part.dim = dim;
     cmds.push_back(std::move(c));
@@ -606,11 +644,14 @@ void ClientImpl::HandleReply(Message& m, int from) {
                                                         std::to_string(part.rows) + " of dim " + std::to_string(part.dim)));
       return;
     }
+    const size_t nbytes = m.values.size();
     {
       std::lock_guard<std::mutex> l(part.fs->mu);
       if (!part.fs->abandoned) {
         const float* src = m.value_data();
-        if (part.positions.empty()) {
+        if (part.view) {
+          part.view->frames[part.view_index] = std::move(m.values);  // kept, not copied
+        } else if (part.positions.empty()) {
           std::memcpy(part.out, src, m.values.size());
         } else {
           for (size_t i = 0; i < part.positions.size(); ++i)
@@ -620,7 +661,7 @@ void ClientImpl::HandleReply(Message& m, int from) {
     }
     {
       std::lock_guard<std::mutex> l(mu_);
-      stats_.bytes_received += m.values.size();
+      stats_.bytes_received += nbytes;
       if (h.staleness > stats_.max_staleness) stats_.max_staleness = h.staleness;
     }
     part.fs->Complete(part.target, Status::OK(), h.staleness);

@@ -54,7 +54,25 @@ struct Table {
 
 namespace internal {
 struct FutureState;
+struct PulledParts;
 }
+
+// The values of a dense pull, read in place from the messages the servers sent: no copy. One
+// part per server, in row order. Valid once the pull's Future is done, for as long as this
+// object lives (it keeps the messages).
+class PulledRows {
+ public:
+  size_t num_parts() const;
+  const float* part(size_t i) const;
+  size_t part_floats(size_t i) const;
+  uint64_t part_first_row(size_t i) const;
+  // Copies every part to out (rows * dim floats) in row order.
+  void CopyTo(float* out) const;
+
+ private:
+  friend class ClientAccess;
+  std::shared_ptr<internal::PulledParts> p_;
+};
 
 // The result of an asynchronous Push or Pull.
 class Future {
@@ -110,6 +128,9 @@ class Client {
     return PushDense(t, std::make_shared<const std::vector<float>>(std::move(grads)));
   }
   virtual Future PullDense(const Table& t, float* out) = 0;
+  // The same without copying into a buffer of the caller's: the values stay in the received
+  // messages, which `out` keeps alive (see PulledRows).
+  virtual Future PullDenseView(const Table& t, PulledRows* out) = 0;
   // Reads optimizer state slot `slot` (e.g. Adam's m is 0) of some rows, for debugging.
   virtual Future PullSlot(const Table& t, std::vector<Key> keys, int slot, float* out) = 0;
 
