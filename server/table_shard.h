@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <stdexcept>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -48,6 +49,24 @@ class Stripe {
 
   size_t num_rows() const { return steps_.size(); }
   size_t bytes() const;
+
+  // The stripe's whole state (parameters, optimizer slots, per-row steps, sparse ids) as a
+  // Cereal archive: what a checkpoint writes. Pending BSP sums are not included (a checkpoint is
+  // taken at a clock boundary, where none are open).
+  template <class Ar>
+  void save(Ar& ar) const {
+    ar(dim_, row_begin_, params_, slots_, steps_, index_);
+  }
+  template <class Ar>
+  void load(Ar& ar) {
+    uint32_t dim;
+    uint64_t row_begin;
+    ar(dim, row_begin);
+    if (dim != dim_ || row_begin != row_begin_) throw std::runtime_error("stripe shape differs");
+    ar(params_, slots_, steps_, index_);
+    if (params_.size() != steps_.size() * dim_ || slots_.size() != static_cast<size_t>(optimizer_->num_slots()))
+      throw std::runtime_error("stripe state is inconsistent");
+  }
 
  private:
   // Local index of a row, creating sparse rows on first touch.
