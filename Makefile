@@ -18,7 +18,7 @@ endif
 CXX      ?= g++
 OPT      := $(if $(DEBUG),-O0,-O2)
 ARCH     ?= -march=x86-64-v3
-CPPFLAGS := -I. -I/usr/include/eigen3 -MMD -MP
+CPPFLAGS := -I. -isystem /usr/include/eigen3 -MMD -MP
 CXXFLAGS := -std=c++17 $(OPT) -g $(ARCH) -Wall -Wextra -Wno-unused-parameter -pthread
 LDLIBS   := -lzmq -lgflags -lz -pthread
 ifeq ($(ASAN),1)
