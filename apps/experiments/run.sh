@@ -9,19 +9,23 @@
 # --tiny: 2 workers, a few clocks, one plot: the pipeline check `make test` runs.
 # --resummarize: no runs; rebuild the summary, plots and report from the traces already there
 #   (e.g. after changing a target).
+# --resume: keep the runs already there, run only the missing ones, then summarise.
 set -euo pipefail
 build=${1:-build}
 tiny=0
 resum=0
 [ "${2:-}" = "--tiny" ] && tiny=1
 [ "${2:-}" = "--resummarize" ] && resum=1
+resume=0
+[ "${2:-}" = "--resume" ] && resume=1
 here=$(cd "$(dirname "$0")" && pwd)
 launch="$build/bin/pushpull-launch"
 if [ $tiny = 1 ]; then out="$build/experiments-tiny"; else out="$build/experiments"; fi
 runs="$out/runs"
-[ $resum = 1 ] || rm -rf "$out"
+[ $resum = 1 ] || [ $resume = 1 ] || rm -rf "$out"
 mkdir -p "$runs"
 summary="$out/summary.csv"
+if [ $resume = 1 ] && [ -f "$summary" ]; then cp "$summary" "$summary.prev"; fi
 echo "app,model,bound,stragglers,seed,time_to_target_s,clocks_to_target,final_metric,wait_fraction,max_staleness,wall_s" > "$summary"
 
 if [ $tiny = 1 ]; then
@@ -59,6 +63,10 @@ run_one() {  # app model strag seed [extra flags...]
   if [ "$app" = fmnist_mlp ]; then flags=$fm_flags; target=$fm_target; else flags=$slr_flags; target=$slr_target; fi
   local inject=""
   [ "$strag" = random ] && inject=$straggler_flags
+  if [ $resume = 1 ] && [ -f "$runs/$name.w0.csv" ] && [ -f "$runs/$name.wall_ms" ]; then
+    summarize "$name" "$app" "$model" "$strag${EXTRA_TAG:-}" "$seed"
+    return
+  fi
   echo "== $name"
   local start=$(date +%s%N)
   # Worker 0 writes the trace; every worker checks its staleness bound on every pull.
@@ -90,6 +98,13 @@ summarize() {  # name app model strag seed
   echo "$app,$model,$bound,$strag,$seed,${tt%,*},${tt#*,},$(last_metric "$trace"),$wait,$max_st,$(awk -v m=$wall_ms 'BEGIN { printf "%.1f", m / 1000 }')" >> "$summary"
 }
 
+if [ $resume = 1 ]; then
+  # Runs made before wall times were kept: take them from the previous summary.
+  if [ -f "$summary.prev" ]; then
+    awk -F, 'NR > 1 { m = $2; sub(":", "", m); n = $1 "_" m "_" $4 "_s" $5; print n, $11 * 1000 }' "$summary.prev" |
+      while read -r n ms; do [ -f "$runs/$n.wall_ms" ] || echo "${ms%.*}" > "$runs/$n.wall_ms"; done
+  fi
+fi
 if [ $resum = 1 ]; then
   for trace in "$runs"/*.w0.csv; do
     name=$(basename "$trace" .w0.csv)           # app_model_strag_sSEED[_tag]
