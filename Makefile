@@ -38,7 +38,7 @@ NVCCFLAGS ?= -std=c++17 -O2 -I. -Xcompiler -fPIC -MMD -MP \
 endif
 
 # One static library per folder; binaries and tests link them in dependency order.
-LIBDIRS := apps worker server common optimizers
+LIBDIRS := deploy apps worker server common optimizers
 define lib_srcs
 $(filter-out %_main.cc,$(wildcard $(1)/*.cc))
 endef
@@ -75,7 +75,7 @@ $(BUILD)/bin/pushpull-scheduler: $(BUILD)/obj/server/scheduler_main.o $(LIBS)
 $(BUILD)/bin/pushpull-server:    $(BUILD)/obj/server/server_main.o $(LIBS)
 $(BUILD)/bin/pushpull-worker:    $(BUILD)/obj/worker/worker_main.o $(LIBS)
 $(BUILD)/bin/pushpull-launch:    $(BUILD)/obj/deploy/launch_main.o $(LIBS)
-$(BUILD)/bin/pushpull-bench:     $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard tests/bench/*.cc)) $(BUILD)/obj/tests/local_cluster.o $(LIBS)
+$(BUILD)/bin/pushpull-bench:     $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard apps/bench/*.cc)) $(LIBS)
 $(BINS):
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS) $(LDLIBS)

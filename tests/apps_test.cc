@@ -8,7 +8,7 @@
 #include "apps/fmnist_mlp.h"
 #include "apps/linreg.h"
 #include "apps/sparse_lr.h"
-#include "tests/local_cluster.h"
+#include "deploy/local_cluster.h"
 
 namespace pushpull {
 namespace {

@@ -12,7 +12,7 @@
 #include "common/time.h"
 #include "optimizers/optimizer.h"
 #include "server/consistency.h"
-#include "tests/local_cluster.h"
+#include "deploy/local_cluster.h"
 
 namespace pushpull {
 namespace {
@@ -66,7 +66,9 @@ TEST_P(ConsistencyTest, PullsSeeWhatTheModelAllows) {
       ASSERT_TRUE(f.Wait().ok());
       int32_t st = f.staleness();
       if (st > max_staleness) max_staleness = st;
-      if (s >= 0) EXPECT_LE(st, s) << mc.name;
+      if (s >= 0) {
+        EXPECT_LE(st, s) << mc.name;
+      }
       for (int v = 0; v < W; ++v) {
         double seen = vals[v * 2];
         EXPECT_EQ(vals[v * 2], vals[v * 2 + 1]);
@@ -85,10 +87,14 @@ TEST_P(ConsistencyTest, PullsSeeWhatTheModelAllows) {
   });
   EXPECT_EQ(violations.load(), 0) << mc.name;
   for (int i = 0; i < S; ++i) {
-    if (s >= 0) EXPECT_LE(cluster.server(i).stats().max_staleness.load(), s);
+    if (s >= 0) {
+      EXPECT_LE(cluster.server(i).stats().max_staleness.load(), s);
+    }
     EXPECT_EQ(cluster.server(i).stats().rejected.load(), 0u);
   }
-  if (mc.c.model == Consistency::kBsp) EXPECT_EQ(max_staleness.load(), 0);
+  if (mc.c.model == Consistency::kBsp) {
+    EXPECT_EQ(max_staleness.load(), 0);
+  }
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "common/time.h"
-#include "tests/local_cluster.h"
+#include "deploy/local_cluster.h"
 
 namespace pushpull {
 namespace {

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "server/table_shard.h"
-#include "tests/local_cluster.h"
+#include "deploy/local_cluster.h"
 
 namespace pushpull {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "common/time.h"
 #include "common/wire.h"
-#include "tests/local_cluster.h"
+#include "deploy/local_cluster.h"
 
 namespace pushpull {
 namespace {

@@ -1,5 +1,5 @@
 // The pushpull-bench framework: benches register themselves with PP_BENCH from their own .cc
-// file in tests/bench/; bench_main.cc runs the ones the --filter picks. Each result is a Figure,
+// file in apps/bench/; bench_main.cc runs the ones the --filter picks. Each result is a Figure,
 // written as one JSON line to the --out file the moment it is measured (a crash keeps what was
 // measured before it) and echoed as a table row on stdout:
 //   {"bench": "optimizer", "case": "adam/16M", "value": 9.1, "unit": "GB/s",
@@ -122,6 +122,6 @@ inline double Now() {
 }  // namespace pushpull::bench
 
 // PP_BENCH(optimizer, RunOptimizerBench) registers bench "optimizer"; at namespace scope in a
-// tests/bench/*.cc file. fn: void(Reporter&, const Options&).
+// apps/bench/*.cc file. fn: void(Reporter&, const Options&).
 #define PP_BENCH(name, fn) \
   static const ::pushpull::bench::Registrar pp_bench_registrar_##name(#name, fn)

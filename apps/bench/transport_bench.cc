@@ -45,8 +45,8 @@
 #include <zmq.hpp>
 
 #include "common/log.h"
-#include "tests/bench/bench.h"
-#include "tests/local_cluster.h"
+#include "apps/bench/bench.h"
+#include "deploy/local_cluster.h"
 
 namespace pushpull::bench {
 namespace {

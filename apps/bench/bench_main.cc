@@ -1,4 +1,4 @@
-// pushpull-bench: runs the benches registered with PP_BENCH (tests/bench/*.cc) and writes
+// pushpull-bench: runs the benches registered with PP_BENCH (apps/bench/*.cc) and writes
 // their figures, one JSON object per line, to --out.
 #include <gflags/gflags.h>
 
@@ -12,7 +12,7 @@
 
 #include "common/flags.h"
 #include "common/memory.h"
-#include "tests/bench/bench.h"
+#include "apps/bench/bench.h"
 
 DEFINE_string(out, "build/bench/results.jsonl",
               "File for the figures, one JSON object per line; truncated at start, its parent "
@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
                       "[--filter=SUBSTRING] [--quick] [--threads=N] [--list]\n"
                       "Benches:";
   for (const auto& b : Registry()) usage += " " + b.name;
-  pushpull::ParseFlagsOrHelp(&argc, &argv, usage.c_str(), "tests/bench/");
+  pushpull::ParseFlagsOrHelp(&argc, &argv, usage.c_str(), "apps/bench/");
   pushpull::TuneMallocForLargeMessages();
 
   if (FLAGS_list) {

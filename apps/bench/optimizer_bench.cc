@@ -12,7 +12,7 @@
 
 #include "optimizers/optimizer.h"
 #include "optimizers/simd.h"
-#include "tests/bench/bench.h"
+#include "apps/bench/bench.h"
 
 namespace pushpull::bench {
 namespace {

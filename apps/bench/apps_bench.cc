@@ -10,8 +10,8 @@
 #include "apps/sparse_lr.h"
 #include "common/log.h"
 #include "common/time.h"
-#include "tests/bench/bench.h"
-#include "tests/local_cluster.h"
+#include "apps/bench/bench.h"
+#include "deploy/local_cluster.h"
 #include "worker/mlp_backend.h"
 
 namespace pushpull::bench {

@@ -1,4 +1,4 @@
-#include "tests/local_cluster.h"
+#include "deploy/local_cluster.h"
 
 #include <limits.h>
 #include <sys/wait.h>
