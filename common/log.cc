@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <mutex>
 
 namespace pushpull {
 namespace {
@@ -26,7 +27,10 @@ const char* LevelChar(LogLevel l) {
 }
 }  // namespace
 
+std::mutex g_tag_mu;  // guards Tag(): in-process clusters set tags from several threads
+
 void SetLogTag(const std::string& tag) {
+  std::lock_guard<std::mutex> l(g_tag_mu);
   Tag() = tag;
   t_tag = tag;
 }
@@ -43,7 +47,11 @@ LogLine::~LogLine() {
   char ts[32];
   std::snprintf(ts, sizeof(ts), "%02d:%02d:%02d.%03d", tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
   std::string line = std::string(LevelChar(level_)) + " " + ts + " ";
-  const std::string& tag = t_tag.empty() ? Tag() : t_tag;
+  std::string tag = t_tag;
+  if (tag.empty()) {
+    std::lock_guard<std::mutex> l(g_tag_mu);
+    tag = Tag();
+  }
   if (!tag.empty()) line += "[" + tag + "] ";
   line += os_.str();
   line += '\n';

@@ -425,6 +425,9 @@ void ServerImpl::HandleDone() {
     if (!done_.recv(m, zmq::recv_flags::dontwait)) return;
     Request* r;
     std::memcpy(&r, m.data(), sizeof(r));
+    // Pairs with the update threads' release decrements: their writes to the request (a pull's
+    // values) are visible here, whatever ZeroMQ's inproc pipe guarantees on its own.
+    (void)r->pending.load(std::memory_order_acquire);
     Reply(r);
   }
 }
@@ -540,6 +543,9 @@ void ServerImpl::HandleControl() {
 
 void ServerImpl::OnMembership() {
   const Membership& mem = control_.membership();
+  // An ending job releases nothing: parked pulls are answered with the job's end instead of being
+  // served because the dead worker that ended it stopped being waited for.
+  if (mem.job_state != Membership::kRunning) return;
   for (int w = 0; w < clocks_.size() && w < static_cast<int>(mem.worker_alive.size()); ++w) {
     if (!clocks_.alive(w)) continue;
     if (!mem.worker_alive[w]) {

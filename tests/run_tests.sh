@@ -5,6 +5,8 @@ build=${1:-build}
 # Unit and threads-in-one-process cluster tests, plus the multi-process ones (pushpull-launch on
 # free ports). Per-process output goes to a log; gtest's summary is printed.
 log=$build/test.log
+# TSAN=1 builds: libzmq is not instrumented; see the file for what is suppressed and why.
+export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$(pwd)/tests/tsan.supp}
 echo "running $build/bin/pushpull-tests (full log: $log)"
 if ! timeout -s KILL 900 "$build/bin/pushpull-tests" --gtest_brief=1 >"$log" 2>&1; then
   grep -E "^\[  FAILED|Failure|^tests/|Expected|Which is|Actual|Value of" "$log" | head -80 || true
