@@ -3,6 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 namespace pushpull {
 namespace {
 std::atomic<int> g_signals{0};
@@ -21,5 +24,13 @@ void InstallStopSignals() {
 }
 
 bool StopRequested() { return g_signals.load() > 0; }
+
+void CallOnStopSignal(std::function<void()> stop) {
+  InstallStopSignals();
+  std::thread([stop = std::move(stop)] {
+    while (!StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    stop();
+  }).detach();
+}
 
 }  // namespace pushpull

@@ -52,12 +52,7 @@ int main(int argc, char** argv) {
     std::ofstream(tmp) << (*s)->address() << "\n";
     std::rename(tmp.c_str(), FLAGS_endpoint_file.c_str());
   }
-  pushpull::InstallStopSignals();
-  std::thread watcher([&] {
-    while (!pushpull::StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    (*s)->Stop();
-  });
-  watcher.detach();
+  pushpull::CallOnStopSignal([&] { (*s)->Stop(); });
   pushpull::Status st = (*s)->Run();
   return st.ok() ? 0 : 1;
 }

@@ -47,12 +47,7 @@ int main(int argc, char** argv) {
     PP_LOG(Error) << s.status().ToString();
     return 2;
   }
-  pushpull::InstallStopSignals();
-  std::thread watcher([&] {
-    while (!pushpull::StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    (*s)->Stop();
-  });
-  watcher.detach();
+  pushpull::CallOnStopSignal([&] { (*s)->Stop(); });
   pushpull::Status st = (*s)->Run();
   if (!st.ok()) PP_LOG(Error) << st.ToString();
   return st.ok() ? 0 : 1;

@@ -179,6 +179,7 @@ class ClientImpl final : public Client {
   Future PullDense(const Table& t, float* out) override { return PullDenseImpl(t, out, nullptr); }
   Future PullDenseView(const Table& t, PulledRows* out) override { return PullDenseImpl(t, nullptr, out); }
   Future PullDenseImpl(const Table& t, float* out, PulledRows* view);
+  std::unique_ptr<Command> RangeCommand(MsgType type, const TableInfo& info, int s) const;
   Status Clock() override;
   Status Barrier() override;
   Status Finish() override;
@@ -439,25 +440,33 @@ Future ClientImpl::PushDense(const Table& t, std::shared_ptr<const std::vector<f
                                           std::to_string(vbuf ? vbuf->size() : 0)));
   std::vector<std::unique_ptr<Command>> cmds;
   for (int s = 0; s < num_servers(); ++s) {
-    uint64_t b = info->row_offsets[s], e = info->row_offsets[s + 1];
-    if (b == e) continue;
-    auto c = std::make_unique<Command>();
-    c->header.type = MsgType::kPush;
-    c->header.flags = kFlagRange;
-    c->header.table = t.id;
-    c->header.clock = clock_;
-    c->header.row_begin = b;
-    c->header.num_rows = e - b;
-    c->header.dim = dim;
-    c->values = ZeroCopyFrame(vbuf->data() + b * dim, (e - b) * dim * sizeof(float), vbuf);
-    c->part.target = s;
-    c->part.reply_type = MsgType::kPushReply;
+    auto c = RangeCommand(MsgType::kPush, *info, s);
+    if (!c) continue;
+    const uint64_t b = c->header.row_begin, n = c->header.num_rows;
+    c->values = ZeroCopyFrame(vbuf->data() + b * dim, n * dim * sizeof(float), vbuf);
     cmds.push_back(std::move(c));
   }
   auto fs = NewState("dense push to table '" + t.name + "'", static_cast<int>(cmds.size()));
   for (auto& c : cmds) c->part.fs = fs;
   Post(std::move(cmds));
   return Future(fs);
+}
+
+// A push or pull of server s's whole row range of a dense table; nullptr when s owns no rows.
+std::unique_ptr<Command> ClientImpl::RangeCommand(MsgType type, const TableInfo& info, int s) const {
+  const uint64_t b = info.row_offsets[s], e = info.row_offsets[s + 1];
+  if (b == e) return nullptr;
+  auto c = std::make_unique<Command>();
+  c->header.type = type;
+  c->header.flags = kFlagRange;
+  c->header.table = info.id;
+  c->header.clock = clock_;
+  c->header.row_begin = b;
+  c->header.num_rows = e - b;
+  c->header.dim = info.spec.dim;
+  c->part.target = s;
+  c->part.reply_type = type == MsgType::kPush ? MsgType::kPushReply : MsgType::kPullReply;
+  return c;
 }
 
 Future ClientImpl::PullDenseImpl(const Table& t, float* out, PulledRows* view) {
@@ -474,26 +483,17 @@ Future ClientImpl::PullDenseImpl(const Table& t, float* out, PulledRows* view) {
   }
   std::vector<std::unique_ptr<Command>> cmds;
   for (int s = 0; s < num_servers(); ++s) {
-    uint64_t b = info->row_offsets[s], e = info->row_offsets[s + 1];
-    if (b == e) continue;
-    auto c = std::make_unique<Command>();
+    auto c = RangeCommand(MsgType::kPull, *info, s);
+    if (!c) continue;
+    const uint64_t b = c->header.row_begin;
     if (parts) {
       c->part.view = parts;
       c->part.view_index = parts->frames.size();
       parts->frames.emplace_back();
       parts->first_row.push_back(b);
     }
-    c->header.type = MsgType::kPull;
-    c->header.flags = kFlagRange;
-    c->header.table = t.id;
-    c->header.clock = clock_;
-    c->header.row_begin = b;
-    c->header.num_rows = e - b;
-    c->header.dim = dim;
-    c->part.target = s;
-    c->part.reply_type = MsgType::kPullReply;
     c->part.out = out ? out + b * dim : nullptr;
-    c->part.rows = e - b;
+    c->part.rows = c->header.num_rows;
     c->part.dim = dim;
     cmds.push_back(std::move(c));
   }
