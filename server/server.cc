@@ -397,11 +397,14 @@ void ServerImpl::Dispatch(Request* r) {
     Reply(r);
     return;
   }
-  // Small requests while every update thread is idle run right here: two thread hand-offs cost
-  // more than the work. Safe: an idle update thread touches no stripe until this thread hands it
-  // work, and its last writes are visible through the acquire below.
+  // While every update thread is idle, a request runs right here when it is small, or at any
+  // size when there is a single update thread (nothing to run in parallel): two thread hand-offs
+  // cost more than they buy (measured: docs/PERFORMANCE.md). Busy update threads still take the
+  // work, so receiving the next message overlaps applying this one. Safe: an idle update thread
+  // touches no stripe until this thread hands it work, and its last writes are visible through
+  // the acquire below.
   const uint64_t bytes = whole ? 0 : r->msg.header.row_count() * r->msg.header.dim * sizeof(float);
-  if (!whole && bytes <= kInlineBytes) {
+  if (!whole && (K == 1 || bytes <= kInlineBytes)) {
     bool idle = true;
     for (int k = 0; k < K && idle; ++k) idle = inflight_[k].load(std::memory_order_acquire) == 0;
     if (idle) {
