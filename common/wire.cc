@@ -79,6 +79,7 @@ void SaveBody(Ar& ar, const Header& h) {
   ar(h.magic, h.version, h.type, h.flags, h.request_id, h.sender_role, h.sender_rank, h.table,
      h.clock, h.num_keys, h.dim, h.row_begin, h.num_rows, h.slot, h.staleness, h.status);
   SaveString(ar, h.error);
+  if (IsDataType(h.type) && !IsReply(h.type)) SaveString(ar, h.reply_to);
   switch (h.type) {
     case MsgType::kRegister: SaveString(ar, h.address); break;
     case MsgType::kRegisterReply:
@@ -123,6 +124,7 @@ void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h) {
   if (uint8_t(h.status) > uint8_t(Code::kInternal)) throw WireError("unknown status code");
   if (uint8_t(h.sender_role) > uint8_t(Role::kWorker)) throw WireError("unknown sender role");
   LoadString(ar, buf, h.error, kMaxErrorText, "error text");
+  if (IsDataType(h.type) && !IsReply(h.type)) LoadString(ar, buf, h.reply_to, 255, "reply_to");
   switch (h.type) {
     case MsgType::kRegister: LoadString(ar, buf, h.address, 256, "address"); break;
     case MsgType::kRegisterReply:
@@ -158,7 +160,7 @@ void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h) {
 
 bool KnownType(MsgType t) {
   uint8_t v = static_cast<uint8_t>(t);
-  return (v >= 1 && v <= 10) || (v >= 20 && v <= 25);
+  return (v >= 1 && v <= 10) || (v >= 20 && v <= 27);
 }
 
 }  // namespace
@@ -181,6 +183,8 @@ const char* MsgTypeName(MsgType t) {
     case MsgType::kPullReply: return "PullReply";
     case MsgType::kClock: return "Clock";
     case MsgType::kClockReply: return "ClockReply";
+    case MsgType::kHello: return "Hello";
+    case MsgType::kHelloReply: return "HelloReply";
   }
   return "Unknown";
 }
@@ -190,7 +194,7 @@ bool IsReply(MsgType t) {
   switch (t) {
     case MsgType::kRegisterReply: case MsgType::kCreateTableReply: case MsgType::kBarrierReply:
     case MsgType::kDoneReply: case MsgType::kPushReply: case MsgType::kPullReply:
-    case MsgType::kClockReply:
+    case MsgType::kClockReply: case MsgType::kHelloReply:
       return true;
     default: return false;
   }

@@ -45,6 +45,8 @@ enum class MsgType : uint8_t {
   kPullReply = 23,       // values
   kClock = 24,           // the worker's new clock
   kClockReply = 25,
+  kHello = 26,           // a client checks that replies addressed to its receive socket arrive
+  kHelloReply = 27,
 };
 const char* MsgTypeName(MsgType t);
 bool IsDataType(MsgType t);
@@ -70,6 +72,7 @@ struct Header {
   uint64_t num_rows = 0;   // kFlagRange
   int32_t slot = -1;       // pull: -1 parameters, s >= 0 optimizer slot s (debugging)
   int32_t staleness = 0;   // pull reply: own clock - slowest live worker's clock when served
+  std::string reply_to;    // data requests: the ZeroMQ routing id to answer (empty: the sender)
   Code status = Code::kOk;
   std::string error;       // status text, at most kMaxErrorText bytes
 

@@ -37,6 +37,14 @@ struct Request {
   std::atomic<int> pending{0};
 };
 
+// Where a reply goes: the routing id the request names (a client's receive socket), else the
+// socket it came from.
+zmq::message_t ReplyIdentity(const Message& m) {
+  const std::string& to = m.header.reply_to;
+  if (to.empty()) return zmq::message_t(m.identity.data(), m.identity.size());
+  return zmq::message_t(to.data(), to.size());
+}
+
 class ServerImpl final : public Server {
  public:
   explicit ServerImpl(const ServerOptions& o)
@@ -302,6 +310,16 @@ Status ServerImpl::Validate(const Message& m, TableShard** shard) {
 
 void ServerImpl::HandleData(Message& m) {
   const Header& h = m.header;
+  if (h.type == MsgType::kHello) {
+    Header rh;
+    rh.type = MsgType::kHelloReply;
+    rh.request_id = h.request_id;
+    rh.sender_role = Role::kServer;
+    rh.sender_rank = rank_;
+    zmq::message_t to = ReplyIdentity(m);
+    SendMessage(router_, &to, rh).IgnoreError();
+    return;
+  }
   TableShard* shard = nullptr;
   Status st = Validate(m, &shard);
   if (!st.ok()) {
@@ -326,7 +344,8 @@ void ServerImpl::HandleData(Message& m) {
     rh.sender_role = Role::kServer;
     rh.sender_rank = rank_;
     rh.clock = h.clock;
-    SendMessage(router_, &m.identity, rh).IgnoreError();
+    zmq::message_t to = ReplyIdentity(m);
+    SendMessage(router_, &to, rh).IgnoreError();
     AdvanceMinClock();
     return;
   }
@@ -461,7 +480,8 @@ void ServerImpl::Reply(Request* r) {
     stats_.bytes_out += bytes;
     values = ZeroCopyFrame(r->out.get(), bytes, r->out);
   }
-  Status st = SendMessage(router_, &r->msg.identity, out, zmq::message_t(), std::move(values));
+  zmq::message_t to = ReplyIdentity(r->msg);
+  Status st = SendMessage(router_, &to, out, zmq::message_t(), std::move(values));
   if (!st.ok()) PP_LOG(Warning) << "reply to worker " << h.sender_rank << " lost: " << st.ToString();
   delete r;
 }
@@ -478,7 +498,8 @@ void ServerImpl::ReplyError(const Message& m, const Status& st) {
   out.sender_rank = rank_;
   out.table = m.header.table;
   out.SetStatus(st);
-  SendMessage(router_, &m.identity, out).IgnoreError();
+  zmq::message_t to = ReplyIdentity(m);
+  SendMessage(router_, &to, out).IgnoreError();
 }
 
 void ServerImpl::AdvanceMinClock() {

@@ -145,20 +145,58 @@ class ClientImpl final : public Client {
     if (options_.scheduler.empty()) return Status::InvalidArgument("ClientOptions.scheduler is empty");
     PP_RETURN_IF_ERROR(control_.Register(""));
     const ClusterMap& cm = control_.cluster();
+    // Per server: tx_ carries requests from the calling threads (under send_mu_), rx_ (the I/O
+    // thread's) receives the replies, which requests address to it by routing id. Callers so
+    // send without a hop through the I/O thread.
+    const std::string nonce = std::to_string(SplitMix64(NowUs() ^ reinterpret_cast<uintptr_t>(this)));
     for (const auto& s : cm.servers) {
-      dealers_.emplace_back(ctx_, zmq::socket_type::dealer);
-      ConfigureSocket(dealers_.back(), false, -1);
+      tx_.emplace_back(ctx_, zmq::socket_type::dealer);
+      rx_.emplace_back(ctx_, zmq::socket_type::dealer);
+      rx_ids_.push_back("rx-" + std::to_string(control_.rank()) + "-" + nonce + "-" + std::to_string(s.rank));
+      ConfigureSocket(tx_.back(), false, -1);
+      ConfigureSocket(rx_.back(), false, -1);
+      rx_.back().set(zmq::sockopt::routing_id, rx_ids_.back());
       try {
-        dealers_.back().connect(s.address);
+        rx_.back().connect(s.address);
+        tx_.back().connect(s.address);
       } catch (const zmq::error_t& e) {
         return Status::Unavailable("connect to server " + std::to_string(s.rank) + " at " + s.address + ": " + e.what());
       }
     }
+    PP_RETURN_IF_ERROR(Hello());
     std::string ep = "inproc://pp-cmd-" + std::to_string(reinterpret_cast<uintptr_t>(this));
     cmd_in_.bind(ep);
     cmd_out_.set(zmq::sockopt::sndhwm, 0);
     cmd_out_.connect(ep);
     io_ = std::thread([this] { IoLoop(); });
+    return Status::OK();
+  }
+
+  // Until every server's reply to a Hello reaches rx_: the server knows the receive socket.
+  Status Hello() {
+    std::vector<zmq::message_t> frames;
+    for (size_t s = 0; s < tx_.size(); ++s) {
+      Deadline deadline = Deadline::In(options_.register_timeout_ms);
+      bool answered = false;
+      while (!answered && !deadline.Expired()) {
+        Header h;
+        h.type = MsgType::kHello;
+        h.sender_role = Role::kWorker;
+        h.sender_rank = control_.rank();
+        h.reply_to = rx_ids_[s];
+        PP_RETURN_IF_ERROR(SendMessage(tx_[s], nullptr, h));
+        zmq::pollitem_t item{static_cast<void*>(rx_[s]), 0, ZMQ_POLLIN, 0};
+        Poll(&item, 1, 100);
+        while ((item.revents & ZMQ_POLLIN) && RecvFrames(rx_[s], &frames, 4)) {
+          Message m;
+          if (Decode(&frames, &m).ok() && m.header.type == MsgType::kHelloReply) answered = true;
+          Poll(&item, 1, 0);
+        }
+      }
+      if (!answered)
+        return Status::DeadlineExceeded("server " + std::to_string(s) + " at " + control_.cluster().servers[s].address +
+                                        " did not answer a hello within " + std::to_string(options_.register_timeout_ms) + " ms");
+    }
     return Status::OK();
   }
 
@@ -203,6 +241,7 @@ class ClientImpl final : public Client {
 
   void IoLoop();
   void SendCommand(std::unique_ptr<Command> c);
+  void SendToServer(std::unique_ptr<Command> c);
   void HandleReply(Message& m, int from);
   void OnMembership();
   void FailAll(const Status& st);
@@ -211,7 +250,11 @@ class ClientImpl final : public Client {
   const ClientOptions options_;
   zmq::context_t ctx_;
   ControlChannel control_;  // I/O thread after Start()
-  std::vector<zmq::socket_t> dealers_;
+  std::vector<zmq::socket_t> tx_;       // requests, from calling threads, under send_mu_
+  std::vector<zmq::socket_t> rx_;       // replies, I/O thread only
+  std::vector<std::string> rx_ids_;     // rx_ routing ids, named in every request's reply_to
+  std::mutex send_mu_;                  // request ids are assigned and sent in one order
+  std::mutex pending_mu_;               // guards pending_
   zmq::socket_t cmd_in_;
   std::thread io_;
   std::atomic<bool> stop_{false};
@@ -224,8 +267,8 @@ class ClientImpl final : public Client {
   ClientStats stats_;
   std::map<uint32_t, TableInfo> tables_;
 
+  std::map<uint64_t, Part> pending_;   // under pending_mu_
   // I/O thread only.
-  std::map<uint64_t, Part> pending_;
   std::deque<std::pair<int64_t, std::unique_ptr<Command>>> delayed_;  // send_latency_ms
   std::vector<zmq::message_t> frames_;
 };
@@ -248,19 +291,49 @@ Future ClientImpl::Failed(const Status& st) {
 }
 
 void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
-  std::lock_guard<std::mutex> l(mu_);
+  // One lock around id assignment and sending: a server sees each worker's push ids increase.
+  std::lock_guard<std::mutex> send_lock(send_mu_);
   for (auto& c : cmds) {
-    c->header.request_id = next_request_id_++;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      c->header.request_id = next_request_id_++;
+      if (c->header.type == MsgType::kPush) ++stats_.pushes;
+      if (c->header.type == MsgType::kPull) ++stats_.pulls;
+      stats_.bytes_sent += c->keys.size() + c->values.size();
+    }
     c->header.sender_role = Role::kWorker;
     c->header.sender_rank = control_.rank();
     int t = c->part.target;
     c->part.fs->waiting_on[t == kScheduler ? c->part.fs->waiting_on.size() - 1 : t] = 1;
-    if (c->header.type == MsgType::kPush) ++stats_.pushes;
-    if (c->header.type == MsgType::kPull) ++stats_.pulls;
-    stats_.bytes_sent += c->keys.size() + c->values.size();
+    if (t != kScheduler && options_.send_latency_ms == 0) {
+      SendToServer(std::move(c));  // straight from the calling thread
+      continue;
+    }
+    // The scheduler's socket belongs to the I/O thread; injected latency is applied there.
     Command* raw = c.release();
     zmq::message_t m(&raw, sizeof(raw));
+    std::lock_guard<std::mutex> l(mu_);
     cmd_out_.send(m, zmq::send_flags::none);
+  }
+}
+
+// Registers the request, then sends it on tx_. Caller holds send_mu_.
+void ClientImpl::SendToServer(std::unique_ptr<Command> c) {
+  const int s = c->part.target;
+  const uint64_t id = c->header.request_id;
+  c->header.reply_to = rx_ids_[s];
+  std::shared_ptr<FutureState> fs = c->part.fs;
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    pending_.emplace(id, std::move(c->part));
+  }
+  Status st = SendMessage(tx_[s], nullptr, c->header, std::move(c->keys), std::move(c->values));
+  if (!st.ok()) {
+    {
+      std::lock_guard<std::mutex> l(pending_mu_);
+      pending_.erase(id);
+    }
+    fs->Complete(s, st);
   }
 }
 
@@ -541,9 +614,9 @@ Status ClientImpl::Finish() {
 }
 
 void ClientImpl::IoLoop() {
-  const int S = static_cast<int>(dealers_.size());
+  const int S = static_cast<int>(rx_.size());
   std::vector<zmq::pollitem_t> items(S + 2);
-  for (int s = 0; s < S; ++s) items[s] = {static_cast<void*>(dealers_[s]), 0, ZMQ_POLLIN, 0};
+  for (int s = 0; s < S; ++s) items[s] = {static_cast<void*>(rx_[s]), 0, ZMQ_POLLIN, 0};
   items[S] = {static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0};
   items[S + 1] = {static_cast<void*>(cmd_in_), 0, ZMQ_POLLIN, 0};
   while (!stop_) {
@@ -573,18 +646,23 @@ void ClientImpl::IoLoop() {
     }
     for (int s = 0; s < S; ++s) {
       if (!(items[s].revents & ZMQ_POLLIN)) continue;
-      for (int i = 0; i < 256 && RecvFrames(dealers_[s], &frames_, 4); ++i) {
+      for (int i = 0; i < 256 && RecvFrames(rx_[s], &frames_, 4); ++i) {
         Message m;
         bool header_ok = false;
         Status st = Decode(&frames_, &m, &header_ok);
         if (!st.ok()) {
           PP_LOG(Warning) << "malformed reply from server " << s << ": " << st.ToString();
           // If it can be matched to a request, fail that request now rather than at its deadline.
-          auto it = header_ok ? pending_.find(m.header.request_id) : pending_.end();
-          if (it != pending_.end() && it->second.target == s) {
-            it->second.fs->Complete(s, st.Annotate("reply from server " + std::to_string(s)));
-            pending_.erase(it);
+          std::shared_ptr<FutureState> fs;
+          {
+            std::lock_guard<std::mutex> l(pending_mu_);
+            auto it = header_ok ? pending_.find(m.header.request_id) : pending_.end();
+            if (it != pending_.end() && it->second.target == s) {
+              fs = it->second.fs;
+              pending_.erase(it);
+            }
           }
+          if (fs) fs->Complete(s, st.Annotate("reply from server " + std::to_string(s)));
           continue;
         }
         HandleReply(m, s);
@@ -608,26 +686,41 @@ void ClientImpl::IoLoop() {
   }
 }
 
+// I/O thread: scheduler requests, and server requests held back by send_latency_ms.
 void ClientImpl::SendCommand(std::unique_ptr<Command> c) {
-  Status st = c->part.target == kScheduler
-                  ? control_.Send(c->header)
-                  : SendMessage(dealers_[c->part.target], nullptr, c->header, std::move(c->keys),
-                                std::move(c->values));
-  if (!st.ok()) {
-    c->part.fs->Complete(c->part.target, st);
+  if (c->part.target != kScheduler) {
+    std::lock_guard<std::mutex> send_lock(send_mu_);
+    SendToServer(std::move(c));
     return;
   }
-  pending_.emplace(c->header.request_id, std::move(c->part));
+  const uint64_t id = c->header.request_id;
+  std::shared_ptr<FutureState> fs = c->part.fs;
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    pending_.emplace(id, std::move(c->part));
+  }
+  Status st = control_.Send(c->header);
+  if (!st.ok()) {
+    {
+      std::lock_guard<std::mutex> l(pending_mu_);
+      pending_.erase(id);
+    }
+    fs->Complete(kScheduler, st);
+  }
 }
 
 void ClientImpl::HandleReply(Message& m, int from) {
-  auto it = pending_.find(m.header.request_id);
-  if (it == pending_.end()) {
-    PP_LOG(Debug) << "reply " << m.header.request_id << " matches no request";
-    return;
+  Part part;
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    auto it = pending_.find(m.header.request_id);
+    if (it == pending_.end()) {
+      PP_LOG(Debug) << "reply " << m.header.request_id << " matches no request";
+      return;
+    }
+    part = std::move(it->second);
+    pending_.erase(it);
   }
-  Part part = std::move(it->second);
-  pending_.erase(it);
   const Header& h = m.header;
   if (h.type != part.reply_type || part.target != from) {
     part.fs->Complete(part.target, Status::Corruption(std::string("expected ") + MsgTypeName(part.reply_type) +
@@ -695,14 +788,19 @@ void ClientImpl::FailTarget(int target, const Status& st) {
     std::lock_guard<std::mutex> l(mu_);
     if (sticky_.ok()) sticky_ = st;
   }
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    if (it->second.target != target) {
-      ++it;
-      continue;
+  std::vector<Part> failed;
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.target != target) {
+        ++it;
+        continue;
+      }
+      failed.push_back(std::move(it->second));
+      it = pending_.erase(it);
     }
-    it->second.fs->Complete(target, st);
-    it = pending_.erase(it);
   }
+  for (auto& p : failed) p.fs->Complete(target, st);
 }
 
 void ClientImpl::FailAll(const Status& st) {
@@ -710,8 +808,12 @@ void ClientImpl::FailAll(const Status& st) {
     std::lock_guard<std::mutex> l(mu_);
     if (sticky_.ok()) sticky_ = st;
   }
-  for (auto& [id, part] : pending_) part.fs->Complete(part.target, st);
-  pending_.clear();
+  std::map<uint64_t, Part> failed;
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    failed.swap(pending_);
+  }
+  for (auto& [id, part] : failed) part.fs->Complete(part.target, st);
 }
 
 }  // namespace
