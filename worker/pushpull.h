@@ -18,8 +18,10 @@
 // An error from a peer or the scheduler (a dead server, an aborted job) fails the pending calls
 // and is sticky: later calls return it.
 //
-// Threading: a Client may be used from several threads; one internal I/O thread owns every
-// socket. A Future may be waited on from any one thread.
+// Threading: a Client may be used from several threads. Calling threads send their requests
+// themselves, one at a time under an internal lock (so request ids and per-server order are
+// those of the calls); one internal I/O thread receives every reply, completes Futures, and owns
+// the scheduler connection (heartbeats, membership). A Future may be waited on from any one thread.
 #pragma once
 
 #include <cstdint>
