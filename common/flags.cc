@@ -2,6 +2,9 @@
 
 #include <gflags/gflags.h>
 
+#include <limits.h>
+#include <unistd.h>
+
 #include <cstdlib>
 
 DECLARE_bool(help);
@@ -17,6 +20,15 @@ void ParseFlagsOrHelp(int* argc, char*** argv, const char* usage, const char* fl
     std::exit(0);
   }
   gflags::HandleCommandLineHelpFlags();
+}
+
+std::string ExecutableDir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  buf[n] = 0;
+  std::string p(buf);
+  return p.substr(0, p.rfind('/'));
 }
 
 }  // namespace pushpull

@@ -2,7 +2,13 @@
 // binary's own flags (not gflags' internals).
 #pragma once
 
+#include <string>
+
 namespace pushpull {
+
+// The directory of the running binary (from /proc/self/exe); "." when it cannot be read. Used to
+// find the sibling binaries (pushpull-launch starts pushpull-server beside itself).
+std::string ExecutableDir();
 
 // Parses flags; on --help prints `usage` and the flags defined in files whose path contains
 // `flag_file` (e.g. "server_main"), then exits 0.

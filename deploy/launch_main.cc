@@ -46,15 +46,6 @@ struct Child {
   int status = 0;
 };
 
-std::string SelfDir() {
-  char buf[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return ".";
-  buf[n] = 0;
-  std::string p(buf);
-  return p.substr(0, p.rfind('/'));
-}
-
 void Say(const std::string& s) {
   std::string line = "[launch] " + s + "\n";
   ssize_t r = write(1, line.data(), line.size());
@@ -150,7 +141,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pushpull-launch: --on_worker_death must be abort or continue\n");
     return 2;
   }
-  const std::string dir = FLAGS_bin_dir.empty() ? SelfDir() : FLAGS_bin_dir;
+  const std::string dir = FLAGS_bin_dir.empty() ? pushpull::ExecutableDir() : FLAGS_bin_dir;
   for (const char* b : {"pushpull-scheduler", "pushpull-server", "pushpull-worker"}) {
     if (access((dir + "/" + b).c_str(), X_OK) != 0) {
       std::fprintf(stderr, "pushpull-launch: %s/%s not found (build with make, or set --bin_dir)\n", dir.c_str(), b);

@@ -1,5 +1,7 @@
 #include "deploy/local_cluster.h"
 
+#include "common/flags.h"
+
 #include <limits.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -103,14 +105,7 @@ LocalCluster::~LocalCluster() {
     if (t.joinable()) t.join();
 }
 
-std::string BinDir() {
-  char buf[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return "build/bin";
-  buf[n] = 0;
-  std::string p(buf);
-  return p.substr(0, p.rfind('/'));
-}
+std::string BinDir() { return ExecutableDir(); }
 
 int RunCommand(const std::string& cmd, int timeout_s, std::string* output) {
   return RunCommandLines(cmd, timeout_s, output, [](const std::string&) {});
