@@ -1,5 +1,7 @@
 #include "common/log.h"
 
+#include <pthread.h>
+
 #include <unistd.h>
 
 #include <atomic>
@@ -57,6 +59,10 @@ LogLine::~LogLine() {
   line += '\n';
   ssize_t ignored = ::write(2, line.data(), line.size());
   (void)ignored;
+}
+
+void SetThreadName(const std::string& name) {
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
 }
 
 }  // namespace pushpull

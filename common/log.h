@@ -10,6 +10,8 @@
 namespace pushpull {
 
 enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+// Names the calling thread (what top -H and perf show; at most 15 characters).
+void SetThreadName(const std::string& name);
 void SetLogTag(const std::string& tag);
 void SetLogLevel(LogLevel level);
 bool LogEnabled(LogLevel level);

@@ -20,20 +20,21 @@ class AdaGrad final : public Optimizer {
   const char* slot_name(int i) const override { return i == 0 ? "accum" : ""; }
   float slot_init(int i) const override { return i == 0 ? config_.initial_accumulator : 0.0f; }
 
-  void Apply(float* param, float* const* slots, const float* grad, size_t n,
-             const StepContext& ctx) const override {
-    float* __restrict p = param;
+  void ApplyTo(const float* param_in, float* param_out, float* const* slots, const float* grad,
+               size_t n, const StepContext& ctx) const override {
+    const float* pin = param_in;  // may be param_out: no __restrict on either
+    float* pout = param_out;
     float* __restrict acc = slots[0];
     const float* __restrict g = grad;
     const float gs = ctx.grad_scale, lr = ctx.lr, wd = config_.weight_decay;
     const float eps = config_.epsilon;
     simd::ForEach(n, [=](auto tag, size_t i) {
       using V = decltype(tag);
-      const V pi = Load<V>(p + i);
+      const V pi = Load<V>(pin + i);
       const V gi = gs * Load<V>(g + i) + wd * pi;
       const V ai = Load<V>(acc + i) + gi * gi;
       Store(acc + i, ai);
-      Store(p + i, pi - lr * gi / (simd::Sqrt(ai) + eps));
+      Store(pout + i, pi - lr * gi / (simd::Sqrt(ai) + eps));
     });
   }
 };

@@ -30,8 +30,8 @@ class Adam final : public Optimizer {
     return i >= 0 && i < num_slots() ? kNames[i] : "";
   }
 
-  void Apply(float* param, float* const* slots, const float* grad, size_t n,
-             const StepContext& ctx) const override {
+  void ApplyTo(const float* param_in, float* param_out, float* const* slots, const float* grad,
+               size_t n, const StepContext& ctx) const override {
     const bool decoupled = config_.kind == Kind::kAdamW;
     // A step below 1 would make 1 - b1^t zero; treat it as the first step.
     const double t = static_cast<double>(std::max<int64_t>(ctx.step, 1));
@@ -47,9 +47,9 @@ class Adam final : public Optimizer {
     k.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
     k.eps = config_.epsilon;
     if (config_.amsgrad) {
-      Run<true>(k, param, slots[0], slots[1], slots[2], grad, n);
+      Run<true>(k, param_in, param_out, slots[0], slots[1], slots[2], grad, n);
     } else {
-      Run<false>(k, param, slots[0], slots[1], nullptr, grad, n);
+      Run<false>(k, param_in, param_out, slots[0], slots[1], nullptr, grad, n);
     }
   }
 
@@ -59,7 +59,7 @@ class Adam final : public Optimizer {
   };
 
   template <bool kAmsGrad>
-  static void Run(const Params& k, float* __restrict p, float* __restrict m,
+  static void Run(const Params& k, const float* pin, float* pout, float* __restrict m,
                   float* __restrict v, float* __restrict vmax, const float* __restrict g,
                   size_t n) {
     const float gs = k.gs, l2 = k.l2, decay = k.decay, b1 = k.b1, b2 = k.b2;
@@ -67,7 +67,7 @@ class Adam final : public Optimizer {
     const float step_size = k.step_size, inv_sqrt_bc2 = k.inv_sqrt_bc2, eps = k.eps;
     simd::ForEach(n, [=](auto tag, size_t i) {
       using V = decltype(tag);
-      const V pi = Load<V>(p + i);
+      const V pi = Load<V>(pin + i);
       const V gi = gs * Load<V>(g + i) + l2 * pi;
       const V mi = b1 * Load<V>(m + i) + c1 * gi;
       const V vi = b2 * Load<V>(v + i) + c2 * (gi * gi);
@@ -79,7 +79,7 @@ class Adam final : public Optimizer {
         Store(vmax + i, vd);
       }
       const V denom = simd::Sqrt(vd) * inv_sqrt_bc2 + eps;
-      Store(p + i, decay * pi - step_size * mi / denom);
+      Store(pout + i, decay * pi - step_size * mi / denom);
     });
   }
 };

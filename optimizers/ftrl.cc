@@ -28,9 +28,10 @@ class Ftrl final : public Optimizer {
     return i == 0 ? "z" : i == 1 ? "n" : "";
   }
 
-  void Apply(float* param, float* const* slots, const float* grad, size_t n,
-             const StepContext& ctx) const override {
-    float* __restrict w = param;
+  void ApplyTo(const float* param_in, float* param_out, float* const* slots, const float* grad,
+               size_t n, const StepContext& ctx) const override {
+    const float* win = param_in;  // may be param_out: no __restrict on either
+    float* wout = param_out;
     float* __restrict z = slots[0];
     float* __restrict nn = slots[1];
     const float* __restrict g = grad;
@@ -46,13 +47,13 @@ class Ftrl final : public Optimizer {
       const V n_new = ni + gi * gi;
       const V sqrt_n_new = simd::Sqrt(n_new);
       const V sigma = (sqrt_n_new - simd::Sqrt(ni)) * inv_alpha;
-      const V zi = Load<V>(z + i) + gi - sigma * Load<V>(w + i);
+      const V zi = Load<V>(z + i) + gi - sigma * Load<V>(win + i);
       Store(z + i, zi);
       Store(nn + i, n_new);
       // Both sides are computed and blended per lane; the discarded one may be 0/0.
       const V sign_l1 = zi < zero ? -l1v : l1v;
       const V w_new = (sign_l1 - zi) / ((beta + sqrt_n_new) * inv_alpha + l2);
-      Store(w + i, simd::Abs(zi) > l1v ? w_new : zero);
+      Store(wout + i, simd::Abs(zi) > l1v ? w_new : zero);
     });
   }
 };

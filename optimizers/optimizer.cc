@@ -190,12 +190,22 @@ std::unique_ptr<Optimizer> Optimizer::Create(const OptimizerConfig& c) {
 // x*0 is +-0 for finite x and NaN for Inf or NaN, so one sum answers for the whole array
 // without a branch per element.
 bool AllFinite(const float* x, size_t n) {
-  simd::F8 acc8{};
-  float acc = 0.0f;
+  // x * 0 is NaN exactly when x is NaN or Inf, and NaN sticks in a sum. Four independent sums
+  // keep the loop bound by loads, not by the latency of one dependency chain.
+  constexpr size_t L = simd::kLanes;
+  simd::F8 a0{}, a1{}, a2{}, a3{};
   size_t i = 0;
-  for (; i + simd::kLanes <= n; i += simd::kLanes) acc8 += simd::Load<simd::F8>(x + i) * 0.0f;
+  for (; i + 4 * L <= n; i += 4 * L) {
+    a0 += simd::Load<simd::F8>(x + i) * 0.0f;
+    a1 += simd::Load<simd::F8>(x + i + L) * 0.0f;
+    a2 += simd::Load<simd::F8>(x + i + 2 * L) * 0.0f;
+    a3 += simd::Load<simd::F8>(x + i + 3 * L) * 0.0f;
+  }
+  for (; i + L <= n; i += L) a0 += simd::Load<simd::F8>(x + i) * 0.0f;
+  const simd::F8 a = (a0 + a1) + (a2 + a3);
+  float acc = 0.0f;
   for (; i < n; ++i) acc += x[i] * 0.0f;
-  for (size_t k = 0; k < simd::kLanes; ++k) acc += acc8[k];
+  for (size_t k = 0; k < L; ++k) acc += a[k];
   return acc == 0.0f;
 }
 

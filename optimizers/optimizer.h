@@ -101,8 +101,15 @@ class Optimizer {
 
   // One update of n contiguous elements: param[0..n), slots[s][0..n) for s < num_slots(),
   // grad[0..n). The gradient must be finite (the server checks before calling).
-  virtual void Apply(float* param, float* const* slots, const float* grad, size_t n,
-                     const StepContext& ctx) const = 0;
+  void Apply(float* param, float* const* slots, const float* grad, size_t n,
+             const StepContext& ctx) const {
+    ApplyTo(param, param, slots, grad, n, ctx);
+  }
+  // The same update, reading the parameters from param_in and writing them to param_out: the
+  // same array, or a fresh one (the server writes out of place while a pull reply it is still
+  // sending holds the current array: copy-on-write at no extra pass).
+  virtual void ApplyTo(const float* param_in, float* param_out, float* const* slots,
+                       const float* grad, size_t n, const StepContext& ctx) const = 0;
 
  protected:
   explicit Optimizer(const OptimizerConfig& c) : config_(c) {}

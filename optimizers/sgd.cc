@@ -21,18 +21,19 @@ class Sgd final : public Optimizer {
     return i == 0 && num_slots() == 1 ? "momentum" : "";
   }
 
-  void Apply(float* param, float* const* slots, const float* grad, size_t n,
-             const StepContext& ctx) const override {
-    float* __restrict p = param;
+  void ApplyTo(const float* param_in, float* param_out, float* const* slots, const float* grad,
+               size_t n, const StepContext& ctx) const override {
+    const float* pin = param_in;  // may be param_out: no __restrict on either
+    float* pout = param_out;
     const float* __restrict g = grad;
     const float gs = ctx.grad_scale, lr = ctx.lr, wd = config_.weight_decay;
     const float mu = config_.momentum;
     if (mu == 0.0f) {
       simd::ForEach(n, [=](auto tag, size_t i) {
         using V = decltype(tag);
-        const V pi = Load<V>(p + i);
+        const V pi = Load<V>(pin + i);
         const V gi = gs * Load<V>(g + i) + wd * pi;
-        Store(p + i, pi - lr * gi);
+        Store(pout + i, pi - lr * gi);
       });
       return;
     }
@@ -40,20 +41,20 @@ class Sgd final : public Optimizer {
     if (config_.nesterov) {
       simd::ForEach(n, [=](auto tag, size_t i) {
         using V = decltype(tag);
-        const V pi = Load<V>(p + i);
+        const V pi = Load<V>(pin + i);
         const V gi = gs * Load<V>(g + i) + wd * pi;
         const V bi = mu * Load<V>(buf + i) + gi;
         Store(buf + i, bi);
-        Store(p + i, pi - lr * (gi + mu * bi));
+        Store(pout + i, pi - lr * (gi + mu * bi));
       });
     } else {
       simd::ForEach(n, [=](auto tag, size_t i) {
         using V = decltype(tag);
-        const V pi = Load<V>(p + i);
+        const V pi = Load<V>(pin + i);
         const V gi = gs * Load<V>(g + i) + wd * pi;
         const V bi = mu * Load<V>(buf + i) + gi;
         Store(buf + i, bi);
-        Store(p + i, pi - lr * bi);
+        Store(pout + i, pi - lr * bi);
       });
     }
   }

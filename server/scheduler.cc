@@ -114,6 +114,7 @@ void SchedulerImpl::ReplyTo(const Waiter& w, MsgType type, const Status& st, con
 
 Status SchedulerImpl::Run() {
   SetLogTag("scheduler");
+  SetThreadName("pp-scheduler");
   start_ms_ = NowMs();
   membership_.worker_alive.assign(options_.num_workers, 1);
   membership_.server_alive.assign(options_.num_servers, 1);

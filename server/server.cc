@@ -32,7 +32,8 @@ struct Request {
   std::vector<RowSelection> sel;
   opt::StepContext ctx;
   int64_t clock = 0;                // kAccumulate / kApplyBsp
-  std::shared_ptr<float[]> out;     // kRead: reply values (uninitialised, then filled)
+  std::shared_ptr<float[]> out;     // kRead: reply values (uninitialised, then filled) ...
+  std::shared_ptr<const float> shared;  // ... or the parameters in place (Stripe::ShareRows)
   int32_t staleness = 0;
   std::atomic<int> pending{0};
 };
@@ -114,6 +115,7 @@ Status ServerImpl::Run() {
   if (!st.ok()) return st;
   rank_ = control_.rank();
   SetLogTag("server " + std::to_string(rank_.load()));
+  SetThreadName("pp-server-" + std::to_string(rank_.load()));
   const int W = control_.cluster().num_workers;
   clocks_.Reset(W);
   last_push_id_.assign(W, 0);
@@ -186,7 +188,8 @@ void ServerImpl::Execute(Request* r, int k) {
                    r->ctx.grad_scale);
       break;
     case Request::kRead:
-      s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get());
+      if (r->out) s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get());
+      else r->shared = s.ShareRows(sel->range_begin);
       break;
     case Request::kApplyBsp:
       s.ApplyAccumulated(r->clock, r->ctx);
@@ -195,6 +198,7 @@ void ServerImpl::Execute(Request* r, int k) {
 }
 
 void ServerImpl::UpdateLoop(int k) {
+  SetThreadName("pp-update-" + std::to_string(k));
   zmq::socket_t done(ctx_, zmq::socket_type::push);
   done.set(zmq::sockopt::linger, 0);
   done.connect(done_endpoint_);
@@ -403,7 +407,12 @@ void ServerImpl::ServePull(Request* r, int64_t min_live) {
   staleness_.Record(s);
   if (s > stats_.max_staleness) stats_.max_staleness = s;
   r->staleness = static_cast<int32_t>(s);
-  r->out = NewFloatBuffer(h.row_count() * h.dim);
+  // A dense pull of parameters that one stripe holds is sent from the parameters themselves,
+  // without a copy (copy-on-write: the pull still sees exactly the updates applied before it).
+  int stripes = 0;
+  for (const RowSelection& sel : r->sel) stripes += sel.size() > 0;
+  const bool in_place = (h.flags & kFlagRange) && h.slot < 0 && stripes == 1;
+  if (!in_place) r->out = NewFloatBuffer(h.row_count() * h.dim);
   Dispatch(r);
 }
 
@@ -478,7 +487,8 @@ void ServerImpl::Reply(Request* r) {
     out.staleness = r->staleness;
     size_t bytes = h.row_count() * h.dim * sizeof(float);
     stats_.bytes_out += bytes;
-    values = ZeroCopyFrame(r->out.get(), bytes, r->out);
+    if (r->shared) values = ZeroCopyFrame(r->shared.get(), bytes, r->shared);
+    else values = ZeroCopyFrame(r->out.get(), bytes, r->out);
   }
   zmq::message_t to = ReplyIdentity(r->msg);
   Status st = SendMessage(router_, &to, out, zmq::message_t(), std::move(values));

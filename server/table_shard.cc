@@ -1,6 +1,7 @@
 #include "server/table_shard.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 namespace pushpull {
@@ -13,17 +14,18 @@ Stripe::Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t 
 }
 
 size_t Stripe::bytes() const {
-  size_t b = params_.capacity() * 4 + steps_.capacity() * 4;
+  size_t b = params_->capacity() * 4 + steps_.capacity() * 4;
   for (auto& s : slots_) b += s.capacity() * 4;
   return b;
 }
 
 void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
   size_t old = steps_.size();
-  params_.resize((old + n) * dim_);
+  BeginWrite(0, 0);
+  params_->resize((old + n) * dim_);
   for (size_t i = 0; i < n; ++i) {
     Key k = keys ? keys[i] : first_key + i;
-    float* p = &params_[(old + i) * dim_];
+    float* p = &(*params_)[(old + i) * dim_];
     if (spec_.init == InitKind::kZeros) {
       std::memset(p, 0, dim_ * sizeof(float));
     } else {
@@ -33,6 +35,35 @@ void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
   for (size_t s = 0; s < slots_.size(); ++s)
     slots_[s].resize((old + n) * dim_, optimizer_->slot_init(static_cast<int>(s)));
   steps_.resize(old + n, 0);
+}
+
+const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end) {
+  if (params_.use_count() == 1) {
+    // Nothing else holds it: any reply that did has been sent, and the acquire fence orders
+    // its sender's reads (ZeroMQ released its reference with an acq_rel decrement) before
+    // the writes that follow.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return params_->data();
+  }
+  std::shared_ptr<std::vector<float>> next;
+  if (spare_ && spare_.use_count() == 1 && spare_->size() == params_->size()) {
+    std::atomic_thread_fence(std::memory_order_acquire);
+    next = std::move(spare_);
+  } else {
+    next = std::make_shared<std::vector<float>>(params_->size());
+  }
+  const float* held = params_->data();
+  float* out = next->data();
+  const size_t n = params_->size(), b = std::min(n, keep_begin * dim_), e = std::max(b, std::min(n, keep_end * dim_));
+  std::memcpy(out, held, b * sizeof(float));
+  std::memcpy(out + e, held + e, (n - e) * sizeof(float));
+  spare_ = std::move(params_);
+  params_ = std::move(next);
+  return held;
+}
+
+std::shared_ptr<const float> Stripe::ShareRows(uint64_t row) {
+  return std::shared_ptr<const float>(params_, params_->data() + (row - row_begin_) * dim_);
 }
 
 uint32_t Stripe::LocalRow(Key key) {
@@ -72,13 +103,19 @@ void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, bool match_ste
 
 void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* grads,
                        const opt::StepContext& ctx_in) {
+  // A row range is written out of place when a reply holds the array; keyed rows (sparse tables
+  // may also add rows) in place, after a full copy in that case.
+  const float* in = sel.is_range ? BeginWrite(sel.range_begin - row_begin_, sel.range_end - row_begin_)
+                                 : BeginWrite(0, 0);
   float* slot_ptrs[8];
   ForEachRun(sel, keys, true, [&](uint32_t r, uint64_t pos, size_t len) {
     opt::StepContext ctx = ctx_in;
     for (size_t k = 0; k < len; ++k) ++steps_[r + k];
     ctx.step = steps_[r];
     for (size_t s = 0; s < slots_.size(); ++s) slot_ptrs[s] = &slots_[s][size_t(r) * dim_];
-    optimizer_->Apply(&params_[size_t(r) * dim_], slot_ptrs, grads + pos * dim_, len * dim_, ctx);
+    float* out = params_->data() + size_t(r) * dim_;
+    optimizer_->ApplyTo(sel.is_range ? in + size_t(r) * dim_ : out, out, slot_ptrs, grads + pos * dim_,
+                        len * dim_, ctx);
   });
 }
 
@@ -120,6 +157,10 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
       for (uint32_t c = 0; c < dim_; ++c) dst[c] += src[c];
     }
   }
+  // The rows written are in [rows.front(), rows.back()]: out of place there when a reply holds
+  // the array (rows in that span not written are copied, below).
+  const uint32_t lo = rows.empty() ? 0 : rows.front(), hi = rows.empty() ? 0 : rows.back() + 1;
+  const float* in = BeginWrite(contiguous ? lo : 0, contiguous ? hi : 0);
   float* slot_ptrs[8];
   size_t n = rows.size(), i = 0;
   while (i < n) {
@@ -131,14 +172,15 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
     opt::StepContext ctx = ctx_in;
     ctx.step = steps_[r];
     for (size_t s = 0; s < slots_.size(); ++s) slot_ptrs[s] = &slots_[s][size_t(r) * dim_];
-    optimizer_->Apply(&params_[size_t(r) * dim_], slot_ptrs, &total[i * dim_], len * dim_, ctx);
+    float* out = params_->data() + size_t(r) * dim_;
+    optimizer_->ApplyTo(contiguous ? in + size_t(r) * dim_ : out, out, slot_ptrs, &total[i * dim_], len * dim_, ctx);
     i += len;
   }
   bsp_.erase(it);
 }
 
 void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out) {
-  const std::vector<float>& src = slot < 0 ? params_ : slots_[slot];
+  const std::vector<float>& src = slot < 0 ? *params_ : slots_[slot];
   ForEachRun(sel, keys, false, [&](uint32_t r, uint64_t pos, size_t len) {
     std::memcpy(out + pos * dim_, &src[size_t(r) * dim_], len * dim_ * sizeof(float));
   });

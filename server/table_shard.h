@@ -46,6 +46,10 @@ class Stripe {
   void ApplyAccumulated(int64_t clock, const opt::StepContext& ctx);
   // Copies rows (parameters, or optimizer slot `slot` >= 0) into out (dim floats per message row).
   void Read(const RowSelection& sel, const Key* keys, int slot, float* out);
+  // The parameters from global row `row` on, in place, for a pull reply to send without a copy:
+  // the returned reference keeps this version of the array alive and unchanged (the next write
+  // to the stripe goes to another array while it is held). Dense stripes only.
+  std::shared_ptr<const float> ShareRows(uint64_t row);
 
   size_t num_rows() const { return steps_.size(); }
   size_t bytes() const;
@@ -55,7 +59,7 @@ class Stripe {
   // taken at a clock boundary, where none are open).
   template <class Ar>
   void save(Ar& ar) const {
-    ar(dim_, row_begin_, params_, slots_, steps_, index_);
+    ar(dim_, row_begin_, *params_, slots_, steps_, index_);
   }
   template <class Ar>
   void load(Ar& ar) {
@@ -63,14 +67,21 @@ class Stripe {
     uint64_t row_begin;
     ar(dim, row_begin);
     if (dim != dim_ || row_begin != row_begin_) throw std::runtime_error("stripe shape differs");
-    ar(params_, slots_, steps_, index_);
-    if (params_.size() != steps_.size() * dim_ || slots_.size() != static_cast<size_t>(optimizer_->num_slots()))
+    auto fresh = std::make_shared<std::vector<float>>();
+    ar(*fresh, slots_, steps_, index_);
+    params_ = std::move(fresh);
+    if (params_->size() != steps_.size() * dim_ || slots_.size() != static_cast<size_t>(optimizer_->num_slots()))
       throw std::runtime_error("stripe state is inconsistent");
   }
 
  private:
   // Local index of a row, creating sparse rows on first touch.
   uint32_t LocalRow(Key key);
+  // Before writing the parameters: while a pull reply holds the current array (ShareRows), moves
+  // to another one, copying every local row outside [keep_begin, keep_end) into it. Returns
+  // where rows in that range are to be read from (the held array: the caller writes them out of
+  // place), or the current array when nothing holds it.
+  const float* BeginWrite(uint64_t keep_begin, uint64_t keep_end);
   void AppendRows(uint64_t first_key, size_t n, const Key* keys);
   template <typename F>
   void ForEachRun(const RowSelection& sel, const Key* keys, bool match_steps, F&& f);
@@ -79,7 +90,10 @@ class Stripe {
   const opt::Optimizer* const optimizer_;
   const uint32_t dim_;
   const uint64_t row_begin_;  // dense: first global row of this stripe
-  std::vector<float> params_;
+  // Parameters: shared with pull replies in flight (copy-on-write, see BeginWrite). spare_ is
+  // the previous array, reused once no reply holds it (warm, no fresh allocation).
+  std::shared_ptr<std::vector<float>> params_ = std::make_shared<std::vector<float>>();
+  std::shared_ptr<std::vector<float>> spare_;
   std::vector<std::vector<float>> slots_;
   std::vector<uint32_t> steps_;            // per row: updates applied (lazy Adam bias correction)
   std::unordered_map<Key, uint32_t> index_;  // sparse: id -> local row

@@ -250,6 +250,51 @@ TEST(BspEquivalence, RunsAreBitwiseReproducible) {
   for (size_t j = 0; j < a.size(); ++j) EXPECT_EQ(a[j], b[j]) << "j=" << j;
 }
 
+// A worker that pushes, clocks and finishes without waiting for any answer: its last pushes
+// still count. (The scheduler's "done" travels on another connection than the data; Finish
+// waits for the servers' answers first, else a server could drop the late pushes of a worker it
+// already saw finish, and BSP would apply a mean over fewer workers.) The push is large so that
+// a finish that did not wait would return long before the servers answered it.
+TEST(ConsistencyFinish, LastPushesOfAFinishingWorkerCount) {
+  const int rows = 1 << 22;  // 16 MB per push
+  for (int rep = 0; rep < 2; ++rep) {
+    LocalClusterConfig cfg;
+    cfg.servers = 2;
+    cfg.workers = 2;
+    LocalCluster cluster(cfg);
+    ASSERT_TRUE(cluster.Start().ok());
+    TableSpec spec;
+    spec.name = "w";
+    spec.rows = rows;
+    spec.dim = 1;
+    spec.consistency.model = Consistency::kBsp;
+    spec.optimizer.kind = opt::Kind::kSgd;
+    spec.optimizer.lr = 1.0f;
+    std::vector<float> seen(rows, 0.0f);
+    std::atomic<bool> ok{true};
+    cluster.RunWorkers([&](Client& client, int w) {
+      auto t = client.CreateTable(spec);
+      if (!t.ok()) return (void)(ok = false);
+      // Worker 0 pushes -2 everywhere, worker 1 -4: the BSP mean over both adds 3; 2 means
+      // worker 1's push was dropped.
+      auto g = std::make_shared<const std::vector<float>>(rows, w == 0 ? -2.0f : -4.0f);
+      Future push = client.PushDense(*t, g);  // not waited for
+      if (!client.Clock().ok()) ok = false;
+      if (w == 1) {
+        if (!client.Finish().ok()) ok = false;
+        EXPECT_TRUE(push.Ready()) << "Finish returned before the servers answered the last push";
+        return;
+      }
+      if (!client.PullDense(*t, seen.data()).Wait().ok()) ok = false;
+    });
+    ASSERT_TRUE(ok);
+    int wrong = 0;
+    for (int i = 0; i < rows; ++i) wrong += seen[i] != 3.0f;
+    EXPECT_EQ(wrong, 0) << "rep " << rep << ": row 0 = " << seen[0] << " (2: worker 1's push was dropped)";
+    EXPECT_TRUE(cluster.FinishAndJoin().ok());
+  }
+}
+
 TEST(ConsistencyRules, PullRule) {
   EXPECT_TRUE(PullReady(5, 0, 5));
   EXPECT_FALSE(PullReady(5, 0, 4));

@@ -723,7 +723,7 @@ TEST(Schedule, Cosine) {
 TEST(GradientHelpers, AllFiniteFindsNaNAndInfAnywhere) {
   const float bads[] = {kNaN, kInf, -kInf};
   EXPECT_TRUE(AllFinite(nullptr, 0));
-  for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(9), size_t(33), size_t(1000)}) {
+  for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(9), size_t(33), size_t(40), size_t(71), size_t(1000)}) {
     std::vector<float> x = Uniform(n, 1, -1e30f, 1e30f);
     x[0] = std::numeric_limits<float>::max();
     x[n - 1] = -std::numeric_limits<float>::max();

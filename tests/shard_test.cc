@@ -53,6 +53,55 @@ TEST(Shard, StateRoundTripsThroughCereal) {
   EXPECT_EQ(b.stripe(0).num_rows(), 3u);
 }
 
+// A pull reply sent from the parameters in place (ShareRows) keeps seeing the version it was
+// taken at: later updates (a whole-range push written out of place, a partial one, a keyed one)
+// go to another array, and rows they do not touch carry over. Held arrays are reused once free.
+TEST(Shard, SharedRowsAreASnapshotUnderCopyOnWrite) {
+  TableSpec spec;
+  spec.name = "w";
+  spec.rows = 8;
+  spec.dim = 2;
+  spec.optimizer.kind = opt::Kind::kSgd;
+  spec.optimizer.lr = 1.0f;
+  TableInfo info = TableInfo::Make(0, spec, 1);
+  TableShard t(info, 0, 1);
+  Stripe& s = t.stripe(0);
+  opt::StepContext ctx;
+  ctx.lr = 1.0f;
+  std::vector<RowSelection> all, part;
+  t.SplitRange(0, 8, &all);
+  t.SplitRange(2, 5, &part);
+  auto read = [&] {
+    std::vector<float> out(16);
+    s.Read(all[0], nullptr, -1, out.data());
+    return out;
+  };
+  const std::vector<float> minus1(16, -1.0f);  // SGD, lr 1: each push adds 1
+  s.ApplyPush(all[0], nullptr, minus1.data(), ctx);  // all rows 1
+  std::shared_ptr<const float> v1 = s.ShareRows(0);
+  s.ApplyPush(all[0], nullptr, minus1.data(), ctx);  // out of place: all rows 2
+  std::shared_ptr<const float> v2 = s.ShareRows(0);
+  s.ApplyPush(part[0], nullptr, minus1.data(), ctx);  // rows 2..4 -> 3, the others copied
+  const std::vector<Key> keys{7};
+  std::vector<RowSelection> keyed;
+  t.Split(keys.data(), 1, &keyed);
+  s.ApplyPush(keyed[0], keys.data(), minus1.data(), ctx);  // row 7 -> 3 (in place now)
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(v1.get()[i], 1.0f) << i;
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(v2.get()[i], 2.0f) << i;
+  std::vector<float> now = read();
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 2; ++c)
+      EXPECT_EQ(now[r * 2 + c], (r >= 2 && r < 5) || r == 7 ? 3.0f : 2.0f) << "row " << r;
+  // Once no reply holds them, the old arrays are written again (reused) and stay correct.
+  v1.reset();
+  v2.reset();
+  std::shared_ptr<const float> v3 = s.ShareRows(0);
+  s.ApplyPush(all[0], nullptr, minus1.data(), ctx);
+  EXPECT_EQ(v3.get()[0], 2.0f);
+  EXPECT_EQ(read()[0], 3.0f);
+  EXPECT_EQ(read()[4], 4.0f);
+}
+
 // Through a running server: Adam's m and v are readable, and a row touched later gets its own
 // bias correction (its first update moves it by lr * sign(g), like any row's first update).
 TEST(Shard, AdamMomentsReadableThroughPullAndLazyPerRow) {

@@ -1,6 +1,8 @@
-// The worker client: user threads build requests and post them to one I/O thread, which owns
-// the DEALER to every server and the control channel to the scheduler, matches replies to
-// requests by id, and completes Futures.
+// The worker client. Calling threads send their requests themselves (a tx DEALER per server,
+// under send_mu_); replies come back on an rx DEALER per server that the request names. Whoever
+// holds the rx sockets' lock receives: a thread waiting on a Future (no hand-off between threads
+// on the reply path), or else the I/O thread, which drains them periodically and owns the
+// control channel to the scheduler. Replies are matched to requests by id and complete Futures.
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -18,6 +20,22 @@
 namespace pushpull {
 namespace internal {
 
+// The client side of "the waiter receives": a thread waiting on a Future takes `mu` (the rx
+// sockets' lock) and, while the client is open (`client` set), receives replies itself.
+struct FutureState;
+class Receiver {
+ public:
+  // Receives and handles replies for up to `ms` or until `fs` is done. Caller holds the lock.
+  virtual void ReceiveFor(const FutureState& fs, int64_t ms) = 0;
+
+ protected:
+  ~Receiver() = default;
+};
+struct ReceiverHandle {
+  std::mutex mu;
+  Receiver* client = nullptr;  // under mu; null once the client is closing
+};
+
 struct FutureState {
   std::mutex mu;
   std::condition_variable cv;
@@ -30,6 +48,7 @@ struct FutureState {
   std::vector<uint8_t> waiting_on; // per server (last entry: the scheduler)
   int64_t default_timeout_ms = 0;
   Header reply;                    // control replies (CreateTable)
+  std::shared_ptr<ReceiverHandle> receiver;  // set when servers answer (the waiter may receive)
 
   void Complete(int target, const Status& st, int32_t stale = 0) {
     std::lock_guard<std::mutex> l(mu);
@@ -73,10 +92,26 @@ Status Future::Wait() { return s_ ? WaitFor(s_->default_timeout_ms) : Status::OK
 
 Status Future::WaitFor(int64_t timeout_ms) {
   if (!s_) return Status::OK();
-  // Small requests come back in tens of microseconds: look a few times before sleeping.
-  for (int i = 0; i < 50 && s_->remaining_hint.load(std::memory_order_acquire) > 0; ++i) std::this_thread::yield();
+  const Deadline deadline = Deadline::In(timeout_ms);
+  // While the servers' replies are outstanding, receive them here unless another thread is: the
+  // reply then reaches this thread with no hand-off. Otherwise sleep on the condition variable,
+  // in short slices so as to take over receiving when the other thread stops.
+  while (s_->remaining_hint.load(std::memory_order_acquire) > 0 && !deadline.Expired()) {
+    const int64_t left = std::max<int64_t>(1, deadline.RemainingMs());
+    if (s_->receiver) {
+      std::unique_lock<std::mutex> rl(s_->receiver->mu, std::try_to_lock);
+      if (rl.owns_lock() && s_->receiver->client) {
+        s_->receiver->client->ReceiveFor(*s_, std::min<int64_t>(left, 2));
+        continue;
+      }
+    }
+    std::unique_lock<std::mutex> l(s_->mu);
+    const auto slice = s_->receiver ? std::chrono::microseconds(std::min<int64_t>(left * 1000, 500))
+                                    : std::chrono::microseconds(left * 1000);
+    s_->cv.wait_for(l, slice, [&] { return s_->remaining <= 0; });
+  }
   std::unique_lock<std::mutex> l(s_->mu);
-  if (!s_->cv.wait_for(l, std::chrono::milliseconds(timeout_ms), [&] { return s_->remaining <= 0; })) {
+  if (s_->remaining > 0) {
     s_->abandoned = true;
     std::string who;
     for (size_t i = 0; i < s_->waiting_on.size(); ++i) {
@@ -124,8 +159,10 @@ struct Command {
 };
 
 constexpr int kScheduler = -1;
+constexpr int64_t kDrainMs = 2;
+constexpr int kSpins = 50;      // polls before a waiting caller sleeps
 
-class ClientImpl final : public Client {
+class ClientImpl final : public Client, private internal::Receiver {
  public:
   explicit ClientImpl(const ClientOptions& o)
       : options_(o),
@@ -136,6 +173,10 @@ class ClientImpl final : public Client {
         cmd_out_(ctx_, zmq::socket_type::push) {}
 
   ~ClientImpl() override {
+    {
+      std::lock_guard<std::mutex> l(receiver_->mu);  // waits for a receiving caller's slice
+      receiver_->client = nullptr;
+    }
     stop_ = true;
     if (io_.joinable()) io_.join();
     FailAll(Status::Aborted("client closed"));
@@ -168,6 +209,8 @@ class ClientImpl final : public Client {
     cmd_in_.bind(ep);
     cmd_out_.set(zmq::sockopt::sndhwm, 0);
     cmd_out_.connect(ep);
+    for (auto& r : rx_) rx_items_.push_back({static_cast<void*>(r), 0, ZMQ_POLLIN, 0});
+    receiver_->client = this;
     io_ = std::thread([this] { IoLoop(); });
     return Status::OK();
   }
@@ -240,6 +283,9 @@ class ClientImpl final : public Client {
   Status CheckTable(const Table& t, const TableInfo** info);
 
   void IoLoop();
+  // Receiving replies, under receiver_->mu.
+  void ReceiveFor(const FutureState& fs, int64_t ms) override;
+  void DrainRx();
   void SendCommand(std::unique_ptr<Command> c);
   void SendToServer(std::unique_ptr<Command> c);
   void HandleReply(Message& m, int from);
@@ -251,7 +297,10 @@ class ClientImpl final : public Client {
   zmq::context_t ctx_;
   ControlChannel control_;  // I/O thread after Start()
   std::vector<zmq::socket_t> tx_;       // requests, from calling threads, under send_mu_
-  std::vector<zmq::socket_t> rx_;       // replies, I/O thread only
+  std::vector<zmq::socket_t> rx_;       // replies, under receiver_->mu
+  std::vector<zmq::pollitem_t> rx_items_;  // under receiver_->mu
+  std::vector<zmq::message_t> frames_;     // under receiver_->mu
+  const std::shared_ptr<internal::ReceiverHandle> receiver_ = std::make_shared<internal::ReceiverHandle>();
   std::vector<std::string> rx_ids_;     // rx_ routing ids, named in every request's reply_to
   std::mutex send_mu_;                  // request ids are assigned and sent in one order
   std::mutex pending_mu_;               // guards pending_
@@ -259,6 +308,7 @@ class ClientImpl final : public Client {
   std::thread io_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> clock_{0};
+  std::atomic<bool> finished_{false};
 
   mutable std::mutex mu_;     // guards the fields below
   zmq::socket_t cmd_out_;     // user threads -> I/O thread
@@ -270,7 +320,6 @@ class ClientImpl final : public Client {
   std::map<uint64_t, Part> pending_;   // under pending_mu_
   // I/O thread only.
   std::deque<std::pair<int64_t, std::unique_ptr<Command>>> delayed_;  // send_latency_ms
-  std::vector<zmq::message_t> frames_;
 };
 
 std::shared_ptr<FutureState> ClientImpl::NewState(std::string what, int parts) {
@@ -305,6 +354,7 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
     c->header.sender_rank = control_.rank();
     int t = c->part.target;
     c->part.fs->waiting_on[t == kScheduler ? c->part.fs->waiting_on.size() - 1 : t] = 1;
+    if (t != kScheduler) c->part.fs->receiver = receiver_;  // before the Future is returned
     if (t != kScheduler && options_.send_latency_ms == 0) {
       SendToServer(std::move(c));  // straight from the calling thread
       continue;
@@ -607,6 +657,20 @@ Status ClientImpl::Barrier() {
 }
 
 Status ClientImpl::Finish() {
+  if (finished_.exchange(true)) return Status::OK();  // once is enough
+  // The scheduler's "done" travels on another connection than the data: without this wait a
+  // server could hear of it before this worker's last pushes and clocks, and drop them.
+  std::vector<std::shared_ptr<FutureState>> open;
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    for (auto& [id, part] : pending_)
+      if (part.target != kScheduler) open.push_back(part.fs);
+  }
+  const Deadline deadline = Deadline::In(options_.request_timeout_ms);
+  for (auto& fs : open) {
+    Status st = Future(fs).WaitFor(std::max<int64_t>(1, deadline.RemainingMs()));
+    if (st.code() == Code::kDeadlineExceeded) return st.Annotate("finish");
+  }
   Header h;
   h.type = MsgType::kDone;
   auto r = ControlCall(h, "finish");
@@ -614,16 +678,19 @@ Status ClientImpl::Finish() {
 }
 
 void ClientImpl::IoLoop() {
-  const int S = static_cast<int>(rx_.size());
-  std::vector<zmq::pollitem_t> items(S + 2);
-  for (int s = 0; s < S; ++s) items[s] = {static_cast<void*>(rx_[s]), 0, ZMQ_POLLIN, 0};
-  items[S] = {static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0};
-  items[S + 1] = {static_cast<void*>(cmd_in_), 0, ZMQ_POLLIN, 0};
+  SetThreadName("pp-client-io");
+  zmq::pollitem_t items[2] = {{static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0},
+                              {static_cast<void*>(cmd_in_), 0, ZMQ_POLLIN, 0}};
   while (!stop_) {
     int64_t timeout = std::min<int64_t>(control_.MsUntilTick(), 100);
+    {
+      // Replies nobody waits for (a push never waited on) are drained every few ms.
+      std::lock_guard<std::mutex> l(pending_mu_);
+      if (!pending_.empty()) timeout = std::min<int64_t>(timeout, kDrainMs);
+    }
     if (!delayed_.empty()) timeout = std::max<int64_t>(0, std::min(timeout, delayed_.front().first - NowMs()));
-    Poll(items.data(), items.size(), timeout);
-    if (items[S + 1].revents & ZMQ_POLLIN) {
+    Poll(items, 2, timeout);
+    if (items[1].revents & ZMQ_POLLIN) {
       for (int i = 0; i < 1024; ++i) {
         zmq::message_t m;
         if (!cmd_in_.recv(m, zmq::recv_flags::dontwait)) break;
@@ -644,32 +711,15 @@ void ClientImpl::IoLoop() {
       SendCommand(std::move(delayed_.front().second));
       delayed_.pop_front();
     }
-    for (int s = 0; s < S; ++s) {
-      if (!(items[s].revents & ZMQ_POLLIN)) continue;
-      for (int i = 0; i < 256 && RecvFrames(rx_[s], &frames_, 4); ++i) {
-        Message m;
-        bool header_ok = false;
-        Status st = Decode(&frames_, &m, &header_ok);
-        if (!st.ok()) {
-          PP_LOG(Warning) << "malformed reply from server " << s << ": " << st.ToString();
-          // If it can be matched to a request, fail that request now rather than at its deadline.
-          std::shared_ptr<FutureState> fs;
-          {
-            std::lock_guard<std::mutex> l(pending_mu_);
-            auto it = header_ok ? pending_.find(m.header.request_id) : pending_.end();
-            if (it != pending_.end() && it->second.target == s) {
-              fs = it->second.fs;
-              pending_.erase(it);
-            }
-          }
-          if (fs) fs->Complete(s, st.Annotate("reply from server " + std::to_string(s)));
-          continue;
-        }
-        HandleReply(m, s);
-        if (control_.MsUntilTick() == 0) control_.Tick().IgnoreError();
+    {
+      std::unique_lock<std::mutex> rl(receiver_->mu, std::try_to_lock);
+      if (rl.owns_lock()) {  // else a waiting caller is receiving
+        for (auto& it : rx_items_) it.events = ZMQ_POLLIN, it.revents = 0;
+        Poll(rx_items_.data(), rx_items_.size(), 0);
+        DrainRx();
       }
     }
-    if (items[S].revents & ZMQ_POLLIN) {
+    if (items[0].revents & ZMQ_POLLIN) {
       for (int i = 0; i < 64; ++i) {
         Message m;
         bool changed = false;
@@ -683,6 +733,50 @@ void ClientImpl::IoLoop() {
     }
     Status st = control_.Tick();
     if (!st.ok()) FailAll(st);
+  }
+}
+
+void ClientImpl::ReceiveFor(const FutureState& fs, int64_t ms) {
+  const Deadline deadline = Deadline::In(ms);
+  // Small replies come back in tens of microseconds: look a few times before sleeping in the
+  // poll (on a VM, waking a thread whose CPU went idle costs more than the round trip itself).
+  int spins = kSpins;
+  while (fs.remaining_hint.load(std::memory_order_acquire) > 0) {
+    const bool spin = spins-- > 0;
+    if (Poll(rx_items_.data(), rx_items_.size(), spin ? 0 : deadline.RemainingMs()) <= 0) {
+      if (!spin) return;
+      std::this_thread::yield();
+      continue;
+    }
+    DrainRx();
+  }
+}
+
+// Receives what the last poll of rx_items_ found, and handles it.
+void ClientImpl::DrainRx() {
+  for (size_t s = 0; s < rx_.size(); ++s) {
+    if (!(rx_items_[s].revents & ZMQ_POLLIN)) continue;
+    for (int i = 0; i < 256 && RecvFrames(rx_[s], &frames_, 4); ++i) {
+      Message m;
+      bool header_ok = false;
+      Status st = Decode(&frames_, &m, &header_ok);
+      if (!st.ok()) {
+        PP_LOG(Warning) << "malformed reply from server " << s << ": " << st.ToString();
+        // If it can be matched to a request, fail that request now rather than at its deadline.
+        std::shared_ptr<FutureState> fs;
+        {
+          std::lock_guard<std::mutex> l(pending_mu_);
+          auto it = header_ok ? pending_.find(m.header.request_id) : pending_.end();
+          if (it != pending_.end() && it->second.target == static_cast<int>(s)) {
+            fs = it->second.fs;
+            pending_.erase(it);
+          }
+        }
+        if (fs) fs->Complete(static_cast<int>(s), st.Annotate("reply from server " + std::to_string(s)));
+        continue;
+      }
+      HandleReply(m, static_cast<int>(s));
+    }
   }
 }
 

@@ -20,8 +20,11 @@
 //
 // Threading: a Client may be used from several threads. Calling threads send their requests
 // themselves, one at a time under an internal lock (so request ids and per-server order are
-// those of the calls); one internal I/O thread receives every reply, completes Futures, and owns
-// the scheduler connection (heartbeats, membership). A Future may be waited on from any one thread.
+// those of the calls). A thread waiting on a Future receives the servers' replies itself (one
+// waiter at a time; it completes other threads' Futures too), so a reply reaches its caller with
+// no thread hand-off; replies nobody waits for are drained by an internal I/O thread, which also
+// owns the scheduler connection (heartbeats, membership). A Future may be waited on from any one
+// thread.
 #pragma once
 
 #include <cstdint>
@@ -141,7 +144,9 @@ class Client {
   virtual int64_t clock() const = 0;
   // Waits for every live worker to reach the barrier.
   virtual Status Barrier() = 0;
-  // Tells the scheduler this worker is done; no calls after it.
+  // Waits until every server has answered this worker's requests (pushes and clocks nobody
+  // waited for included: a finished worker's last updates are applied, under BSP in its last
+  // clock's sum), then tells the scheduler this worker is done; no calls after it.
   virtual Status Finish() = 0;
 
   virtual ClientStats stats() const = 0;

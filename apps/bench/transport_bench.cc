@@ -303,6 +303,7 @@ class RawServer {
 
  private:
   void Loop() {
+    SetThreadName("raw-server");
     std::vector<zmq::message_t> frames;
     while (!stop_) {
       zmq::pollitem_t item{static_cast<void*>(router_), 0, ZMQ_POLLIN, 0};
@@ -488,10 +489,12 @@ struct Config {
   double budget_s = 0.2;  // per repetition
   int reps = 3;           // pushpull/raw repetitions, alternating
   int ssp_iters_max = 400;
-  // Profiling aid (env PP_TRANSPORT_PROFILE=OP/SIZE/SsWw[/raw], e.g. pushpull/16MB/1s1w): only
-  // that throughput run, pushpull side (or raw side), for budget_s; no RSS, no SSP.
+  // Profiling aid (env PP_TRANSPORT_PROFILE=OP/SIZE/SsWw[/raw], e.g. pushpull/16MB/1s1w or
+  // pull_p50/4KB/2s2w): only that throughput (or latency) run, pushpull side (or raw side), for
+  // budget_s; no RSS, no SSP.
   int profile_op = -1;
   bool profile_raw = false;
+  bool profile_latency = false;  // OP_p50: one op at a time, p50 latency
   double ssp_budget_s = 2.0;
 };
 
@@ -677,13 +680,17 @@ class TransportBench {
       const Op op = static_cast<Op>(cfg_.profile_op);
       RunResult r;
       std::vector<double> l;
-      if (cfg_.profile_raw) one(rwd, rw_failed, op, thr, &r, &l);
-      else one(ppd, pp_failed, op, thr, &r, &l);
+      const Plan& plan = cfg_.profile_latency ? lat : thr;
+      if (cfg_.profile_raw) one(rwd, rw_failed, op, plan, &r, &l);
+      else one(ppd, pp_failed, op, plan, &r, &l);
       ppd.clear();
       rwd.clear();
-      Add(std::string("profile_") + (cfg_.profile_raw ? "raw_" : "") + OpName(op) + "/" +
-              SizeName(bytes) + "/" + ShapeName(S, W), "GB/s", r.ok ? r.gbps : NAN, 0.0,
-          r.ok ? "ops " + std::to_string(r.ops) : "FAILED: " + r.error);
+      const std::string name = std::string("profile_") + (cfg_.profile_raw ? "raw_" : "") + OpName(op) +
+                               (cfg_.profile_latency ? "_p50/" : "/") + SizeName(bytes) + "/" + ShapeName(S, W);
+      if (cfg_.profile_latency)
+        Add(name, "us", r.ok ? Percentile(l, 0.5) : NAN, 0.0, r.ok ? "ops " + std::to_string(r.ops) : "FAILED: " + r.error);
+      else
+        Add(name, "GB/s", r.ok ? r.gbps : NAN, 0.0, r.ok ? "ops " + std::to_string(r.ops) : "FAILED: " + r.error);
       return;
     }
     both(Op::kPush, lat, &pp.lat[0], &rw.lat[0]);
@@ -890,13 +897,18 @@ void RunTransportBench(Reporter& rep, const Options& o) {
   if (const char* prof = std::getenv("PP_TRANSPORT_PROFILE")) {
     char op[32] = {0}, size[32] = {0}, side[32] = {0};
     int S = 0, W = 0;
-    if (std::sscanf(prof, "%31[a-z]/%31[0-9KMB]/%ds%dw/%31s", op, size, &S, &W, side) < 4 || S < 1 ||
+    if (std::sscanf(prof, "%31[a-z_0-9]/%31[0-9KMB]/%ds%dw/%31s", op, size, &S, &W, side) < 4 || S < 1 ||
         W < 1) {
       std::fprintf(stderr, "PP_TRANSPORT_PROFILE=%s: want OP/SIZE/SsWw[/raw]\n", prof);
       return;
     }
+    std::string ops = op;
+    if (ops.size() > 4 && ops.compare(ops.size() - 4, 4, "_p50") == 0) {
+      cfg.profile_latency = true;
+      ops.resize(ops.size() - 4);
+    }
     for (int o = 0; o < 3; ++o)
-      if (std::string(op) == OpName(static_cast<Op>(o))) cfg.profile_op = o;
+      if (ops == OpName(static_cast<Op>(o))) cfg.profile_op = o;
     size_t bytes = std::strtoull(size, nullptr, 10) * (std::strchr(size, 'M') ? kMB : kKB);
     if (cfg.profile_op < 0 || bytes == 0) {
       std::fprintf(stderr, "PP_TRANSPORT_PROFILE=%s: unknown op or size\n", prof);
