@@ -101,7 +101,6 @@ TableInfo TableInfo::Make(uint32_t id, const TableSpec& spec, int num_servers) {
   return t;
 }
 
-uint32_t TableInfo::BucketOf(Key key) { return static_cast<uint32_t>(SplitMix64(key) % kBuckets); }
 
 int TableInfo::OwnerOf(Key key) const {
   if (spec.sparse) return bucket_owner[BucketOf(key)];
@@ -112,13 +111,6 @@ int TableInfo::OwnerOf(Key key) const {
     if (row_offsets[mid] <= key) lo = mid; else hi = mid - 1;
   }
   return lo;
-}
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
 }
 
 float InitialValue(const TableSpec& spec, Key row, uint32_t col) {

@@ -13,6 +13,14 @@ namespace pushpull {
 
 using Key = uint64_t;
 
+// A 64-bit mixer (Steele et al.'s SplitMix64 finaliser): ids to buckets, seeds to streams.
+inline uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
 enum class Role : uint8_t { kScheduler = 0, kServer = 1, kWorker = 2 };
 const char* RoleName(Role r);
 
@@ -69,7 +77,7 @@ struct TableInfo {
   int num_servers() const { return static_cast<int>(row_offsets.size()) - 1; }
   // Owner of a row id; the caller has checked a dense id is < rows.
   int OwnerOf(Key key) const;
-  static uint32_t BucketOf(Key key);
+  static uint32_t BucketOf(Key key) { return static_cast<uint32_t>(SplitMix64(key) % kBuckets); }
 };
 
 struct ServerAddress {
@@ -94,7 +102,6 @@ struct Membership {
   std::string reason;  // why the job ended, or who died
 };
 
-uint64_t SplitMix64(uint64_t x);
 // Deterministic initial value of element (row, col) of a table: independent of sharding.
 float InitialValue(const TableSpec& spec, Key row, uint32_t col);
 

@@ -68,10 +68,10 @@ std::shared_ptr<const float> Stripe::ShareRows(uint64_t row) {
 
 uint32_t Stripe::LocalRow(Key key) {
   if (!spec_.sparse) return static_cast<uint32_t>(key - row_begin_);
-  auto it = index_.find(key);
-  if (it != index_.end()) return it->second;
+  const uint32_t found = index_.Find(key);
+  if (found != RowIndex::kNone) return found;
   uint32_t r = static_cast<uint32_t>(steps_.size());
-  index_.emplace(key, r);
+  index_.Insert(key, r);
   AppendRows(key, 1, &key);
   return r;
 }

@@ -17,6 +17,7 @@
 
 #include "common/cluster.h"
 #include "optimizers/optimizer.h"
+#include "server/row_index.h"
 
 namespace pushpull {
 
@@ -59,7 +60,7 @@ class Stripe {
   // taken at a clock boundary, where none are open).
   template <class Ar>
   void save(Ar& ar) const {
-    ar(dim_, row_begin_, *params_, slots_, steps_, index_);
+    ar(dim_, row_begin_, *params_, slots_, steps_, index_.KeysByRow());
   }
   template <class Ar>
   void load(Ar& ar) {
@@ -68,8 +69,14 @@ class Stripe {
     ar(dim, row_begin);
     if (dim != dim_ || row_begin != row_begin_) throw std::runtime_error("stripe shape differs");
     auto fresh = std::make_shared<std::vector<float>>();
-    ar(*fresh, slots_, steps_, index_);
+    std::vector<Key> keys;
+    ar(*fresh, slots_, steps_, keys);
     params_ = std::move(fresh);
+    index_.Clear();
+    if (spec_.sparse) {
+      if (keys.size() != steps_.size()) throw std::runtime_error("stripe state is inconsistent");
+      for (uint32_t r = 0; r < keys.size(); ++r) index_.Insert(keys[r], r);
+    }
     if (params_->size() != steps_.size() * dim_ || slots_.size() != static_cast<size_t>(optimizer_->num_slots()))
       throw std::runtime_error("stripe state is inconsistent");
   }
@@ -96,7 +103,7 @@ class Stripe {
   std::shared_ptr<std::vector<float>> spare_;
   std::vector<std::vector<float>> slots_;
   std::vector<uint32_t> steps_;            // per row: updates applied (lazy Adam bias correction)
-  std::unordered_map<Key, uint32_t> index_;  // sparse: id -> local row
+  RowIndex index_;  // sparse: id -> local row
 
   struct Accumulator {
     std::vector<float> sum;       // dim floats per local row touched

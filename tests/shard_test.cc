@@ -25,6 +25,18 @@ TableSpec AdamSparse() {
   return s;
 }
 
+TEST(RowIndex, FindsEveryKeyAndNoOther) {
+  RowIndex idx;
+  EXPECT_EQ(idx.Find(5), RowIndex::kNone);
+  std::vector<Key> keys{0, ~Key(0), 1, 64, 128};
+  for (uint64_t i = 0; i < 5000; ++i) keys.push_back(SplitMix64(i) & ~Key(1));  // even keys, like one server's
+  for (uint32_t r = 0; r < keys.size(); ++r) idx.Insert(keys[r], r);
+  EXPECT_EQ(idx.size(), keys.size());
+  for (uint32_t r = 0; r < keys.size(); ++r) ASSERT_EQ(idx.Find(keys[r]), r) << keys[r];
+  for (uint64_t i = 0; i < 5000; ++i) EXPECT_EQ(idx.Find(SplitMix64(i) | 1), RowIndex::kNone);
+  EXPECT_EQ(idx.KeysByRow(), keys);
+}
+
 TEST(Shard, StateRoundTripsThroughCereal) {
   TableInfo info = TableInfo::Make(0, AdamSparse(), 1);
   TableShard a(info, 0, 1), b(info, 0, 1);

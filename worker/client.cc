@@ -516,12 +516,21 @@ Future ClientImpl::PullImpl(const Table& t, std::vector<Key> keys, int slot, flo
       return Failed(Status::InvalidArgument("pull from '" + t.name + "': row " + std::to_string(k) +
                                             " out of range [0, " + std::to_string(info->spec.rows) + ")"));
   const int S = num_servers();
+  const size_t total_keys = keys.size();
   std::vector<std::vector<Key>> ks(S);
   std::vector<std::vector<uint32_t>> pos(S);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    int s = info->OwnerOf(keys[i]);
-    ks[s].push_back(keys[i]);
-    pos[s].push_back(static_cast<uint32_t>(i));
+  if (S == 1) {
+    ks[0] = std::move(keys);
+  } else {
+    for (int s = 0; s < S; ++s) {
+      ks[s].reserve(total_keys / S + total_keys / 8 + 16);
+      pos[s].reserve(total_keys / S + total_keys / 8 + 16);
+    }
+    for (size_t i = 0; i < total_keys; ++i) {
+      int s = info->OwnerOf(keys[i]);
+      ks[s].push_back(keys[i]);
+      pos[s].push_back(static_cast<uint32_t>(i));
+    }
   }
   std::vector<std::unique_ptr<Command>> cmds;
   for (int s = 0; s < S; ++s) {
@@ -540,11 +549,11 @@ Future ClientImpl::PullImpl(const Table& t, std::vector<Key> keys, int slot, flo
     c->part.out = out;
     c->part.rows = kk->size();
     c->part.dim = dim;
-    if (kk->size() != keys.size()) c->part.positions = std::move(pos[s]);
+    if (kk->size() != total_keys) c->part.positions = std::move(pos[s]);
     cmds.push_back(std::move(c));
   }
   auto fs = NewState((slot < 0 ? "pull from table '" : "pull of optimizer slot from '") + t.name +
-                         "' (" + std::to_string(keys.size()) + " rows)",
+                         "' (" + std::to_string(total_keys) + " rows)",
                      static_cast<int>(cmds.size()));
   for (auto& c : cmds) c->part.fs = fs;
   Post(std::move(cmds));

@@ -486,11 +486,12 @@ struct Config {
   std::vector<size_t> sizes;
   std::vector<size_t> sparse_sizes;
   std::vector<Shape> shapes;
-  double budget_s = 0.2;  // per repetition
+  double budget_s = 0.2;      // per repetition, throughput runs
+  double lat_budget_s = 0.1;  // per repetition, latency runs
   int reps = 3;           // pushpull/raw repetitions, alternating
   int ssp_iters_max = 400;
-  // Profiling aid (env PP_TRANSPORT_PROFILE=OP/SIZE/SsWw[/raw], e.g. pushpull/16MB/1s1w or
-  // pull_p50/4KB/2s2w): only that throughput (or latency) run, pushpull side (or raw side), for
+  // Profiling aid (env PP_TRANSPORT_PROFILE=OP/SIZE/SsWw[/raw], e.g. pushpull/16MB/1s1w,
+  // pull_p50/4KB/2s2w or sparse_pushpull/1MB/1s1w): only that throughput (or latency) run, pushpull side (or raw side), for
   // budget_s; no RSS, no SSP.
   int profile_op = -1;
   bool profile_raw = false;
@@ -503,11 +504,12 @@ Plan LatencyPlan(const Config& cfg, size_t bytes) {
   p.serial = true;
   p.warmup = bytes >= 16 * kMB ? 1 : (bytes >= kMB ? 3 : 30);
   p.min_iters = bytes >= 64 * kMB ? 2 : (bytes >= 16 * kMB ? 3 : 5);
-  p.budget_s = cfg.budget_s;
+  p.budget_s = cfg.lat_budget_s;
   return p;
 }
 Plan ThroughputPlan(const Config& cfg, size_t bytes) {
   Plan p = LatencyPlan(cfg, bytes);
+  p.budget_s = cfg.budget_s;
   p.serial = false;
   p.depth = bytes > kMB ? 2 : 4;
   return p;
@@ -685,7 +687,7 @@ class TransportBench {
       else one(ppd, pp_failed, op, plan, &r, &l);
       ppd.clear();
       rwd.clear();
-      const std::string name = std::string("profile_") + (cfg_.profile_raw ? "raw_" : "") + OpName(op) +
+      const std::string name = std::string("profile_") + (cfg_.profile_raw ? "raw_" : "") + (sparse ? "sparse_" : "") + OpName(op) +
                                (cfg_.profile_latency ? "_p50/" : "/") + SizeName(bytes) + "/" + ShapeName(S, W);
       if (cfg_.profile_latency)
         Add(name, "us", r.ok ? Percentile(l, 0.5) : NAN, 0.0, r.ok ? "ops " + std::to_string(r.ops) : "FAILED: " + r.error);
@@ -884,6 +886,7 @@ void RunTransportBench(Reporter& rep, const Options& o) {
     cfg.sparse_sizes = {kMB};
     cfg.shapes = {{1, 1, true}, {2, 1, false}};
     cfg.budget_s = 0.07;
+    cfg.lat_budget_s = 0.05;
     cfg.reps = 2;
     cfg.ssp_iters_max = 60;
     cfg.ssp_budget_s = 0.5;
@@ -891,7 +894,10 @@ void RunTransportBench(Reporter& rep, const Options& o) {
     cfg.sizes = {4 * kKB, 64 * kKB, kMB, 16 * kMB, 64 * kMB};
     cfg.sparse_sizes = {4 * kKB, 64 * kKB, kMB, 16 * kMB};
     cfg.shapes = {{1, 1, true}, {2, 1, true}, {1, 2, false}, {2, 2, false}, {1, 4, false}, {2, 4, true}};
-    cfg.budget_s = 0.06;
+    // Long enough that a 16 MB run moves a few dozen operations (these shared 2-core machines
+    // are noisy; shorter runs moved single ratios by 0.2).
+    cfg.budget_s = 0.3;
+    cfg.lat_budget_s = 0.1;
     cfg.reps = 3;
   }
   if (const char* prof = std::getenv("PP_TRANSPORT_PROFILE")) {
@@ -903,6 +909,8 @@ void RunTransportBench(Reporter& rep, const Options& o) {
       return;
     }
     std::string ops = op;
+    const bool sparse = ops.rfind("sparse_", 0) == 0;
+    if (sparse) ops = ops.substr(7);
     if (ops.size() > 4 && ops.compare(ops.size() - 4, 4, "_p50") == 0) {
       cfg.profile_latency = true;
       ops.resize(ops.size() - 4);
@@ -915,10 +923,11 @@ void RunTransportBench(Reporter& rep, const Options& o) {
       return;
     }
     cfg.profile_raw = std::string(side) == "raw";
-    cfg.sizes = {bytes};
+    cfg.sizes.clear();
     cfg.sparse_sizes.clear();
-    cfg.shapes = {{S, W, false}};
-    cfg.budget_s = 5.0;
+    (sparse ? cfg.sparse_sizes : cfg.sizes).push_back(bytes);
+    cfg.shapes = {{S, W, sparse}};
+    cfg.budget_s = cfg.lat_budget_s = 5.0;
     cfg.reps = 1;
   }
   TransportBench(rep, cfg).Run();

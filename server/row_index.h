@@ -1,0 +1,78 @@
+// A sparse table's row index: key -> local row, an open-addressing hash table with linear
+// probing over one flat array (one cache miss per lookup instead of std::unordered_map's node
+// chase: the lookup is what a sparse push or pull of random keys spends its time on).
+//
+// Threading: none (a stripe's index is touched only by its update thread).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/cluster.h"
+
+namespace pushpull {
+
+class RowIndex {
+ public:
+  static constexpr uint32_t kNone = UINT32_MAX;
+
+  // The row of `key`, or kNone.
+  uint32_t Find(Key key) const {
+    if (slots_.empty()) return kNone;
+    for (size_t i = Home(key);; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.row == kNone) return kNone;
+      if (s.key == key) return s.row;
+    }
+  }
+  // Adds key -> row; the key must not be there yet. row < kNone.
+  void Insert(Key key, uint32_t row) {
+    if ((size_ + 1) * 2 > slots_.size()) Grow();
+    Place(key, row);
+    ++size_;
+  }
+  size_t size() const { return size_; }
+  // key of every row, by row (rows are 0..size()-1 when the stripe numbers them densely).
+  std::vector<Key> KeysByRow() const {
+    std::vector<Key> out(size_);
+    for (const Slot& s : slots_)
+      if (s.row != kNone && s.row < out.size()) out[s.row] = s.key;
+    return out;
+  }
+  void Clear() {
+    slots_.clear();
+    mask_ = 0;
+    shift_ = 64;
+    size_ = 0;
+  }
+
+ private:
+  struct Slot {
+    Key key = 0;
+    uint32_t row = kNone;
+  };
+  // Fibonacci hashing (the product's top bits): independent of the SplitMix64 bits that chose
+  // this key's server and stripe, which are all alike within one stripe.
+  size_t Home(Key key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_); }
+  void Place(Key key, uint32_t row) {
+    size_t i = Home(key);
+    while (slots_[i].row != kNone) i = (i + 1) & mask_;
+    slots_[i] = Slot{key, row};
+  }
+  void Grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(old.empty() ? 64 : old.size() * 2, Slot());
+    mask_ = slots_.size() - 1;
+    shift_ = 64;
+    for (size_t n = slots_.size(); n > 1; n >>= 1) --shift_;
+    for (const Slot& s : old)
+      if (s.row != kNone) Place(s.key, s.row);
+  }
+
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  int shift_ = 64;
+  size_t size_ = 0;
+};
+
+}  // namespace pushpull
