@@ -3,6 +3,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <new>
+#include <utility>
+#include <vector>
 
 namespace pushpull {
 
@@ -16,5 +19,27 @@ void TuneMallocForLargeMessages();
 
 // An uninitialised float buffer (no zero fill: it is about to be overwritten).
 inline std::shared_ptr<float[]> NewFloatBuffer(size_t n) { return std::shared_ptr<float[]>(new float[n]); }
+
+// A std::allocator whose resize() leaves new elements uninitialised (no zero-fill pass over an
+// array about to be overwritten).
+template <class T>
+struct NoInitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = NoInitAllocator<U>;
+  };
+  NoInitAllocator() = default;
+  template <class U>
+  NoInitAllocator(const NoInitAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using FloatArray = std::vector<float, NoInitAllocator<float>>;
 
 }  // namespace pushpull

@@ -45,19 +45,23 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end) {
     std::atomic_thread_fence(std::memory_order_acquire);
     return params_->data();
   }
-  std::shared_ptr<std::vector<float>> next;
-  if (spare_ && spare_.use_count() == 1 && spare_->size() == params_->size()) {
-    std::atomic_thread_fence(std::memory_order_acquire);
-    next = std::move(spare_);
-  } else {
-    next = std::make_shared<std::vector<float>>(params_->size());
+  std::shared_ptr<FloatArray> next;
+  for (auto& s : spares_) {
+    if (s.use_count() == 1 && s->size() == params_->size()) {
+      std::atomic_thread_fence(std::memory_order_acquire);
+      next = std::move(s);
+      s = spares_.back();
+      spares_.pop_back();
+      break;
+    }
   }
+  if (!next) next = std::make_shared<FloatArray>(params_->size());
   const float* held = params_->data();
   float* out = next->data();
   const size_t n = params_->size(), b = std::min(n, keep_begin * dim_), e = std::max(b, std::min(n, keep_end * dim_));
   std::memcpy(out, held, b * sizeof(float));
   std::memcpy(out + e, held + e, (n - e) * sizeof(float));
-  spare_ = std::move(params_);
+  if (spares_.size() < kMaxSpares) spares_.push_back(params_);  // else freed by its last reply
   params_ = std::move(next);
   return held;
 }
@@ -180,9 +184,9 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
 }
 
 void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out) {
-  const std::vector<float>& src = slot < 0 ? *params_ : slots_[slot];
+  const float* src = slot < 0 ? params_->data() : slots_[slot].data();
   ForEachRun(sel, keys, false, [&](uint32_t r, uint64_t pos, size_t len) {
-    std::memcpy(out + pos * dim_, &src[size_t(r) * dim_], len * dim_ * sizeof(float));
+    std::memcpy(out + pos * dim_, src + size_t(r) * dim_, len * dim_ * sizeof(float));
   });
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/cluster.h"
+#include "common/memory.h"
 #include "optimizers/optimizer.h"
 #include "server/row_index.h"
 
@@ -68,7 +69,7 @@ class Stripe {
     uint64_t row_begin;
     ar(dim, row_begin);
     if (dim != dim_ || row_begin != row_begin_) throw std::runtime_error("stripe shape differs");
-    auto fresh = std::make_shared<std::vector<float>>();
+    auto fresh = std::make_shared<FloatArray>();
     std::vector<Key> keys;
     ar(*fresh, slots_, steps_, keys);
     params_ = std::move(fresh);
@@ -97,10 +98,11 @@ class Stripe {
   const opt::Optimizer* const optimizer_;
   const uint32_t dim_;
   const uint64_t row_begin_;  // dense: first global row of this stripe
-  // Parameters: shared with pull replies in flight (copy-on-write, see BeginWrite). spare_ is
-  // the previous array, reused once no reply holds it (warm, no fresh allocation).
-  std::shared_ptr<std::vector<float>> params_ = std::make_shared<std::vector<float>>();
-  std::shared_ptr<std::vector<float>> spare_;
+  // Parameters: shared with pull replies in flight (copy-on-write, see BeginWrite). spares_ are
+  // earlier arrays, reused once no reply holds them (warm: no allocation, no page faults).
+  static constexpr size_t kMaxSpares = 2;
+  std::shared_ptr<FloatArray> params_ = std::make_shared<FloatArray>();
+  std::vector<std::shared_ptr<FloatArray>> spares_;
   std::vector<std::vector<float>> slots_;
   std::vector<uint32_t> steps_;            // per row: updates applied (lazy Adam bias correction)
   RowIndex index_;  // sparse: id -> local row

@@ -49,6 +49,7 @@ struct FutureState {
   int64_t default_timeout_ms = 0;
   Header reply;                    // control replies (CreateTable)
   std::shared_ptr<ReceiverHandle> receiver;  // set when servers answer (the waiter may receive)
+  uint64_t payload_bytes = 0;      // sent and expected back: small calls are worth a spin
 
   void Complete(int target, const Status& st, int32_t stale = 0) {
     std::lock_guard<std::mutex> l(mu);
@@ -160,7 +161,8 @@ struct Command {
 
 constexpr int kScheduler = -1;
 constexpr int64_t kDrainMs = 2;
-constexpr int kSpins = 50;      // polls before a waiting caller sleeps
+constexpr int kSpins = 50;
+constexpr uint64_t kSpinBytes = 64 * 1024;      // polls before a waiting caller sleeps
 
 class ClientImpl final : public Client, private internal::Receiver {
  public:
@@ -354,7 +356,10 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
     c->header.sender_rank = control_.rank();
     int t = c->part.target;
     c->part.fs->waiting_on[t == kScheduler ? c->part.fs->waiting_on.size() - 1 : t] = 1;
-    if (t != kScheduler) c->part.fs->receiver = receiver_;  // before the Future is returned
+    if (t != kScheduler) {  // before the Future is returned
+      c->part.fs->receiver = receiver_;
+      c->part.fs->payload_bytes += c->keys.size() + c->values.size() + c->part.rows * c->part.dim * sizeof(float);
+    }
     if (t != kScheduler && options_.send_latency_ms == 0) {
       SendToServer(std::move(c));  // straight from the calling thread
       continue;
@@ -749,7 +754,9 @@ void ClientImpl::ReceiveFor(const FutureState& fs, int64_t ms) {
   const Deadline deadline = Deadline::In(ms);
   // Small replies come back in tens of microseconds: look a few times before sleeping in the
   // poll (on a VM, waking a thread whose CPU went idle costs more than the round trip itself).
-  int spins = kSpins;
+  // Large transfers take longer than any spin, which would only take the CPU from the threads
+  // moving the bytes.
+  int spins = fs.payload_bytes <= kSpinBytes ? kSpins : 0;
   while (fs.remaining_hint.load(std::memory_order_acquire) > 0) {
     const bool spin = spins-- > 0;
     if (Poll(rx_items_.data(), rx_items_.size(), spin ? 0 : deadline.RemainingMs()) <= 0) {

@@ -927,7 +927,8 @@ void RunTransportBench(Reporter& rep, const Options& o) {
     cfg.sparse_sizes.clear();
     (sparse ? cfg.sparse_sizes : cfg.sizes).push_back(bytes);
     cfg.shapes = {{S, W, sparse}};
-    cfg.budget_s = cfg.lat_budget_s = 5.0;
+    const char* pb = std::getenv("PP_TRANSPORT_PROFILE_S");  // seconds of the run (default 5)
+    cfg.budget_s = cfg.lat_budget_s = pb ? std::max(0.05, std::atof(pb)) : 5.0;
     cfg.reps = 1;
   }
   TransportBench(rep, cfg).Run();
