@@ -184,8 +184,9 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
 }
 
 void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out) {
-  const float* src = slot < 0 ? params_->data() : slots_[slot].data();
   ForEachRun(sel, keys, false, [&](uint32_t r, uint64_t pos, size_t len) {
+    // Looked up per run: a sparse pull may add rows (LocalRow), which may move the arrays.
+    const float* src = slot < 0 ? params_->data() : slots_[slot].data();
     std::memcpy(out + pos * dim_, src + size_t(r) * dim_, len * dim_ * sizeof(float));
   });
 }

@@ -37,6 +37,26 @@ TEST(RowIndex, FindsEveryKeyAndNoOther) {
   EXPECT_EQ(idx.KeysByRow(), keys);
 }
 
+// A sparse read of keys never seen creates their rows (initial values) as it goes, and the
+// arrays grow under it while it copies.
+TEST(Shard, SparseReadOfNewKeysGrowsTheStripe) {
+  TableSpec spec = AdamSparse();
+  spec.init = InitKind::kUniform;
+  spec.init_scale = 0.5f;
+  TableInfo info = TableInfo::Make(0, spec, 1);
+  TableShard t(info, 0, 1);
+  std::vector<Key> keys;
+  for (uint64_t i = 0; i < 3000; ++i) keys.push_back(SplitMix64(i));
+  std::vector<RowSelection> sel;
+  t.Split(keys.data(), keys.size(), &sel);
+  std::vector<float> out(keys.size() * spec.dim, NAN);
+  t.stripe(0).Read(sel[0], keys.data(), -1, out.data());
+  EXPECT_EQ(t.stripe(0).num_rows(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i)
+    for (uint32_t c = 0; c < spec.dim; ++c)
+      ASSERT_EQ(out[i * spec.dim + c], InitialValue(spec, keys[i], c)) << "key " << i;
+}
+
 TEST(Shard, StateRoundTripsThroughCereal) {
   TableInfo info = TableInfo::Make(0, AdamSparse(), 1);
   TableShard a(info, 0, 1), b(info, 0, 1);
