@@ -82,22 +82,28 @@ uint32_t Stripe::LocalRow(Key key) {
 
 // Calls f(local_row, message_pos, nrows) for maximal runs of consecutive local rows that are
 // consecutive in the message too (and, when match_steps, share a step count): one optimizer
-// call per run keeps a dense update a single vectorised pass.
+// call per run keeps a dense update a single vectorised pass, and a sparse one over keys whose
+// rows were created in the same order (a recurring key set) too. Each key is looked up once.
 template <typename F>
 void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, bool match_steps, F&& f) {
   size_t n = sel.size();
   size_t i = 0;
+  bool have_next = false;
+  uint32_t next_row = 0;  // the row that ended the previous run, already looked up
   while (i < n) {
     uint64_t pos = sel.is_range ? sel.first_pos + i : sel.positions[i];
-    uint32_t r = LocalRow(sel.is_range ? sel.range_begin + i : keys[pos]);
+    uint32_t r = have_next ? next_row : LocalRow(sel.is_range ? sel.range_begin + i : keys[pos]);
+    have_next = false;
     size_t len = 1;
     while (i + len < n) {
       uint64_t pos2 = sel.is_range ? sel.first_pos + i + len : sel.positions[i + len];
       if (pos2 != pos + len) break;
-      if (spec_.sparse) break;
       uint32_t r2 = LocalRow(sel.is_range ? sel.range_begin + i + len : keys[pos2]);
-      if (r2 != r + len) break;
-      if (match_steps && steps_[r2] != steps_[r]) break;
+      if (r2 != r + len || (match_steps && steps_[r2] != steps_[r])) {
+        next_row = r2;
+        have_next = true;
+        break;
+      }
       ++len;
     }
     f(r, pos, len);

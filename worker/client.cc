@@ -161,7 +161,9 @@ struct Command {
 
 constexpr int kScheduler = -1;
 constexpr int64_t kDrainMs = 2;
-constexpr int kSpins = 50;
+constexpr int kMaxSpins = 50;      // polls a waiting caller may make before it sleeps
+constexpr int kSpinProbe = 8;      // a spin tried every kSpinProbeEvery waits once it reached 0
+constexpr int kSpinProbeEvery = 32;
 constexpr uint64_t kSpinBytes = 64 * 1024;      // polls before a waiting caller sleeps
 
 class ClientImpl final : public Client, private internal::Receiver {
@@ -302,6 +304,8 @@ class ClientImpl final : public Client, private internal::Receiver {
   std::vector<zmq::socket_t> rx_;       // replies, under receiver_->mu
   std::vector<zmq::pollitem_t> rx_items_;  // under receiver_->mu
   std::vector<zmq::message_t> frames_;     // under receiver_->mu
+  int spin_budget_ = kMaxSpins;            // under receiver_->mu: see ReceiveFor
+  uint32_t spin_probe_ = 0;                // under receiver_->mu
   const std::shared_ptr<internal::ReceiverHandle> receiver_ = std::make_shared<internal::ReceiverHandle>();
   std::vector<std::string> rx_ids_;     // rx_ routing ids, named in every request's reply_to
   std::mutex send_mu_;                  // request ids are assigned and sent in one order
@@ -752,20 +756,28 @@ void ClientImpl::IoLoop() {
 
 void ClientImpl::ReceiveFor(const FutureState& fs, int64_t ms) {
   const Deadline deadline = Deadline::In(ms);
-  // Small replies come back in tens of microseconds: look a few times before sleeping in the
+  // Small replies can come back in tens of microseconds: look a few times before sleeping in the
   // poll (on a VM, waking a thread whose CPU went idle costs more than the round trip itself).
-  // Large transfers take longer than any spin, which would only take the CPU from the threads
-  // moving the bytes.
-  int spins = fs.payload_bytes <= kSpinBytes ? kSpins : 0;
+  // The spin adapts: it grows while replies arrive within it and shrinks while they do not
+  // (then it only takes CPU from the threads that would answer: several workers and servers on
+  // few cores), probing again now and then. Large transfers never spin.
+  int budget = 0;
+  if (fs.payload_bytes <= kSpinBytes) {
+    budget = spin_budget_;
+    if (budget == 0 && ++spin_probe_ % kSpinProbeEvery == 0) budget = kSpinProbe;
+  }
+  int spins = budget;
   while (fs.remaining_hint.load(std::memory_order_acquire) > 0) {
-    const bool spin = spins-- > 0;
+    const bool spin = spins > 0;
     if (Poll(rx_items_.data(), rx_items_.size(), spin ? 0 : deadline.RemainingMs()) <= 0) {
-      if (!spin) return;
+      if (!spin) return;  // the caller's slice is over; it comes back
+      if (--spins == 0) spin_budget_ = budget / 2;  // spun in vain: less next time
       std::this_thread::yield();
       continue;
     }
     DrainRx();
   }
+  if (spins > 0) spin_budget_ = std::min(kMaxSpins, budget + budget / 2 + 1);  // done while spinning
 }
 
 // Receives what the last poll of rx_items_ found, and handles it.
