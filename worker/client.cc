@@ -13,6 +13,7 @@
 
 #include "common/control.h"
 #include "common/log.h"
+#include "common/memory.h"
 #include "common/time.h"
 #include "common/wire.h"
 #include "worker/pushpull.h"
@@ -493,16 +494,26 @@ Future ClientImpl::Push(const Table& t, std::vector<Key> keys, std::shared_ptr<c
       i = j;
     }
   } else {
+    // Gather each server's rows (one pass; exact sizes, so no regrowth copies).
+    std::vector<size_t> count(S, 0), fill(S, 0);
+    for (int o : owner) ++count[o];
     std::vector<std::vector<Key>> ks(S);
-    std::vector<std::vector<float>> vs(S);
+    std::vector<FloatArray> vs(S);
+    for (int s = 0; s < S; ++s) {
+      ks[s].resize(count[s]);
+      vs[s].resize(count[s] * dim);
+    }
+    const float* src = vbuf->data();
     for (size_t i = 0; i < kbuf->size(); ++i) {
-      ks[owner[i]].push_back((*kbuf)[i]);
-      vs[owner[i]].insert(vs[owner[i]].end(), vbuf->begin() + i * dim, vbuf->begin() + (i + 1) * dim);
+      const int o = owner[i];
+      ks[o][fill[o]] = (*kbuf)[i];
+      std::memcpy(vs[o].data() + fill[o] * dim, src + i * dim, dim * sizeof(float));
+      ++fill[o];
     }
     for (int s = 0; s < S; ++s) {
       if (ks[s].empty()) continue;
       auto kk = std::make_shared<std::vector<Key>>(std::move(ks[s]));
-      auto vv = std::make_shared<std::vector<float>>(std::move(vs[s]));
+      auto vv = std::make_shared<FloatArray>(std::move(vs[s]));
       uint64_t n = kk->size();
       make(s, ZeroCopyFrame(kk->data(), n * sizeof(Key), kk),
            ZeroCopyFrame(vv->data(), vv->size() * sizeof(float), vv), n);
