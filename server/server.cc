@@ -21,6 +21,7 @@ namespace pushpull {
 namespace {
 
 constexpr uint64_t kInlineBytes = 64 * 1024;  // requests up to this size may run on the I/O thread
+constexpr int64_t kControlEveryMs = 5;          // how often the I/O thread reads the scheduler's socket
 
 // One unit of work for the update threads: a push, a pull, or a BSP clock to apply. Update
 // thread k works on sel[k] (or on stripe k as a whole for kApplyBsp).
@@ -105,6 +106,7 @@ class ServerImpl final : public Server {
   StalenessHistogram staleness_;
   std::vector<std::unique_ptr<SpscQueue<Request>>> queues_;
   std::unique_ptr<std::atomic<int>[]> inflight_;     // per update thread: requests handed over, not done
+  int64_t awaiting_done_ = 0;                        // requests handed over whose "done" is not in yet
   std::vector<std::thread> threads_;
   std::vector<zmq::message_t> frames_;
   uint64_t bad_logged_ = 0;
@@ -130,15 +132,23 @@ Status ServerImpl::Run() {
   for (int k = 0; k < K; ++k) inflight_[k] = 0;
   for (int k = 0; k < K; ++k) threads_.emplace_back([this, k] { UpdateLoop(k); });
 
+  // The loop sleeps on the data socket, and on the update threads' "done" socket only while they
+  // hold work; the scheduler's socket is looked at every kControlEveryMs. (Each socket in a
+  // zmq_poll costs several system calls per wake-up, which is most of a small request's cost.)
   Status exit_status;
+  int64_t next_control = 0;
   while (!stop_) {
     zmq::pollitem_t items[] = {{static_cast<void*>(router_), 0, ZMQ_POLLIN, 0},
-                               {static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0},
                                {static_cast<void*>(done_), 0, ZMQ_POLLIN, 0}};
-    Poll(items, 3, std::min<int64_t>(control_.MsUntilTick(), 100));
-    if (items[2].revents & ZMQ_POLLIN) HandleDone();
+    int64_t now = NowMs();
+    const int64_t timeout = std::max<int64_t>(0, std::min({control_.MsUntilTick(), next_control - now, int64_t{100}}));
+    Poll(items, awaiting_done_ > 0 ? 2 : 1, timeout);
+    if (awaiting_done_ > 0 && (items[1].revents & ZMQ_POLLIN)) HandleDone();
     if (items[0].revents & ZMQ_POLLIN) HandleRouter();
-    if (items[1].revents & ZMQ_POLLIN) HandleControl();
+    if ((now = NowMs()) >= next_control) {
+      HandleControl();
+      next_control = now + kControlEveryMs;
+    }
     const Membership& mem = control_.membership();
     if (mem.job_state == Membership::kFinished) {
       PP_LOG(Info) << "job finished: " << mem.reason;
@@ -443,6 +453,7 @@ void ServerImpl::Dispatch(Request* r) {
     }
   }
   r->pending.store(n, std::memory_order_relaxed);
+  ++awaiting_done_;  // the last update thread to finish it sends one "done"
   for (int k = 0; k < K; ++k) {
     if (!whole && r->sel[k].size() == 0) continue;
     inflight_[k].fetch_add(1, std::memory_order_relaxed);
@@ -456,6 +467,7 @@ void ServerImpl::HandleDone() {
     if (!done_.recv(m, zmq::recv_flags::dontwait)) return;
     Request* r;
     std::memcpy(&r, m.data(), sizeof(r));
+    --awaiting_done_;
     // Pairs with the update threads' release decrements: their writes to the request (a pull's
     // values) are visible here, whatever ZeroMQ's inproc pipe guarantees on its own.
     (void)r->pending.load(std::memory_order_acquire);

@@ -3,6 +3,8 @@
 // holds the rx sockets' lock receives: a thread waiting on a Future (no hand-off between threads
 // on the reply path), or else the I/O thread, which drains them periodically and owns the
 // control channel to the scheduler. Replies are matched to requests by id and complete Futures.
+#include <poll.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -214,7 +216,10 @@ class ClientImpl final : public Client, private internal::Receiver {
     cmd_in_.bind(ep);
     cmd_out_.set(zmq::sockopt::sndhwm, 0);
     cmd_out_.connect(ep);
-    for (auto& r : rx_) rx_items_.push_back({static_cast<void*>(r), 0, ZMQ_POLLIN, 0});
+    for (auto& r : rx_) {
+      rx_items_.push_back({static_cast<void*>(r), 0, ZMQ_POLLIN, 0});
+      rx_fds_.push_back({static_cast<int>(r.get(zmq::sockopt::fd)), POLLIN, 0});
+    }
     receiver_->client = this;
     io_ = std::thread([this] { IoLoop(); });
     return Status::OK();
@@ -304,6 +309,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   std::vector<zmq::socket_t> tx_;       // requests, from calling threads, under send_mu_
   std::vector<zmq::socket_t> rx_;       // replies, under receiver_->mu
   std::vector<zmq::pollitem_t> rx_items_;  // under receiver_->mu
+  std::vector<pollfd> rx_fds_;             // the rx sockets' ZMQ_FD, for the spin in ReceiveFor
   std::vector<zmq::message_t> frames_;     // under receiver_->mu
   int spin_budget_ = kMaxSpins;            // under receiver_->mu: see ReceiveFor
   uint32_t spin_probe_ = 0;                // under receiver_->mu
@@ -778,14 +784,25 @@ void ClientImpl::ReceiveFor(const FutureState& fs, int64_t ms) {
     if (budget == 0 && ++spin_probe_ % kSpinProbeEvery == 0) budget = kSpinProbe;
   }
   int spins = budget;
+  bool ask_zmq = true;  // on entry replies may be queued already; after a drain, more may be
   while (fs.remaining_hint.load(std::memory_order_acquire) > 0) {
-    const bool spin = spins > 0;
-    if (Poll(rx_items_.data(), rx_items_.size(), spin ? 0 : deadline.RemainingMs()) <= 0) {
-      if (!spin) return;  // the caller's slice is over; it comes back
-      if (--spins == 0) spin_budget_ = budget / 2;  // spun in vain: less next time
-      std::this_thread::yield();
+    if (spins > 0) {
+      // While spinning, between ZeroMQ's own checks (several system calls each), ask the kernel
+      // alone whether an rx socket was signalled: one poll() on their descriptors. The rx sockets
+      // only receive and are drained before this, so a new reply always signals.
+      if (!ask_zmq && ::poll(rx_fds_.data(), rx_fds_.size(), 0) <= 0) {
+        if (--spins == 0) spin_budget_ = budget / 2;  // spun in vain: less next time
+        std::this_thread::yield();
+        continue;
+      }
+      ask_zmq = false;
+      if (Poll(rx_items_.data(), rx_items_.size(), 0) > 0) {
+        DrainRx();
+        ask_zmq = true;
+      }
       continue;
     }
+    if (Poll(rx_items_.data(), rx_items_.size(), deadline.RemainingMs()) <= 0) return;  // slice over
     DrainRx();
   }
   if (spins > 0) spin_budget_ = std::min(kMaxSpins, budget + budget / 2 + 1);  // done while spinning
