@@ -488,7 +488,7 @@ struct Config {
   std::vector<Shape> shapes;
   double budget_s = 0.2;      // per repetition, throughput runs
   double lat_budget_s = 0.1;  // per repetition, latency runs
-  int reps = 3;           // pushpull/raw repetitions, alternating
+  int reps = 4;           // pushpull/raw repetitions, alternating
   int ssp_iters_max = 400;
   // Profiling aid (env PP_TRANSPORT_PROFILE=OP/SIZE/SsWw[/raw], e.g. pushpull/16MB/1s1w,
   // pull_p50/4KB/2s2w or sparse_pushpull/1MB/1s1w): only that throughput (or latency) run, pushpull side (or raw side), for
@@ -649,7 +649,7 @@ class TransportBench {
     }
     Barrier bar(W);
     RunResult pp_failed, rw_failed;
-    const int reps = bytes >= 64 * kMB ? std::min(2, cfg_.reps) : cfg_.reps;
+    const int reps = bytes >= 64 * kMB ? std::min(3, cfg_.reps) : cfg_.reps;
     auto one = [&](auto& drivers, RunResult& failed, Op op, const Plan& p, RunResult* best,
                    std::vector<double>* lat_pool) {
       if (!failed.ok) {
@@ -898,7 +898,7 @@ void RunTransportBench(Reporter& rep, const Options& o) {
     // are noisy; shorter runs moved single ratios by 0.2).
     cfg.budget_s = 0.3;
     cfg.lat_budget_s = 0.1;
-    cfg.reps = 3;
+    cfg.reps = 4;
   }
   if (const char* prof = std::getenv("PP_TRANSPORT_PROFILE")) {
     char op[32] = {0}, size[32] = {0}, side[32] = {0};
