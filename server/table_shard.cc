@@ -21,7 +21,8 @@ size_t Stripe::bytes() const {
 
 void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
   size_t old = steps_.size();
-  BeginWrite(0, 0);
+  std::shared_ptr<FloatArray> held;
+  BeginWrite(0, 0, &held);
   params_->resize((old + n) * dim_);
   for (size_t i = 0; i < n; ++i) {
     Key k = keys ? keys[i] : first_key + i;
@@ -37,7 +38,7 @@ void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
   steps_.resize(old + n, 0);
 }
 
-const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end) {
+const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::shared_ptr<FloatArray>* held_array) {
   if (params_.use_count() == 1) {
     // Nothing else holds it: any reply that did has been sent, and the acquire fence orders
     // its sender's reads (ZeroMQ released its reference with an acq_rel decrement) before
@@ -61,7 +62,8 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end) {
   const size_t n = params_->size(), b = std::min(n, keep_begin * dim_), e = std::max(b, std::min(n, keep_end * dim_));
   std::memcpy(out, held, b * sizeof(float));
   std::memcpy(out + e, held + e, (n - e) * sizeof(float));
-  if (spares_.size() < kMaxSpares) spares_.push_back(params_);  // else freed by its last reply
+  if (spares_.size() < kMaxSpares) spares_.push_back(params_);  // else freed by its last holder
+  *held_array = std::move(params_);
   params_ = std::move(next);
   return held;
 }
@@ -115,8 +117,9 @@ void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* gr
                        const opt::StepContext& ctx_in) {
   // A row range is written out of place when a reply holds the array; keyed rows (sparse tables
   // may also add rows) in place, after a full copy in that case.
-  const float* in = sel.is_range ? BeginWrite(sel.range_begin - row_begin_, sel.range_end - row_begin_)
-                                 : BeginWrite(0, 0);
+  std::shared_ptr<FloatArray> held;  // keeps `in` alive through the loop
+  const float* in = sel.is_range ? BeginWrite(sel.range_begin - row_begin_, sel.range_end - row_begin_, &held)
+                                 : BeginWrite(0, 0, &held);
   float* slot_ptrs[8];
   ForEachRun(sel, keys, true, [&](uint32_t r, uint64_t pos, size_t len) {
     opt::StepContext ctx = ctx_in;
@@ -170,7 +173,8 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
   // The rows written are in [rows.front(), rows.back()]: out of place there when a reply holds
   // the array (rows in that span not written are copied, below).
   const uint32_t lo = rows.empty() ? 0 : rows.front(), hi = rows.empty() ? 0 : rows.back() + 1;
-  const float* in = BeginWrite(contiguous ? lo : 0, contiguous ? hi : 0);
+  std::shared_ptr<FloatArray> held;  // keeps `in` alive through the loop
+  const float* in = BeginWrite(contiguous ? lo : 0, contiguous ? hi : 0, &held);
   float* slot_ptrs[8];
   size_t n = rows.size(), i = 0;
   while (i < n) {

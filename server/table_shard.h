@@ -88,8 +88,9 @@ class Stripe {
   // Before writing the parameters: while a pull reply holds the current array (ShareRows), moves
   // to another one, copying every local row outside [keep_begin, keep_end) into it. Returns
   // where rows in that range are to be read from (the held array: the caller writes them out of
-  // place), or the current array when nothing holds it.
-  const float* BeginWrite(uint64_t keep_begin, uint64_t keep_end);
+  // place), or the current array when nothing holds it. `held` keeps the held array alive until
+  // the caller is done reading it (the reply may release it meanwhile).
+  const float* BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::shared_ptr<FloatArray>* held);
   void AppendRows(uint64_t first_key, size_t n, const Key* keys);
   template <typename F>
   void ForEachRun(const RowSelection& sel, const Key* keys, bool match_steps, F&& f);

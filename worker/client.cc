@@ -38,6 +38,7 @@ struct ReceiverHandle {
   std::mutex mu;
   Receiver* client = nullptr;  // under mu; null once the client is closing
 };
+Status WaitState(const std::shared_ptr<FutureState>& s, int64_t timeout_ms, bool abandon);
 
 struct FutureState {
   std::mutex mu;
@@ -94,7 +95,11 @@ class ClientAccess {
 
 Status Future::Wait() { return s_ ? WaitFor(s_->default_timeout_ms) : Status::OK(); }
 
-Status Future::WaitFor(int64_t timeout_ms) {
+Status Future::WaitFor(int64_t timeout_ms) { return internal::WaitState(s_, timeout_ms, /*abandon=*/true); }
+
+// Waits for a call's answers; on expiry, with `abandon`, the waiter gives up on it (a pull's late
+// reply is then not written to its destination); without, a later wait may still succeed.
+Status internal::WaitState(const std::shared_ptr<FutureState>& s_, int64_t timeout_ms, bool abandon) {
   if (!s_) return Status::OK();
   const Deadline deadline = Deadline::In(timeout_ms);
   // While the servers' replies are outstanding, receive them here unless another thread is: the
@@ -116,7 +121,7 @@ Status Future::WaitFor(int64_t timeout_ms) {
   }
   std::unique_lock<std::mutex> l(s_->mu);
   if (s_->remaining > 0) {
-    s_->abandoned = true;
+    if (abandon) s_->abandoned = true;
     std::string who;
     for (size_t i = 0; i < s_->waiting_on.size(); ++i) {
       if (!s_->waiting_on[i]) continue;
@@ -164,6 +169,7 @@ struct Command {
 
 constexpr int kScheduler = -1;
 constexpr int64_t kDrainMs = 2;
+constexpr int64_t kIdleDrainMs = 10;
 constexpr int kMaxSpins = 50;      // polls a waiting caller may make before it sleeps
 constexpr int kSpinProbe = 8;      // a spin tried every kSpinProbeEvery waits once it reached 0
 constexpr int kSpinProbeEvery = 32;
@@ -322,6 +328,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> clock_{0};
   std::atomic<bool> finished_{false};
+  std::atomic<int> held_back_{0};  // server requests posted to the I/O thread, not sent yet
 
   mutable std::mutex mu_;     // guards the fields below
   zmq::socket_t cmd_out_;     // user threads -> I/O thread
@@ -376,6 +383,7 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
       continue;
     }
     // The scheduler's socket belongs to the I/O thread; injected latency is applied there.
+    if (t != kScheduler) ++held_back_;  // until SendCommand has sent it
     Command* raw = c.release();
     zmq::message_t m(&raw, sizeof(raw));
     std::lock_guard<std::mutex> l(mu_);
@@ -692,23 +700,33 @@ Status ClientImpl::Barrier() {
 }
 
 Status ClientImpl::Finish() {
-  if (finished_.exchange(true)) return Status::OK();  // once is enough
+  if (finished_) return Status::OK();  // once is enough
   // The scheduler's "done" travels on another connection than the data: without this wait a
-  // server could hear of it before this worker's last pushes and clocks, and drop them.
+  // server could hear of it before this worker's last pushes and clocks, and drop them. First
+  // the requests the I/O thread still holds back (send_latency_ms), then every open one; the
+  // user's own Futures are not given up on if this times out.
+  const Deadline deadline = Deadline::In(options_.request_timeout_ms);
+  while (held_back_.load() > 0) {
+    if (deadline.Expired())
+      return Status::DeadlineExceeded("finish: " + std::to_string(held_back_.load()) +
+                                      " requests still held back (send_latency_ms) after " +
+                                      std::to_string(options_.request_timeout_ms) + " ms");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   std::vector<std::shared_ptr<FutureState>> open;
   {
     std::lock_guard<std::mutex> l(pending_mu_);
     for (auto& [id, part] : pending_)
       if (part.target != kScheduler) open.push_back(part.fs);
   }
-  const Deadline deadline = Deadline::In(options_.request_timeout_ms);
   for (auto& fs : open) {
-    Status st = Future(fs).WaitFor(std::max<int64_t>(1, deadline.RemainingMs()));
+    Status st = internal::WaitState(fs, std::max<int64_t>(1, deadline.RemainingMs()), /*abandon=*/false);
     if (st.code() == Code::kDeadlineExceeded) return st.Annotate("finish");
   }
   Header h;
   h.type = MsgType::kDone;
   auto r = ControlCall(h, "finish");
+  if (r.ok()) finished_ = true;
   return r.status();
 }
 
@@ -717,9 +735,10 @@ void ClientImpl::IoLoop() {
   zmq::pollitem_t items[2] = {{static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0},
                               {static_cast<void*>(cmd_in_), 0, ZMQ_POLLIN, 0}};
   while (!stop_) {
-    int64_t timeout = std::min<int64_t>(control_.MsUntilTick(), 100);
+    // Replies nobody waits for (a push never waited on) are drained every kDrainMs while requests
+    // are open, and within kIdleDrainMs of a request posted while this thread slept.
+    int64_t timeout = std::min<int64_t>(control_.MsUntilTick(), kIdleDrainMs);
     {
-      // Replies nobody waits for (a push never waited on) are drained every few ms.
       std::lock_guard<std::mutex> l(pending_mu_);
       if (!pending_.empty()) timeout = std::min<int64_t>(timeout, kDrainMs);
     }
@@ -800,10 +819,12 @@ void ClientImpl::ReceiveFor(const FutureState& fs, int64_t ms) {
         DrainRx();
         ask_zmq = true;
       }
+      if (deadline.Expired()) return;  // others' replies may keep coming: the slice is over
       continue;
     }
     if (Poll(rx_items_.data(), rx_items_.size(), deadline.RemainingMs()) <= 0) return;  // slice over
     DrainRx();
+    if (deadline.Expired()) return;
   }
   if (spins > 0) spin_budget_ = std::min(kMaxSpins, budget + budget / 2 + 1);  // done while spinning
 }
@@ -839,8 +860,11 @@ void ClientImpl::DrainRx() {
 // I/O thread: scheduler requests, and server requests held back by send_latency_ms.
 void ClientImpl::SendCommand(std::unique_ptr<Command> c) {
   if (c->part.target != kScheduler) {
-    std::lock_guard<std::mutex> send_lock(send_mu_);
-    SendToServer(std::move(c));
+    {
+      std::lock_guard<std::mutex> send_lock(send_mu_);
+      SendToServer(std::move(c));  // now in pending_
+    }
+    --held_back_;
     return;
   }
   const uint64_t id = c->header.request_id;
