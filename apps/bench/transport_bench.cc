@@ -6,8 +6,8 @@
 // thread each, W clients). Tables are ASP with SGD so that neither consistency waits nor a heavy
 // optimizer dominate. Dense cases PushDense/PullDense a whole table of the payload's size
 // (dim 256 up to 1 MB, dim 1024 above); sparse cases Push/Pull fixed random u64 keys (dim 64)
-// of a sparse table. Each push hands the client a fresh std::vector (a copy of a warm source
-// buffer: the API takes ownership), each pull lands in a reused, warm destination buffer.
+// of a sparse table. Dense pushes send one warm shared buffer zero-copy and dense pulls are read
+// in place (PullDenseView); sparse pulls land in reused, warm destination buffers.
 //
 // Raw baseline: per server one thread with its own context and one ROUTER bound to
 // tcp://127.0.0.1 (ephemeral port); per worker one thread with its own context and one DEALER
@@ -15,8 +15,8 @@
 // 8-byte ack; "pull" sends [op][keys?] and gets [op][payload] zero-copy from the server's
 // preallocated buffer; "pushpull" does both. The payload is split over the S servers like
 // pushpull splits it. Socket buffers are set as pushpull sets them (4 MiB SO_SNDBUF/RCVBUF).
-// The received payload is not copied anywhere (pushpull copies a pull reply into the caller's
-// buffer).
+// The received payload is not copied anywhere (neither is a dense pushpull pull; a sparse one is
+// scattered into the caller's buffer in key order).
 //
 // Both sides: warm-up iterations first; latency runs wait for each op before the next (p50/p99
 // over all workers' samples); throughput runs keep up to `depth` ops in flight per worker
@@ -474,6 +474,17 @@ Consistency Asp() {
   return c;
 }
 
+// The in-process cluster every case runs on: S servers with one update thread each, W workers.
+LocalClusterConfig BenchCluster(int S, int W) {
+  LocalClusterConfig lc;
+  lc.servers = S;
+  lc.workers = W;
+  lc.update_threads = 1;
+  lc.request_timeout_ms = static_cast<int>(kWaitMs);
+  lc.heartbeat_timeout_ms = kHeartbeatTimeoutMs;
+  return lc;
+}
+
 std::string ShapeName(int S, int W) { return std::to_string(S) + "s" + std::to_string(W) + "w"; }
 
 struct Shape {
@@ -554,12 +565,7 @@ class TransportBench {
   }
 
   void RunShape(const Shape& sh) {
-    LocalClusterConfig lc;
-    lc.servers = sh.S;
-    lc.workers = sh.W;
-    lc.update_threads = 1;
-    lc.request_timeout_ms = static_cast<int>(kWaitMs);
-    lc.heartbeat_timeout_ms = kHeartbeatTimeoutMs;
+    const LocalClusterConfig lc = BenchCluster(sh.S, sh.W);
     LocalCluster cl(lc);
     Status st = cl.Start();
     if (!st.ok()) {
@@ -742,12 +748,7 @@ class TransportBench {
     std::unique_ptr<LocalCluster> cl[2];
     std::unique_ptr<PushPullDriver> drv[2];
     for (int i = 0; i < 2; ++i) {
-      LocalClusterConfig lc;
-      lc.servers = i + 1;
-      lc.workers = 1;
-      lc.update_threads = 1;
-      lc.request_timeout_ms = static_cast<int>(kWaitMs);
-      lc.heartbeat_timeout_ms = kHeartbeatTimeoutMs;
+      const LocalClusterConfig lc = BenchCluster(i + 1, 1);
       cl[i] = std::make_unique<LocalCluster>(lc);
       Status st = cl[i]->Start();
       auto t = st.ok() ? cl[i]->client(0).CreateTable(MakeSpec("split", false, bytes / 4 / dim, dim, opt::Kind::kSgd, Asp()))
@@ -784,12 +785,7 @@ class TransportBench {
   void RunRss() {
     const size_t N = 16 * kMB;
     const uint32_t dim = 256;
-    LocalClusterConfig lc;
-    lc.servers = 1;
-    lc.workers = 1;
-    lc.update_threads = 1;
-    lc.request_timeout_ms = static_cast<int>(kWaitMs);
-    lc.heartbeat_timeout_ms = kHeartbeatTimeoutMs;
+    const LocalClusterConfig lc = BenchCluster(1, 1);
     LocalCluster cl(lc);
     Status st = cl.Start();
     if (!st.ok()) {
@@ -837,12 +833,7 @@ class TransportBench {
     const int S = 2, W = 4;
     const uint32_t dim = 256;
     const size_t floats = kMB / 4;
-    LocalClusterConfig lc;
-    lc.servers = S;
-    lc.workers = W;
-    lc.update_threads = 1;
-    lc.request_timeout_ms = static_cast<int>(kWaitMs);
-    lc.heartbeat_timeout_ms = kHeartbeatTimeoutMs;
+    const LocalClusterConfig lc = BenchCluster(S, W);
     LocalCluster cl(lc);
     Status st = cl.Start();
     if (!st.ok()) {
