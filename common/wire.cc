@@ -274,11 +274,11 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
   return Status::OK();
 }
 
-bool RecvFrames(zmq::socket_t& sock, std::vector<zmq::message_t>* frames, size_t max_frames) {
+bool RecvFrames(zmq::socket_t& sock, std::vector<zmq::message_t>* frames, size_t max_frames, bool wait) {
   frames->clear();
   while (true) {
     zmq::message_t m;
-    auto r = sock.recv(m, zmq::recv_flags::dontwait);
+    auto r = sock.recv(m, wait && frames->empty() ? zmq::recv_flags::none : zmq::recv_flags::dontwait);
     if (!r) return !frames->empty();
     bool more = m.more();
     if (frames->size() < max_frames) frames->push_back(std::move(m));

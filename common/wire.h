@@ -113,7 +113,10 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
 // Receives one multipart message without blocking longer than zmq's own timeouts. Returns
 // false when nothing was there (EAGAIN). At most max_frames frames are kept; the rest of an
 // oversized message is drained and the message reported as malformed by Decode.
-bool RecvFrames(zmq::socket_t& sock, std::vector<zmq::message_t>* frames, size_t max_frames = 8);
+// With `wait`, the first frame waits as the socket's ZMQ_RCVTIMEO says; the others never do (a
+// multipart message arrives whole).
+bool RecvFrames(zmq::socket_t& sock, std::vector<zmq::message_t>* frames, size_t max_frames = 8,
+                bool wait = false);
 
 // A frame over `size` bytes at `data`, sent without copying: `owner` keeps the memory alive
 // until ZeroMQ is done with it. Small payloads are copied (cheaper than the callback).

@@ -75,6 +75,7 @@ class ServerImpl final : public Server {
   void UpdateLoop(int k);
   void Execute(Request* r, int k);
   void HandleRouter();
+  bool ReceiveRequest(int64_t wait_ms);
   void HandleData(Message& m);
   Status Validate(const Message& m, TableShard** shard);
   void Dispatch(Request* r);
@@ -109,6 +110,7 @@ class ServerImpl final : public Server {
   int64_t awaiting_done_ = 0;                        // requests handed over whose "done" is not in yet
   std::vector<std::thread> threads_;
   std::vector<zmq::message_t> frames_;
+  int router_timeout_ms_ = -2;  // router_'s ZMQ_RCVTIMEO now (ReceiveRequest)
   uint64_t bad_logged_ = 0;
 };
 
@@ -135,16 +137,22 @@ Status ServerImpl::Run() {
   // The loop sleeps on the data socket, and on the update threads' "done" socket only while they
   // hold work; the scheduler's socket is looked at every kControlEveryMs. (Each socket in a
   // zmq_poll costs several system calls per wake-up, which is most of a small request's cost.)
+  // With nothing owed by the update threads it sleeps in a receive on the data socket itself:
+  // one request per pass, and none of a poll's extra calls or a drain's final empty receive.
   Status exit_status;
   int64_t next_control = 0;
   while (!stop_) {
-    zmq::pollitem_t items[] = {{static_cast<void*>(router_), 0, ZMQ_POLLIN, 0},
-                               {static_cast<void*>(done_), 0, ZMQ_POLLIN, 0}};
     int64_t now = NowMs();
     const int64_t timeout = std::max<int64_t>(0, std::min({control_.MsUntilTick(), next_control - now, int64_t{100}}));
-    Poll(items, awaiting_done_ > 0 ? 2 : 1, timeout);
-    if (awaiting_done_ > 0 && (items[1].revents & ZMQ_POLLIN)) HandleDone();
-    if (items[0].revents & ZMQ_POLLIN) HandleRouter();
+    if (awaiting_done_ > 0) {
+      zmq::pollitem_t items[] = {{static_cast<void*>(router_), 0, ZMQ_POLLIN, 0},
+                                 {static_cast<void*>(done_), 0, ZMQ_POLLIN, 0}};
+      Poll(items, 2, timeout);
+      if (items[1].revents & ZMQ_POLLIN) HandleDone();
+      if (items[0].revents & ZMQ_POLLIN) HandleRouter();
+    } else {
+      ReceiveRequest(timeout);
+    }
     if ((now = NowMs()) >= next_control) {
       HandleControl();
       next_control = now + kControlEveryMs;
@@ -233,8 +241,22 @@ void ServerImpl::CountBad(const Status& st, const char* what) {
 
 void ServerImpl::HandleRouter() {
   // Bounded batch so the other sockets get their turn.
-  for (int i = 0; i < 256; ++i) {
-    if (!RecvFrames(router_, &frames_, 5)) return;
+  for (int i = 0; i < 256 && ReceiveRequest(0); ++i) {
+    // Large batches must not starve the heartbeat (the scheduler would declare us dead).
+    if (control_.MsUntilTick() == 0) control_.Tick().IgnoreError();
+  }
+}
+
+// Receives one message from the data socket, waiting up to `wait_ms` (0: not at all), and
+// handles it. False when none came.
+bool ServerImpl::ReceiveRequest(int64_t wait_ms) {
+  const int timeout = static_cast<int>(wait_ms);
+  if (timeout > 0 && timeout != router_timeout_ms_) {
+    router_.set(zmq::sockopt::rcvtimeo, timeout);
+    router_timeout_ms_ = timeout;
+  }
+  if (!RecvFrames(router_, &frames_, 5, /*wait=*/timeout > 0)) return false;
+  {
     size_t bytes = 0;
     for (auto& f : frames_) bytes += f.size();
     stats_.bytes_in += bytes;
@@ -251,17 +273,16 @@ void ServerImpl::HandleRouter() {
       } else {
         CountBad(st, "malformed message dropped");
       }
-      continue;
+      return true;
     }
     if (!IsDataType(m.header.type) || IsReply(m.header.type)) {
       CountBad(Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(m.header.type) +
                                        " on the data socket"), "message dropped");
-      continue;
+      return true;
     }
     HandleData(m);
-    // Large batches must not starve the heartbeat (the scheduler would declare us dead).
-    if (control_.MsUntilTick() == 0) control_.Tick().IgnoreError();
   }
+  return true;
 }
 
 Status ServerImpl::Validate(const Message& m, TableShard** shard) {

@@ -1,6 +1,6 @@
 // The worker client. Calling threads send their requests themselves (a tx DEALER per server,
-// under send_mu_); replies come back on an rx DEALER per server that the request names. Whoever
-// holds the rx sockets' lock receives: a thread waiting on a Future (no hand-off between threads
+// under send_mu_); replies from every server come back on one rx DEALER, connected to them all,
+// that the requests name. Whoever holds the rx socket's lock receives: a thread waiting on a Future (no hand-off between threads
 // on the reply path), or else the I/O thread, which drains them periodically and owns the
 // control channel to the scheduler. Replies are matched to requests by id and complete Futures.
 #include <poll.h>
@@ -199,19 +199,19 @@ class ClientImpl final : public Client, private internal::Receiver {
     if (options_.scheduler.empty()) return Status::InvalidArgument("ClientOptions.scheduler is empty");
     PP_RETURN_IF_ERROR(control_.Register(""));
     const ClusterMap& cm = control_.cluster();
-    // Per server: tx_ carries requests from the calling threads (under send_mu_), rx_ (the I/O
-    // thread's) receives the replies, which requests address to it by routing id. Callers so
-    // send without a hop through the I/O thread.
+    // Per server a tx_ socket carries requests from the calling threads (under send_mu_); one rx_
+    // socket, connected to every server, receives the replies, which requests address to it by
+    // routing id. Callers so send without a hop through the I/O thread, and a waiting caller
+    // receives from all servers with one blocking receive.
     const std::string nonce = std::to_string(SplitMix64(NowUs() ^ reinterpret_cast<uintptr_t>(this)));
+    rx_id_ = "rx-" + std::to_string(control_.rank()) + "-" + nonce;
+    ConfigureSocket(rx_, false, -1);
+    rx_.set(zmq::sockopt::routing_id, rx_id_);
     for (const auto& s : cm.servers) {
       tx_.emplace_back(ctx_, zmq::socket_type::dealer);
-      rx_.emplace_back(ctx_, zmq::socket_type::dealer);
-      rx_ids_.push_back("rx-" + std::to_string(control_.rank()) + "-" + nonce + "-" + std::to_string(s.rank));
       ConfigureSocket(tx_.back(), false, -1);
-      ConfigureSocket(rx_.back(), false, -1);
-      rx_.back().set(zmq::sockopt::routing_id, rx_ids_.back());
       try {
-        rx_.back().connect(s.address);
+        rx_.connect(s.address);
         tx_.back().connect(s.address);
       } catch (const zmq::error_t& e) {
         return Status::Unavailable("connect to server " + std::to_string(s.rank) + " at " + s.address + ": " + e.what());
@@ -222,10 +222,7 @@ class ClientImpl final : public Client, private internal::Receiver {
     cmd_in_.bind(ep);
     cmd_out_.set(zmq::sockopt::sndhwm, 0);
     cmd_out_.connect(ep);
-    for (auto& r : rx_) {
-      rx_items_.push_back({static_cast<void*>(r), 0, ZMQ_POLLIN, 0});
-      rx_fds_.push_back({static_cast<int>(r.get(zmq::sockopt::fd)), POLLIN, 0});
-    }
+    rx_fd_ = {static_cast<int>(rx_.get(zmq::sockopt::fd)), POLLIN, 0};
     receiver_->client = this;
     io_ = std::thread([this] { IoLoop(); });
     return Status::OK();
@@ -242,13 +239,15 @@ class ClientImpl final : public Client, private internal::Receiver {
         h.type = MsgType::kHello;
         h.sender_role = Role::kWorker;
         h.sender_rank = control_.rank();
-        h.reply_to = rx_ids_[s];
+        h.reply_to = rx_id_;
         PP_RETURN_IF_ERROR(SendMessage(tx_[s], nullptr, h));
-        zmq::pollitem_t item{static_cast<void*>(rx_[s]), 0, ZMQ_POLLIN, 0};
+        zmq::pollitem_t item{static_cast<void*>(rx_), 0, ZMQ_POLLIN, 0};
         Poll(&item, 1, 100);
-        while ((item.revents & ZMQ_POLLIN) && RecvFrames(rx_[s], &frames, 4)) {
+        while ((item.revents & ZMQ_POLLIN) && RecvFrames(rx_, &frames, 4)) {
           Message m;
-          if (Decode(&frames, &m).ok() && m.header.type == MsgType::kHelloReply) answered = true;
+          if (Decode(&frames, &m).ok() && m.header.type == MsgType::kHelloReply &&
+              m.header.sender_role == Role::kServer && m.header.sender_rank == static_cast<int>(s))
+            answered = true;  // (a late answer to an earlier server's hello is dropped)
           Poll(&item, 1, 0);
         }
       }
@@ -301,6 +300,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   void IoLoop();
   // Receiving replies, under receiver_->mu.
   void ReceiveFor(const FutureState& fs, int64_t ms) override;
+  bool ReceiveOne(int64_t wait_ms);
   void DrainRx();
   void SendCommand(std::unique_ptr<Command> c);
   void SendToServer(std::unique_ptr<Command> c);
@@ -313,14 +313,15 @@ class ClientImpl final : public Client, private internal::Receiver {
   zmq::context_t ctx_;
   ControlChannel control_;  // I/O thread after Start()
   std::vector<zmq::socket_t> tx_;       // requests, from calling threads, under send_mu_
-  std::vector<zmq::socket_t> rx_;       // replies, under receiver_->mu
-  std::vector<zmq::pollitem_t> rx_items_;  // under receiver_->mu
-  std::vector<pollfd> rx_fds_;             // the rx sockets' ZMQ_FD, for the spin in ReceiveFor
+  zmq::socket_t rx_{ctx_, zmq::socket_type::dealer};  // replies from all servers, under receiver_->mu
+  pollfd rx_fd_{};                         // rx_'s ZMQ_FD, for the spin in ReceiveFor
+  bool rx_maybe_queued_ = true;            // under receiver_->mu: rx_ may hold unread replies
+  int rx_timeout_ms_ = -2;                 // under receiver_->mu: rx_'s ZMQ_RCVTIMEO now
   std::vector<zmq::message_t> frames_;     // under receiver_->mu
   int spin_budget_ = kMaxSpins;            // under receiver_->mu: see ReceiveFor
   uint32_t spin_probe_ = 0;                // under receiver_->mu
   const std::shared_ptr<internal::ReceiverHandle> receiver_ = std::make_shared<internal::ReceiverHandle>();
-  std::vector<std::string> rx_ids_;     // rx_ routing ids, named in every request's reply_to
+  std::string rx_id_;                   // rx_'s routing id, named in every request's reply_to
   std::mutex send_mu_;                  // request ids are assigned and sent in one order
   std::mutex pending_mu_;               // guards pending_
   zmq::socket_t cmd_in_;
@@ -395,7 +396,7 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
 void ClientImpl::SendToServer(std::unique_ptr<Command> c) {
   const int s = c->part.target;
   const uint64_t id = c->header.request_id;
-  c->header.reply_to = rx_ids_[s];
+  c->header.reply_to = rx_id_;
   std::shared_ptr<FutureState> fs = c->part.fs;
   {
     std::lock_guard<std::mutex> l(pending_mu_);
@@ -767,11 +768,7 @@ void ClientImpl::IoLoop() {
     }
     {
       std::unique_lock<std::mutex> rl(receiver_->mu, std::try_to_lock);
-      if (rl.owns_lock()) {  // else a waiting caller is receiving
-        for (auto& it : rx_items_) it.events = ZMQ_POLLIN, it.revents = 0;
-        Poll(rx_items_.data(), rx_items_.size(), 0);
-        DrainRx();
-      }
+      if (rl.owns_lock()) DrainRx();  // else a waiting caller is receiving
     }
     if (items[0].revents & ZMQ_POLLIN) {
       for (int i = 0; i < 64; ++i) {
@@ -793,7 +790,7 @@ void ClientImpl::IoLoop() {
 void ClientImpl::ReceiveFor(const FutureState& fs, int64_t ms) {
   const Deadline deadline = Deadline::In(ms);
   // Small replies can come back in tens of microseconds: look a few times before sleeping in the
-  // poll (on a VM, waking a thread whose CPU went idle costs more than the round trip itself).
+  // receive (on a VM, waking a thread whose CPU went idle costs more than the round trip itself).
   // The spin adapts: it grows while replies arrive within it and shrinks while they do not
   // (then it only takes CPU from the threads that would answer: several workers and servers on
   // few cores), probing again now and then. Large transfers never spin.
@@ -803,57 +800,71 @@ void ClientImpl::ReceiveFor(const FutureState& fs, int64_t ms) {
     if (budget == 0 && ++spin_probe_ % kSpinProbeEvery == 0) budget = kSpinProbe;
   }
   int spins = budget;
-  bool ask_zmq = true;  // on entry replies may be queued already; after a drain, more may be
   while (fs.remaining_hint.load(std::memory_order_acquire) > 0) {
     if (spins > 0) {
-      // While spinning, between ZeroMQ's own checks (several system calls each), ask the kernel
-      // alone whether an rx socket was signalled: one poll() on their descriptors. The rx sockets
-      // only receive and are drained before this, so a new reply always signals.
-      if (!ask_zmq && ::poll(rx_fds_.data(), rx_fds_.size(), 0) <= 0) {
+      // While spinning, ask the kernel alone whether rx_ was signalled (one poll() on its
+      // descriptor; ZeroMQ's own check costs several system calls). A signal only comes for a
+      // reply when rx_ held none unread, so while it may, receive first.
+      if (!rx_maybe_queued_ && ::poll(&rx_fd_, 1, 0) <= 0) {
         if (--spins == 0) spin_budget_ = budget / 2;  // spun in vain: less next time
         std::this_thread::yield();
         continue;
       }
-      ask_zmq = false;
-      if (Poll(rx_items_.data(), rx_items_.size(), 0) > 0) {
-        DrainRx();
-        ask_zmq = true;
-      }
+      ReceiveOne(0);
       if (deadline.Expired()) return;  // others' replies may keep coming: the slice is over
       continue;
     }
-    if (Poll(rx_items_.data(), rx_items_.size(), deadline.RemainingMs()) <= 0) return;  // slice over
-    DrainRx();
+    // One blocking receive per reply: ZeroMQ sleeps on the socket's signal and reads the reply
+    // (a poll followed by a receive costs twice the system calls).
+    if (!ReceiveOne(deadline.RemainingMs())) return;  // slice over
     if (deadline.Expired()) return;
   }
   if (spins > 0) spin_budget_ = std::min(kMaxSpins, budget + budget / 2 + 1);  // done while spinning
 }
 
-// Receives what the last poll of rx_items_ found, and handles it.
-void ClientImpl::DrainRx() {
-  for (size_t s = 0; s < rx_.size(); ++s) {
-    if (!(rx_items_[s].revents & ZMQ_POLLIN)) continue;
-    for (int i = 0; i < 256 && RecvFrames(rx_[s], &frames_, 4); ++i) {
-      Message m;
-      bool header_ok = false;
-      Status st = Decode(&frames_, &m, &header_ok);
-      if (!st.ok()) {
-        PP_LOG(Warning) << "malformed reply from server " << s << ": " << st.ToString();
-        // If it can be matched to a request, fail that request now rather than at its deadline.
-        std::shared_ptr<FutureState> fs;
-        {
-          std::lock_guard<std::mutex> l(pending_mu_);
-          auto it = header_ok ? pending_.find(m.header.request_id) : pending_.end();
-          if (it != pending_.end() && it->second.target == static_cast<int>(s)) {
-            fs = it->second.fs;
-            pending_.erase(it);
-          }
-        }
-        if (fs) fs->Complete(static_cast<int>(s), st.Annotate("reply from server " + std::to_string(s)));
-        continue;
+// Receives one reply from rx_, waiting up to `wait_ms` (0: not at all), and handles it. Returns
+// false when none came. Caller holds receiver_->mu.
+bool ClientImpl::ReceiveOne(int64_t wait_ms) {
+  const int timeout = static_cast<int>(std::max<int64_t>(0, wait_ms));
+  if (timeout > 0 && timeout != rx_timeout_ms_) {
+    rx_.set(zmq::sockopt::rcvtimeo, timeout);
+    rx_timeout_ms_ = timeout;
+  }
+  if (!RecvFrames(rx_, &frames_, 4, /*wait=*/timeout > 0)) {
+    rx_maybe_queued_ = false;  // drained: the next reply signals rx_fd_
+    return false;
+  }
+  rx_maybe_queued_ = true;
+  Message m;
+  bool header_ok = false;
+  Status st = Decode(&frames_, &m, &header_ok);
+  const int from = header_ok && m.header.sender_role == Role::kServer ? m.header.sender_rank : -1;
+  if (from < 0 || from >= num_servers()) {
+    PP_LOG(Warning) << "reply dropped: " << (st.ok() ? "it names no server of this job" : st.ToString());
+    return true;
+  }
+  if (!st.ok()) {
+    PP_LOG(Warning) << "malformed reply from server " << from << ": " << st.ToString();
+    // If it can be matched to a request, fail that request now rather than at its deadline.
+    std::shared_ptr<FutureState> fs;
+    {
+      std::lock_guard<std::mutex> l(pending_mu_);
+      auto it = pending_.find(m.header.request_id);
+      if (it != pending_.end() && it->second.target == from) {
+        fs = it->second.fs;
+        pending_.erase(it);
       }
-      HandleReply(m, static_cast<int>(s));
     }
+    if (fs) fs->Complete(from, st.Annotate("reply from server " + std::to_string(from)));
+    return true;
+  }
+  HandleReply(m, from);
+  return true;
+}
+
+// Receives and handles whatever replies rx_ holds (a bounded batch).
+void ClientImpl::DrainRx() {
+  for (int i = 0; i < 256 && ReceiveOne(0); ++i) {
   }
 }
 
