@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <istream>
+#include <type_traits>
 #include <sstream>
 #include <streambuf>
 
@@ -31,15 +32,16 @@ void SaveString(Ar& ar, const std::string& s) {
   ar(cereal::binary_data(s.data(), n));
 }
 // Checks a claimed length against a bound and the bytes left before allocating anything.
-void CheckLength(uint64_t n, uint64_t elem, uint64_t max, const FrameBuf& buf, const char* what) {
+template <class Buf>
+void CheckLength(uint64_t n, uint64_t elem, uint64_t max, const Buf& buf, const char* what) {
   if (n > max) throw WireError(std::string(what) + " claims " + std::to_string(n) +
                                " elements, more than the limit " + std::to_string(max));
   if (n * elem > buf.remaining())
     throw WireError(std::string(what) + " claims " + std::to_string(n * elem) +
                     " bytes but only " + std::to_string(buf.remaining()) + " remain");
 }
-void LoadString(cereal::BinaryInputArchive& ar, const FrameBuf& buf, std::string& s, uint32_t max,
-                const char* what) {
+template <class Ar, class Buf>
+void LoadString(Ar& ar, const Buf& buf, std::string& s, uint32_t max, const char* what) {
   uint32_t n = 0;
   ar(n);
   CheckLength(n, 1, max, buf, what);
@@ -74,12 +76,88 @@ void LoadSpec(cereal::BinaryInputArchive& ar, const FrameBuf& buf, TableSpec& s)
   ar(s.optimizer, s.consistency);
 }
 
+// The fixed fields every header starts with after magic and version, in wire order.
+template <class H, class F>
+void FixedFields(H& h, F&& f) {
+  f(h.type, h.flags, h.request_id, h.sender_role, h.sender_rank, h.table, h.clock, h.num_keys,
+    h.dim, h.row_begin, h.num_rows, h.slot, h.staleness, h.status);
+}
+
+// What every message's header carries; data messages (push, pull and their replies) carry
+// nothing else.
 template <class Ar>
-void SaveBody(Ar& ar, const Header& h) {
-  ar(h.magic, h.version, h.type, h.flags, h.request_id, h.sender_role, h.sender_rank, h.table,
-     h.clock, h.num_keys, h.dim, h.row_begin, h.num_rows, h.slot, h.staleness, h.status);
+void SaveCommon(Ar& ar, const Header& h) {
+  ar(h.magic, h.version);
+  FixedFields(h, ar);
   SaveString(ar, h.error);
   if (IsDataType(h.type) && !IsReply(h.type)) SaveString(ar, h.reply_to);
+}
+
+// Data-message headers are the hot path: they are packed by hand into exactly the bytes Cereal's
+// binary archive writes (each field's bytes in order, a string as a u32 length and its bytes),
+// without the stream machinery Cereal needs (a std::ostringstream per message: locale set-up,
+// dynamic_casts, an allocation), which cost more than the rest of a small request's handling.
+// Control messages, with their nested structures, go through Cereal. One wire format.
+class PodWriter {
+ public:
+  explicit PodWriter(char* out) : p_(out) {}  // nullptr: count only
+  template <class... T>
+  void operator()(const T&... v) {
+    (Put(v), ...);
+  }
+  size_t size() const { return n_; }
+
+ private:
+  template <class T>
+  void Put(const T& v) {
+    static_assert(std::is_arithmetic_v<T> || std::is_enum_v<T>, "plain fields only");
+    Bytes(&v, sizeof v);
+  }
+  template <class T>
+  void Put(const cereal::BinaryData<T>& b) {
+    Bytes(b.data, b.size);
+  }
+  void Bytes(const void* src, size_t n) {
+    if (p_) std::memcpy(p_ + n_, src, n);
+    n_ += n;
+  }
+  char* p_;
+  size_t n_ = 0;
+};
+
+class PodReader {
+ public:
+  PodReader(const void* p, size_t n) : p_(static_cast<const char*>(p)), left_(n) {}
+  template <class... T>
+  void operator()(T&&... v) {
+    (Get(v), ...);
+  }
+  size_t remaining() const { return left_; }
+
+ private:
+  template <class T>
+  void Get(T& v) {
+    static_assert(std::is_arithmetic_v<T> || std::is_enum_v<T>, "plain fields only");
+    Bytes(&v, sizeof v);
+  }
+  template <class T>
+  void Get(cereal::BinaryData<T>& b) {
+    Bytes(b.data, b.size);
+  }
+  void Bytes(void* dst, size_t n) {
+    if (n > left_)
+      throw WireError("header ends early: " + std::to_string(n) + " bytes wanted, " + std::to_string(left_) + " left");
+    std::memcpy(dst, p_, n);
+    p_ += n;
+    left_ -= n;
+  }
+  const char* p_;
+  size_t left_;
+};
+
+template <class Ar>
+void SaveBody(Ar& ar, const Header& h) {
+  SaveCommon(ar, h);
   switch (h.type) {
     case MsgType::kRegister: SaveString(ar, h.address); break;
     case MsgType::kRegisterReply:
@@ -113,18 +191,22 @@ void SaveBody(Ar& ar, const Header& h) {
 
 constexpr uint32_t kMaxNodes = 4096;
 
-void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h) {
+template <class Ar, class Buf>
+void LoadCommon(Ar& ar, const Buf& buf, Header& h) {
   ar(h.magic, h.version);
   if (h.magic != kWireMagic) throw WireError("bad magic (not a pushpull message)");
   if (h.version != kWireVersion)
     throw WireError("protocol version " + std::to_string(h.version) + ", expected " +
                     std::to_string(kWireVersion));
-  ar(h.type, h.flags, h.request_id, h.sender_role, h.sender_rank, h.table, h.clock, h.num_keys,
-     h.dim, h.row_begin, h.num_rows, h.slot, h.staleness, h.status);
+  FixedFields(h, ar);
   if (uint8_t(h.status) > uint8_t(Code::kInternal)) throw WireError("unknown status code");
   if (uint8_t(h.sender_role) > uint8_t(Role::kWorker)) throw WireError("unknown sender role");
   LoadString(ar, buf, h.error, kMaxErrorText, "error text");
   if (IsDataType(h.type) && !IsReply(h.type)) LoadString(ar, buf, h.reply_to, 255, "reply_to");
+}
+
+void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h) {
+  LoadCommon(ar, buf, h);
   switch (h.type) {
     case MsgType::kRegister: LoadString(ar, buf, h.address, 256, "address"); break;
     case MsgType::kRegisterReply:
@@ -205,7 +287,7 @@ void Header::SetStatus(const Status& s) {
   error = s.message().substr(0, kMaxErrorText);
 }
 
-std::string EncodeHeader(const Header& h) {
+std::string EncodeHeaderCereal(const Header& h) {
   std::ostringstream os(std::ios::binary);
   {
     cereal::BinaryOutputArchive ar(os);
@@ -214,20 +296,49 @@ std::string EncodeHeader(const Header& h) {
   return os.str();
 }
 
+zmq::message_t EncodeHeaderFrame(const Header& h) {
+  if (!IsDataType(h.type)) {
+    std::string e = EncodeHeaderCereal(h);
+    return zmq::message_t(e.data(), e.size());
+  }
+  PodWriter count(nullptr);
+  SaveCommon(count, h);
+  zmq::message_t m(count.size());
+  PodWriter w(static_cast<char*>(m.data()));
+  SaveCommon(w, h);
+  return m;
+}
+
+std::string EncodeHeader(const Header& h) {
+  zmq::message_t m = EncodeHeaderFrame(h);
+  return std::string(static_cast<const char*>(m.data()), m.size());
+}
+
 Status DecodeHeader(const void* data, size_t size, Header* h) {
   if (size > kMaxHeaderBytes)
     return Status::Corruption("header frame of " + std::to_string(size) + " bytes exceeds " +
                               std::to_string(kMaxHeaderBytes));
-  FrameBuf buf(data, size);
-  std::istream is(&buf);
+  // Data messages (the type is the byte after magic and version) are read by hand, the rest
+  // through Cereal; both read the same format.
+  constexpr size_t kTypeAt = sizeof(h->magic) + sizeof(h->version);
+  size_t remaining = 0;
   try {
-    cereal::BinaryInputArchive ar(is);
-    LoadBody(ar, buf, *h);
+    if (size > kTypeAt && IsDataType(static_cast<MsgType>(static_cast<const uint8_t*>(data)[kTypeAt]))) {
+      PodReader r(data, size);
+      LoadCommon(r, r, *h);
+      remaining = r.remaining();
+    } else {
+      FrameBuf buf(data, size);
+      std::istream is(&buf);
+      cereal::BinaryInputArchive ar(is);
+      LoadBody(ar, buf, *h);
+      remaining = buf.remaining();
+    }
   } catch (const std::exception& e) {
     return Status::Corruption(std::string("header does not decode: ") + e.what());
   }
-  if (buf.remaining() != 0)
-    return Status::Corruption("header has " + std::to_string(buf.remaining()) + " trailing bytes");
+  if (remaining != 0)
+    return Status::Corruption("header has " + std::to_string(remaining) + " trailing bytes");
   if (!KnownType(h->type))
     return Status::Corruption("unknown message type " + std::to_string(int(h->type)));
   return Status::OK();
@@ -296,7 +407,7 @@ zmq::message_t ZeroCopyFrame(const void* data, size_t size, std::shared_ptr<cons
 
 Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const Header& h,
                    zmq::message_t keys, zmq::message_t values) {
-  std::string hdr = EncodeHeader(h);
+  zmq::message_t hm = EncodeHeaderFrame(h);
   bool data = IsDataType(h.type);
   try {
     if (identity) {
@@ -304,7 +415,6 @@ Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const He
       if (!sock.send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait))
         return Status::Unavailable("peer send queue full");
     }
-    zmq::message_t hm(hdr.data(), hdr.size());
     if (!sock.send(hm, data ? zmq::send_flags::sndmore : zmq::send_flags::none))
       return Status::Unavailable("send would block");
     if (data) {

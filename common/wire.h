@@ -102,7 +102,12 @@ struct Message {
   float* mutable_value_data() { return static_cast<float*>(values.data()); }
 };
 
+// Headers of data messages are packed by hand, the others with Cereal; the bytes are what
+// Cereal's binary archive writes either way (EncodeHeaderCereal: the Cereal path for any type,
+// which tests compare against).
 std::string EncodeHeader(const Header& h);
+zmq::message_t EncodeHeaderFrame(const Header& h);
+std::string EncodeHeaderCereal(const Header& h);
 Status DecodeHeader(const void* data, size_t size, Header* h);
 
 // Validates a multipart message (identity already removed) and moves it into *out.

@@ -3,8 +3,6 @@
 // that the requests name. Whoever holds the rx socket's lock receives: a thread waiting on a Future (no hand-off between threads
 // on the reply path), or else the I/O thread, which drains them periodically and owns the
 // control channel to the scheduler. Replies are matched to requests by id and complete Futures.
-#include <poll.h>
-
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -44,16 +42,27 @@ struct FutureState {
   std::mutex mu;
   std::condition_variable cv;
   int remaining = 0;
-  std::atomic<int> remaining_hint{1};  // lock-free view of remaining, for the spin in Wait
+  std::atomic<int> remaining_hint{1};  // lock-free view of remaining, for the receiving waiter
   Status status;
   bool abandoned = false;          // the waiter gave up: never touch `out` again
   int32_t staleness = 0;
-  std::string what;                // "pull of table 'w' (100 rows)"
+  // What the call was, for errors: `what`, or else what_kind, what_table and what_rows, spelled
+  // out only when needed (What()): formatting it on every call cost an allocation per call.
+  std::string what;                // "clock 5", "create table 'w'"
+  const char* what_kind = "";      // "pull from table"
+  std::string what_table;
+  int64_t what_rows = -1;
   std::vector<uint8_t> waiting_on; // per server (last entry: the scheduler)
   int64_t default_timeout_ms = 0;
   Header reply;                    // control replies (CreateTable)
   std::shared_ptr<ReceiverHandle> receiver;  // set when servers answer (the waiter may receive)
-  uint64_t payload_bytes = 0;      // sent and expected back: small calls are worth a spin
+
+  std::string What() const {
+    if (!what.empty()) return what;
+    std::string s = std::string(what_kind) + " '" + what_table + "'";
+    if (what_rows >= 0) s += " (" + std::to_string(what_rows) + " rows)";
+    return s;
+  }
 
   void Complete(int target, const Status& st, int32_t stale = 0) {
     std::lock_guard<std::mutex> l(mu);
@@ -128,7 +137,7 @@ Status internal::WaitState(const std::shared_ptr<FutureState>& s_, int64_t timeo
       if (!who.empty()) who += ", ";
       who += i + 1 == s_->waiting_on.size() ? "the scheduler" : "server " + std::to_string(i);
     }
-    return Status::DeadlineExceeded(s_->what + ": no answer within " + std::to_string(timeout_ms) +
+    return Status::DeadlineExceeded(s_->What() + ": no answer within " + std::to_string(timeout_ms) +
                                     " ms from " + who);
   }
   return s_->status;
@@ -170,10 +179,6 @@ struct Command {
 constexpr int kScheduler = -1;
 constexpr int64_t kDrainMs = 2;
 constexpr int64_t kIdleDrainMs = 10;
-constexpr int kMaxSpins = 50;      // polls a waiting caller may make before it sleeps
-constexpr int kSpinProbe = 8;      // a spin tried every kSpinProbeEvery waits once it reached 0
-constexpr int kSpinProbeEvery = 32;
-constexpr uint64_t kSpinBytes = 64 * 1024;      // polls before a waiting caller sleeps
 
 class ClientImpl final : public Client, private internal::Receiver {
  public:
@@ -222,7 +227,6 @@ class ClientImpl final : public Client, private internal::Receiver {
     cmd_in_.bind(ep);
     cmd_out_.set(zmq::sockopt::sndhwm, 0);
     cmd_out_.connect(ep);
-    rx_fd_ = {static_cast<int>(rx_.get(zmq::sockopt::fd)), POLLIN, 0};
     receiver_->client = this;
     io_ = std::thread([this] { IoLoop(); });
     return Status::OK();
@@ -286,6 +290,7 @@ class ClientImpl final : public Client, private internal::Receiver {
 
  private:
   std::shared_ptr<FutureState> NewState(std::string what, int parts);
+  std::shared_ptr<FutureState> NewState(const char* kind, const std::string& table, int64_t rows, int parts);
   Future Failed(const Status& st);
   Status Sticky() const {
     std::lock_guard<std::mutex> l(mu_);
@@ -314,12 +319,8 @@ class ClientImpl final : public Client, private internal::Receiver {
   ControlChannel control_;  // I/O thread after Start()
   std::vector<zmq::socket_t> tx_;       // requests, from calling threads, under send_mu_
   zmq::socket_t rx_{ctx_, zmq::socket_type::dealer};  // replies from all servers, under receiver_->mu
-  pollfd rx_fd_{};                         // rx_'s ZMQ_FD, for the spin in ReceiveFor
-  bool rx_maybe_queued_ = true;            // under receiver_->mu: rx_ may hold unread replies
   int rx_timeout_ms_ = -2;                 // under receiver_->mu: rx_'s ZMQ_RCVTIMEO now
   std::vector<zmq::message_t> frames_;     // under receiver_->mu
-  int spin_budget_ = kMaxSpins;            // under receiver_->mu: see ReceiveFor
-  uint32_t spin_probe_ = 0;                // under receiver_->mu
   const std::shared_ptr<internal::ReceiverHandle> receiver_ = std::make_shared<internal::ReceiverHandle>();
   std::string rx_id_;                   // rx_'s routing id, named in every request's reply_to
   std::mutex send_mu_;                  // request ids are assigned and sent in one order
@@ -353,6 +354,15 @@ std::shared_ptr<FutureState> ClientImpl::NewState(std::string what, int parts) {
   return fs;
 }
 
+std::shared_ptr<FutureState> ClientImpl::NewState(const char* kind, const std::string& table, int64_t rows,
+                                                  int parts) {
+  auto fs = NewState(std::string(), parts);
+  fs->what_kind = kind;
+  fs->what_table = table;
+  fs->what_rows = rows;
+  return fs;
+}
+
 Future ClientImpl::Failed(const Status& st) {
   auto fs = NewState("", 0);
   fs->status = st;
@@ -375,10 +385,7 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
     c->header.sender_rank = control_.rank();
     int t = c->part.target;
     c->part.fs->waiting_on[t == kScheduler ? c->part.fs->waiting_on.size() - 1 : t] = 1;
-    if (t != kScheduler) {  // before the Future is returned
-      c->part.fs->receiver = receiver_;
-      c->part.fs->payload_bytes += c->keys.size() + c->values.size() + c->part.rows * c->part.dim * sizeof(float);
-    }
+    if (t != kScheduler) c->part.fs->receiver = receiver_;  // before the Future is returned
     if (t != kScheduler && options_.send_latency_ms == 0) {
       SendToServer(std::move(c));  // straight from the calling thread
       continue;
@@ -534,7 +541,7 @@ Future ClientImpl::Push(const Table& t, std::vector<Key> keys, std::shared_ptr<c
            ZeroCopyFrame(vv->data(), vv->size() * sizeof(float), vv), n);
     }
   }
-  auto fs = NewState("push to table '" + t.name + "' (" + std::to_string(kbuf->size()) + " rows)",
+  auto fs = NewState("push to table", t.name, static_cast<int64_t>(kbuf->size()),
                      static_cast<int>(cmds.size()));
   for (auto& c : cmds) c->part.fs = fs;
   Post(std::move(cmds));
@@ -587,8 +594,8 @@ Future ClientImpl::PullImpl(const Table& t, std::vector<Key> keys, int slot, flo
     if (kk->size() != total_keys) c->part.positions = std::move(pos[s]);
     cmds.push_back(std::move(c));
   }
-  auto fs = NewState((slot < 0 ? "pull from table '" : "pull of optimizer slot from '") + t.name +
-                         "' (" + std::to_string(total_keys) + " rows)",
+  auto fs = NewState(slot < 0 ? "pull from table" : "pull of optimizer slot from", t.name,
+                     static_cast<int64_t>(total_keys),
                      static_cast<int>(cmds.size()));
   for (auto& c : cmds) c->part.fs = fs;
   Post(std::move(cmds));
@@ -613,7 +620,7 @@ Future ClientImpl::PushDense(const Table& t, std::shared_ptr<const std::vector<f
     c->values = ZeroCopyFrame(vbuf->data() + b * dim, n * dim * sizeof(float), vbuf);
     cmds.push_back(std::move(c));
   }
-  auto fs = NewState("dense push to table '" + t.name + "'", static_cast<int>(cmds.size()));
+  auto fs = NewState("dense push to table", t.name, -1, static_cast<int>(cmds.size()));
   for (auto& c : cmds) c->part.fs = fs;
   Post(std::move(cmds));
   return Future(fs);
@@ -664,7 +671,7 @@ Future ClientImpl::PullDenseImpl(const Table& t, float* out, PulledRows* view) {
     c->part.dim = dim;
     cmds.push_back(std::move(c));
   }
-  auto fs = NewState("dense pull from table '" + t.name + "'", static_cast<int>(cmds.size()));
+  auto fs = NewState("dense pull from table", t.name, -1, static_cast<int>(cmds.size()));
   for (auto& c : cmds) c->part.fs = fs;
   Post(std::move(cmds));
   return Future(fs);
@@ -789,37 +796,14 @@ void ClientImpl::IoLoop() {
 
 void ClientImpl::ReceiveFor(const FutureState& fs, int64_t ms) {
   const Deadline deadline = Deadline::In(ms);
-  // Small replies can come back in tens of microseconds: look a few times before sleeping in the
-  // receive (on a VM, waking a thread whose CPU went idle costs more than the round trip itself).
-  // The spin adapts: it grows while replies arrive within it and shrinks while they do not
-  // (then it only takes CPU from the threads that would answer: several workers and servers on
-  // few cores), probing again now and then. Large transfers never spin.
-  int budget = 0;
-  if (fs.payload_bytes <= kSpinBytes) {
-    budget = spin_budget_;
-    if (budget == 0 && ++spin_probe_ % kSpinProbeEvery == 0) budget = kSpinProbe;
-  }
-  int spins = budget;
+  // One blocking receive per reply: ZeroMQ sleeps on the socket's signal and reads the reply (a
+  // poll followed by a receive costs twice the system calls). No spinning: on a busy machine a
+  // spinning waiter takes the CPU from the threads that would answer it (measured:
+  // docs/PERFORMANCE.md).
   while (fs.remaining_hint.load(std::memory_order_acquire) > 0) {
-    if (spins > 0) {
-      // While spinning, ask the kernel alone whether rx_ was signalled (one poll() on its
-      // descriptor; ZeroMQ's own check costs several system calls). A signal only comes for a
-      // reply when rx_ held none unread, so while it may, receive first.
-      if (!rx_maybe_queued_ && ::poll(&rx_fd_, 1, 0) <= 0) {
-        if (--spins == 0) spin_budget_ = budget / 2;  // spun in vain: less next time
-        std::this_thread::yield();
-        continue;
-      }
-      ReceiveOne(0);
-      if (deadline.Expired()) return;  // others' replies may keep coming: the slice is over
-      continue;
-    }
-    // One blocking receive per reply: ZeroMQ sleeps on the socket's signal and reads the reply
-    // (a poll followed by a receive costs twice the system calls).
     if (!ReceiveOne(deadline.RemainingMs())) return;  // slice over
     if (deadline.Expired()) return;
   }
-  if (spins > 0) spin_budget_ = std::min(kMaxSpins, budget + budget / 2 + 1);  // done while spinning
 }
 
 // Receives one reply from rx_, waiting up to `wait_ms` (0: not at all), and handles it. Returns
@@ -830,11 +814,7 @@ bool ClientImpl::ReceiveOne(int64_t wait_ms) {
     rx_.set(zmq::sockopt::rcvtimeo, timeout);
     rx_timeout_ms_ = timeout;
   }
-  if (!RecvFrames(rx_, &frames_, 4, /*wait=*/timeout > 0)) {
-    rx_maybe_queued_ = false;  // drained: the next reply signals rx_fd_
-    return false;
-  }
-  rx_maybe_queued_ = true;
+  if (!RecvFrames(rx_, &frames_, 4, /*wait=*/timeout > 0)) return false;
   Message m;
   bool header_ok = false;
   Status st = Decode(&frames_, &m, &header_ok);
