@@ -35,7 +35,12 @@ class Receiver {
 struct ReceiverHandle {
   std::mutex mu;
   Receiver* client = nullptr;  // under mu; null once the client is closing
+  std::atomic<bool> waiter_receiving{false};  // a waiting caller holds mu and receives
 };
+// How long a receiving waiter blocks in one receive before it looks again at its deadline (its
+// call may also fail from the I/O thread, e.g. a server declared dead). Long enough that a large
+// transfer does not wake it for nothing: each wake-up costs system calls and a context switch.
+constexpr int64_t kReceiveSliceMs = 50;
 Status WaitState(const std::shared_ptr<FutureState>& s, int64_t timeout_ms, bool abandon);
 
 struct FutureState {
@@ -119,7 +124,9 @@ Status internal::WaitState(const std::shared_ptr<FutureState>& s_, int64_t timeo
     if (s_->receiver) {
       std::unique_lock<std::mutex> rl(s_->receiver->mu, std::try_to_lock);
       if (rl.owns_lock() && s_->receiver->client) {
-        s_->receiver->client->ReceiveFor(*s_, std::min<int64_t>(left, 2));
+        s_->receiver->waiter_receiving.store(true, std::memory_order_relaxed);
+        s_->receiver->client->ReceiveFor(*s_, std::min<int64_t>(left, kReceiveSliceMs));
+        s_->receiver->waiter_receiving.store(false, std::memory_order_relaxed);
         continue;
       }
     }
@@ -744,9 +751,9 @@ void ClientImpl::IoLoop() {
                               {static_cast<void*>(cmd_in_), 0, ZMQ_POLLIN, 0}};
   while (!stop_) {
     // Replies nobody waits for (a push never waited on) are drained every kDrainMs while requests
-    // are open, and within kIdleDrainMs of a request posted while this thread slept.
+    // are open and no waiting caller receives, and within kIdleDrainMs otherwise.
     int64_t timeout = std::min<int64_t>(control_.MsUntilTick(), kIdleDrainMs);
-    {
+    if (!receiver_->waiter_receiving.load(std::memory_order_relaxed)) {
       std::lock_guard<std::mutex> l(pending_mu_);
       if (!pending_.empty()) timeout = std::min<int64_t>(timeout, kDrainMs);
     }
