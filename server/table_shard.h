@@ -99,9 +99,11 @@ class Stripe {
   const opt::Optimizer* const optimizer_;
   const uint32_t dim_;
   const uint64_t row_begin_;  // dense: first global row of this stripe
-  // Parameters: shared with pull replies in flight (copy-on-write, see BeginWrite). spares_ are
-  // earlier arrays, reused once no reply holds them (warm: no allocation, no page faults).
-  static constexpr size_t kMaxSpares = 2;
+  // Parameters: shared with pull replies in flight (copy-on-write, see BeginWrite). spares_ holds
+  // an earlier array, reused once no reply holds it (warm: no allocation, no page faults). One:
+  // a second one measured no faster (further arrays come warm from the heap anyway, see
+  // common/memory.h) and costs another copy of the parameters in memory.
+  static constexpr size_t kMaxSpares = 1;
   std::shared_ptr<FloatArray> params_ = std::make_shared<FloatArray>();
   std::vector<std::shared_ptr<FloatArray>> spares_;
   std::vector<std::vector<float>> slots_;
