@@ -46,23 +46,15 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::sha
     std::atomic_thread_fence(std::memory_order_acquire);
     return params_->data();
   }
-  std::shared_ptr<FloatArray> next;
-  for (auto& s : spares_) {
-    if (s.use_count() == 1 && s->size() == params_->size()) {
-      std::atomic_thread_fence(std::memory_order_acquire);
-      next = std::move(s);
-      s = spares_.back();
-      spares_.pop_back();
-      break;
-    }
-  }
-  if (!next) next = std::make_shared<FloatArray>(params_->size());
+  // A fresh array: freed arrays stay warm in the heap (common/memory.h), so this is not a
+  // page-faulting allocation; keeping spares per stripe measured no faster and held another
+  // copy of the parameters for good.
+  auto next = std::make_shared<FloatArray>(params_->size());
   const float* held = params_->data();
   float* out = next->data();
   const size_t n = params_->size(), b = std::min(n, keep_begin * dim_), e = std::max(b, std::min(n, keep_end * dim_));
   std::memcpy(out, held, b * sizeof(float));
   std::memcpy(out + e, held + e, (n - e) * sizeof(float));
-  if (spares_.size() < kMaxSpares) spares_.push_back(params_);  // else freed by its last holder
   *held_array = std::move(params_);
   params_ = std::move(next);
   return held;

@@ -99,13 +99,9 @@ class Stripe {
   const opt::Optimizer* const optimizer_;
   const uint32_t dim_;
   const uint64_t row_begin_;  // dense: first global row of this stripe
-  // Parameters: shared with pull replies in flight (copy-on-write, see BeginWrite). spares_ holds
-  // an earlier array, reused once no reply holds it (warm: no allocation, no page faults). One:
-  // a second one measured no faster (further arrays come warm from the heap anyway, see
-  // common/memory.h) and costs another copy of the parameters in memory.
-  static constexpr size_t kMaxSpares = 1;
+  // Parameters: shared with pull replies in flight (copy-on-write, see BeginWrite); an array a
+  // reply held is freed by its last holder.
   std::shared_ptr<FloatArray> params_ = std::make_shared<FloatArray>();
-  std::vector<std::shared_ptr<FloatArray>> spares_;
   std::vector<std::vector<float>> slots_;
   std::vector<uint32_t> steps_;            // per row: updates applied (lazy Adam bias correction)
   RowIndex index_;  // sparse: id -> local row

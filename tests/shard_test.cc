@@ -124,14 +124,14 @@ TEST(Shard, SharedRowsAreASnapshotUnderCopyOnWrite) {
   for (int r = 0; r < 8; ++r)
     for (int c = 0; c < 2; ++c)
       EXPECT_EQ(now[r * 2 + c], (r >= 2 && r < 5) || r == 7 ? 3.0f : 2.0f) << "row " << r;
-  // A third held array while both spares are held too: written out of place into a fresh one.
+  // A third array held at once: written out of place into a fresh one.
   std::shared_ptr<const float> v3 = s.ShareRows(0);
   s.ApplyPush(all[0], nullptr, minus1.data(), ctx);
   EXPECT_EQ(v3.get()[0], 2.0f);
   EXPECT_EQ(v3.get()[4], 3.0f);
   EXPECT_EQ(read()[0], 3.0f);
   EXPECT_EQ(read()[4], 4.0f);
-  // Once no reply holds them, the old arrays are written again (reused) and stay correct.
+  // Once no reply holds them, the old arrays are freed; writes stay correct.
   v1.reset();
   v2.reset();
   v3.reset();

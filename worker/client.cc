@@ -1,8 +1,9 @@
 // The worker client. Calling threads send their requests themselves (a tx DEALER per server,
 // under send_mu_); replies from every server come back on one rx DEALER, connected to them all,
-// that the requests name. Whoever holds the rx socket's lock receives: a thread waiting on a Future (no hand-off between threads
-// on the reply path), or else the I/O thread, which drains them periodically and owns the
-// control channel to the scheduler. Replies are matched to requests by id and complete Futures.
+// that the requests name. Whoever holds the rx socket's lock receives: a thread waiting on a
+// Future (no hand-off between threads on the reply path), or else the I/O thread, which drains
+// it periodically and owns the control channel to the scheduler. Replies are matched to
+// requests by id and complete Futures.
 #include <atomic>
 #include <condition_variable>
 #include <cstring>

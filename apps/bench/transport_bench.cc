@@ -821,7 +821,7 @@ class TransportBench {
         note = buf;
         Add("server_rss_adam/16M", "bytes", double(after) - double(before), 4.0 * N, note);
         // The same table after pushes that arrive while pull replies are still being sent: the
-        // writes go to another array (copy-on-write), and the stripe keeps one spare.
+        // writes go to another array (copy-on-write); the one the reply held is freed.
         auto grad = std::make_shared<const std::vector<float>>(N, 1e-3f);
         for (int i = 0; i < 8 && st.ok(); ++i) {
           PulledRows view;
@@ -838,8 +838,8 @@ class TransportBench {
           Add("server_rss_adam_after_pulls/16M", "bytes", double(loaded) - double(before), 4.0 * N,
               "as server_rss_adam/16M, after 8 more rounds of a pull and a push sent together "
               "(each push lands while the pull's reply may still hold the parameters: it is "
-              "written to another array, copy-on-write, and the stripe keeps one spare); the "
-              "client's buffers are freed by then");
+              "written to another array, copy-on-write, and the held one is freed once sent); "
+              "the client's buffers are freed by then; the heap is trimmed before both figures");
         else
           std::fprintf(stderr, "transport: rss under pulls: %s\n", st.ToString().c_str());
       }
