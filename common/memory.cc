@@ -7,7 +7,12 @@ namespace pushpull {
 void TuneMallocForLargeMessages() {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);      // serve big blocks from the heap, where they are reused
   mallopt(M_TRIM_THRESHOLD, 2048 << 20);   // keep up to 2 GiB of freed memory mapped
-  mallopt(M_ARENA_MAX, 4);                 // a few arenas: frees from ZeroMQ's I/O thread land in one
+  // One arena, the main one, for every thread: blocks of 64 MB and more cannot come from the heap
+  // of any other arena (glibc caps those at 64 MB), so ZeroMQ's I/O thread got every large
+  // message from a fresh mmap() that page-faulted on every touch (measured: 64 MB push-then-pull,
+  // 1 server 2 workers, 1.9 -> 2.8 GB/s, page faults 1.4M -> 0.3M). Small blocks come from
+  // per-thread caches without the arena lock; 4 KB throughput measured the same.
+  mallopt(M_ARENA_MAX, 1);
 }
 
 }  // namespace pushpull

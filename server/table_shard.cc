@@ -15,6 +15,7 @@ Stripe::Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t 
 
 size_t Stripe::bytes() const {
   size_t b = params_->capacity() * 4 + steps_.capacity() * 4;
+  if (spare_) b += spare_->capacity() * 4;
   for (auto& s : slots_) b += s.capacity() * 4;
   return b;
 }
@@ -44,17 +45,25 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::sha
     // its sender's reads (ZeroMQ released its reference with an acq_rel decrement) before
     // the writes that follow.
     std::atomic_thread_fence(std::memory_order_acquire);
+    if (spare_ && ++writes_without_spare_ >= kSpareIdleWrites) spare_.reset();  // pulls stopped overlapping
     return params_->data();
   }
-  // A fresh array: freed arrays stay warm in the heap (common/memory.h), so this is not a
-  // page-faulting allocation; keeping spares per stripe measured no faster and held another
-  // copy of the parameters for good.
-  auto next = std::make_shared<FloatArray>(params_->size());
+  writes_without_spare_ = 0;
+  // Another array: the spare when no reply holds it any more (warm: a fresh array of 64 MB or
+  // more is a fresh mmap that page-faults on every touch), else a new one.
+  std::shared_ptr<FloatArray> next;
+  if (spare_ && spare_.use_count() == 1 && spare_->size() == params_->size()) {
+    std::atomic_thread_fence(std::memory_order_acquire);
+    next = std::move(spare_);
+  } else {
+    next = std::make_shared<FloatArray>(params_->size());
+  }
   const float* held = params_->data();
   float* out = next->data();
   const size_t n = params_->size(), b = std::min(n, keep_begin * dim_), e = std::max(b, std::min(n, keep_end * dim_));
   std::memcpy(out, held, b * sizeof(float));
   std::memcpy(out + e, held + e, (n - e) * sizeof(float));
+  spare_ = params_;  // reusable once the reply that holds it is sent (an older spare is let go)
   *held_array = std::move(params_);
   params_ = std::move(next);
   return held;

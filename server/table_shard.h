@@ -99,9 +99,14 @@ class Stripe {
   const opt::Optimizer* const optimizer_;
   const uint32_t dim_;
   const uint64_t row_begin_;  // dense: first global row of this stripe
-  // Parameters: shared with pull replies in flight (copy-on-write, see BeginWrite); an array a
-  // reply held is freed by its last holder.
+  // Parameters: shared with pull replies in flight (copy-on-write, see BeginWrite). While pushes
+  // land during pull replies, the array last written before is kept as the spare for the next
+  // switch; it is dropped after kSpareIdleWrites writes that did not need it, so a stripe holds
+  // the extra copy only while pulls and pushes overlap.
+  static constexpr uint32_t kSpareIdleWrites = 8;
   std::shared_ptr<FloatArray> params_ = std::make_shared<FloatArray>();
+  std::shared_ptr<FloatArray> spare_;
+  uint32_t writes_without_spare_ = 0;
   std::vector<std::vector<float>> slots_;
   std::vector<uint32_t> steps_;            // per row: updates applied (lazy Adam bias correction)
   RowIndex index_;  // sparse: id -> local row

@@ -131,7 +131,7 @@ TEST(Shard, SharedRowsAreASnapshotUnderCopyOnWrite) {
   EXPECT_EQ(v3.get()[4], 3.0f);
   EXPECT_EQ(read()[0], 3.0f);
   EXPECT_EQ(read()[4], 4.0f);
-  // Once no reply holds them, the old arrays are freed; writes stay correct.
+  // Once no reply holds them, an old array is reused as the spare; writes stay correct.
   v1.reset();
   v2.reset();
   v3.reset();
@@ -140,6 +140,12 @@ TEST(Shard, SharedRowsAreASnapshotUnderCopyOnWrite) {
   EXPECT_EQ(v4.get()[0], 3.0f);
   EXPECT_EQ(read()[0], 4.0f);
   EXPECT_EQ(read()[4], 5.0f);
+  // The spare is memory only while pulls overlap pushes: dropped after 8 writes that need none.
+  v4.reset();
+  const size_t with_spare = s.bytes();
+  for (int i = 0; i < 8; ++i) s.ApplyPush(all[0], nullptr, minus1.data(), ctx);
+  EXPECT_EQ(s.bytes(), with_spare - 16 * sizeof(float));
+  EXPECT_EQ(read()[0], 12.0f);
 }
 
 // Through a running server: Adam's m and v are readable, and a row touched later gets its own

@@ -820,28 +820,37 @@ class TransportBench {
                       N, dim, (double(created) - double(before)) / 1e6);
         note = buf;
         Add("server_rss_adam/16M", "bytes", double(after) - double(before), 4.0 * N, note);
-        // The same table after pushes that arrive while pull replies are still being sent: the
-        // writes go to another array (copy-on-write); the one the reply held is freed.
+        // The same table while pushes arrive during pull replies (copy-on-write: the write goes
+        // to another array, and the stripe keeps one spare while this goes on), then after plain
+        // pushes (the spare is dropped after 8 writes that do not need it).
         auto grad = std::make_shared<const std::vector<float>>(N, 1e-3f);
-        for (int i = 0; i < 8 && st.ok(); ++i) {
-          PulledRows view;
-          Future pull = c.PullDenseView(*t, &view);
-          Future push = c.PushDense(*t, grad);
-          st = pull.WaitFor(kWaitMs);
-          if (st.ok()) st = push.WaitFor(kWaitMs);
-        }
+        auto rss_after = [&](int rounds, bool with_pull, const char* name, const char* what) {
+          for (int i = 0; i < rounds && st.ok(); ++i) {
+            PulledRows view;
+            Future pull = with_pull ? c.PullDenseView(*t, &view) : Future();
+            Future push = c.PushDense(*t, grad);
+            st = pull.WaitFor(kWaitMs);
+            if (st.ok()) st = push.WaitFor(kWaitMs);
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          malloc_trim(0);
+          const size_t rss = ProcessRssBytes();
+          if (!st.ok()) {
+            std::fprintf(stderr, "transport: %s: %s\n", name, st.ToString().c_str());
+            return;
+          }
+          Add(name, "bytes", double(rss) - double(before) - double(N) * 4, 4.0 * N,
+              std::string("as server_rss_adam/16M (the client's gradient, 4N bytes, is still "
+                          "allocated here and subtracted), ") + what + "; the heap is trimmed "
+                          "before every figure");
+        };
+        rss_after(8, true, "server_rss_adam_during_pulls/16M",
+                  "after 8 rounds of a pull and a push sent together: each push lands while the "
+                  "pull's reply may still hold the parameters, is written to another array "
+                  "(copy-on-write), and the stripe keeps the spare while this goes on");
+        rss_after(8, false, "server_rss_adam_after_pulls/16M",
+                  "then after 8 pushes alone: the spare is dropped");
         grad.reset();
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        malloc_trim(0);
-        const size_t loaded = ProcessRssBytes();
-        if (st.ok())
-          Add("server_rss_adam_after_pulls/16M", "bytes", double(loaded) - double(before), 4.0 * N,
-              "as server_rss_adam/16M, after 8 more rounds of a pull and a push sent together "
-              "(each push lands while the pull's reply may still hold the parameters: it is "
-              "written to another array, copy-on-write, and the held one is freed once sent); "
-              "the client's buffers are freed by then; the heap is trimmed before both figures");
-        else
-          std::fprintf(stderr, "transport: rss under pulls: %s\n", st.ToString().c_str());
       }
     }
     if (!note.empty() && note.rfind("FAILED", 0) == 0)
