@@ -651,6 +651,9 @@ class TransportBench {
     Barrier bar(W);
     RunResult pp_failed, rw_failed;
     const int reps = bytes >= 64 * kMB ? std::min(3, cfg_.reps) : cfg_.reps;
+    // Small-message latency runs are short (budget 0.1 s): twice as many alternations, so that a
+    // burst of load elsewhere on the box weighs less on either side's pooled percentiles.
+    const int lat_reps = bytes <= 64 * 1024 ? 2 * reps : reps;
     auto one = [&](auto& drivers, RunResult& failed, Op op, const Plan& p, RunResult* best,
                    std::vector<double>* lat_pool) {
       if (!failed.ok) {
@@ -670,7 +673,7 @@ class TransportBench {
     };
     auto both = [&](Op op, Plan p, RunResult* pp_out, RunResult* rw_out) {
       std::vector<double> pp_lat, rw_lat;
-      for (int rep = 0; rep < reps; ++rep) {
+      for (int rep = 0; rep < (p.serial ? lat_reps : reps); ++rep) {
         if (rep > 0) p.warmup = std::max(1, p.warmup / 4);
         one(ppd, pp_failed, op, p, pp_out, &pp_lat);
         one(rwd, rw_failed, op, p, rw_out, &rw_lat);
@@ -729,7 +732,7 @@ class TransportBench {
       const RunResult& b = rw.lat[i];
       const std::string op = i == 0 ? "push" : "pull";
       std::string note = what + ", ASP+SGD, one op at a time per worker, samples of " +
-                         std::to_string(reps) + " alternating runs pooled, ops pp/raw " +
+                         std::to_string(lat_reps) + " alternating runs pooled, ops pp/raw " +
                          std::to_string(a.ops) + "/" + std::to_string(b.ops);
       std::string f = fail_note(a, b);
       if (!f.empty()) note = f;
