@@ -25,6 +25,10 @@ class RowIndex {
       if (s.key == key) return s.row;
     }
   }
+  // Asks the cache for the slot where a lookup of `key` starts (a hint; no effect on contents).
+  void Prefetch(Key key) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[Home(key)]);
+  }
   // Adds key -> row; the key must not be there yet. row < kNone.
   void Insert(Key key, uint32_t row) {
     if ((size_ + 1) * 2 > slots_.size()) Grow();

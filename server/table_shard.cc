@@ -90,18 +90,26 @@ uint32_t Stripe::LocalRow(Key key) {
 template <typename F>
 void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, bool match_steps, F&& f) {
   size_t n = sel.size();
+  // The local row of entry idx. Entries are looked up in order, each once; for a sparse table the
+  // index slot of the key kPrefetchAhead entries on is asked of the cache first, so that the
+  // lookups of random keys overlap their cache misses instead of taking them one at a time.
+  auto row_at = [&](size_t idx) -> uint32_t {
+    if (sel.is_range) return LocalRow(sel.range_begin + idx);
+    if (spec_.sparse && idx + kPrefetchAhead < n) index_.Prefetch(keys[sel.positions[idx + kPrefetchAhead]]);
+    return LocalRow(keys[sel.positions[idx]]);
+  };
   size_t i = 0;
   bool have_next = false;
   uint32_t next_row = 0;  // the row that ended the previous run, already looked up
   while (i < n) {
     uint64_t pos = sel.is_range ? sel.first_pos + i : sel.positions[i];
-    uint32_t r = have_next ? next_row : LocalRow(sel.is_range ? sel.range_begin + i : keys[pos]);
+    uint32_t r = have_next ? next_row : row_at(i);
     have_next = false;
     size_t len = 1;
     while (i + len < n) {
       uint64_t pos2 = sel.is_range ? sel.first_pos + i + len : sel.positions[i + len];
       if (pos2 != pos + len) break;
-      uint32_t r2 = LocalRow(sel.is_range ? sel.range_begin + i + len : keys[pos2]);
+      uint32_t r2 = row_at(i + len);
       if (r2 != r + len || (match_steps && steps_[r2] != steps_[r])) {
         next_row = r2;
         have_next = true;

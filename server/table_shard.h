@@ -104,6 +104,7 @@ class Stripe {
   // switch; it is dropped after kSpareIdleWrites writes that did not need it, so a stripe holds
   // the extra copy only while pulls and pushes overlap.
   static constexpr uint32_t kSpareIdleWrites = 8;
+  static constexpr size_t kPrefetchAhead = 16;  // ForEachRun: index slots asked for ahead
   std::shared_ptr<FloatArray> params_ = std::make_shared<FloatArray>();
   std::shared_ptr<FloatArray> spare_;
   uint32_t writes_without_spare_ = 0;
