@@ -549,6 +549,7 @@ class TransportBench {
     RunSsp();
     SetLogLevel(LogLevel::kInfo);
     std::fprintf(stderr, "transport bench: %.1f s\n", Now() - t0);
+    PrintGoals();
   }
 
  private:
@@ -562,6 +563,46 @@ class TransportBench {
     f.baseline = baseline;
     f.note = note;
     rep_.Add(f);
+    figures_.push_back(f);
+  }
+
+  // The data-path goals (issue 5, docs/PERFORMANCE.md), checked against this run's figures.
+  void PrintGoals() const {
+    struct Tally {
+      int met = 0, n = 0;
+      double worst = NAN;
+      std::string worst_case;
+    };
+    auto tally = [&](const std::string& prefix, const std::vector<std::string>& sizes, bool lower_is_better,
+                     double goal) {
+      Tally t;
+      for (const Figure& f : figures_) {
+        if (f.name.rfind(prefix, 0) != 0 || f.baseline <= 0 || !std::isfinite(f.value)) continue;
+        const std::string size = f.name.substr(prefix.size(), f.name.find('/', prefix.size()) - prefix.size());
+        if (std::find(sizes.begin(), sizes.end(), size) == sizes.end()) continue;
+        const double r = f.value / f.baseline;
+        ++t.n;
+        if (lower_is_better ? r <= goal : r >= goal) ++t.met;
+        if (std::isnan(t.worst) || (lower_is_better ? r > t.worst : r < t.worst)) t.worst = r, t.worst_case = f.name;
+      }
+      return t;
+    };
+    auto line = [](const char* what, const Tally& t) {
+      if (t.n == 0) return;
+      std::fprintf(stderr, "  %-52s %2d of %2d met (worst %.2f, %s)\n", what, t.met, t.n, t.worst, t.worst_case.c_str());
+    };
+    const std::vector<std::string> large{"1MB", "16MB", "64MB"};
+    std::fprintf(stderr, "\ntransport goals (issue 5), this run:\n");
+    line("push-then-pull >= 0.8 x raw, dense, 1 MB and up", tally("pushpull/", large, false, 0.8));
+    line("push-then-pull >= 0.8 x raw, sparse, 1 MB and up", tally("sparse_pushpull/", large, false, 0.8));
+    line("4 KB pull p50 <= 1.3 x raw round trip", tally("pull_p50/", {"4KB"}, true, 1.3));
+    for (const Figure& f : figures_) {
+      const double r = f.baseline > 0 ? f.value / f.baseline : NAN;
+      if (f.name == "pull_2s_vs_1s/16MB/1w")
+        std::fprintf(stderr, "  %-52s %.2f x (%s)\n", "16 MB dense pull, 2 servers beat 1", r, r > 1.0 ? "met" : "not met");
+      if (f.name.rfind("server_rss_adam", 0) == 0)
+        std::fprintf(stderr, "  %-52s %.3f x 4N (%s)\n", ("RSS <= 3.2 x 4N: " + f.name).c_str(), r, r <= 3.2 ? "met" : "not met");
+    }
   }
 
   void RunShape(const Shape& sh) {
@@ -941,6 +982,7 @@ class TransportBench {
 
   Reporter& rep_;
   const Config cfg_;
+  std::vector<Figure> figures_;  // this run's, for PrintGoals
 };
 
 void RunTransportBench(Reporter& rep, const Options& o) {
