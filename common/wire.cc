@@ -385,8 +385,10 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
   return Status::OK();
 }
 
-bool RecvFrames(zmq::socket_t& sock, std::vector<zmq::message_t>* frames, size_t max_frames, bool wait) {
+bool RecvFrames(zmq::socket_t& sock, std::vector<zmq::message_t>* frames, size_t max_frames, int64_t wait_ms) {
   frames->clear();
+  const bool wait = wait_ms > 0;
+  if (wait) sock.set(zmq::sockopt::rcvtimeo, static_cast<int>(wait_ms));  // an option store, no system call
   while (true) {
     zmq::message_t m;
     auto r = sock.recv(m, wait && frames->empty() ? zmq::recv_flags::none : zmq::recv_flags::dontwait);

@@ -118,10 +118,11 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
 // Receives one multipart message without blocking longer than zmq's own timeouts. Returns
 // false when nothing was there (EAGAIN). At most max_frames frames are kept; the rest of an
 // oversized message is drained and the message reported as malformed by Decode.
-// With `wait`, the first frame waits as the socket's ZMQ_RCVTIMEO says; the others never do (a
-// multipart message arrives whole).
+// With wait_ms > 0 the first frame is waited for up to that long, in ZeroMQ's own blocking receive
+// (a poll followed by a receive costs twice the system calls); the others never wait (a multipart
+// message arrives whole).
 bool RecvFrames(zmq::socket_t& sock, std::vector<zmq::message_t>* frames, size_t max_frames = 8,
-                bool wait = false);
+                int64_t wait_ms = 0);
 
 // A frame over `size` bytes at `data`, sent without copying: `owner` keeps the memory alive
 // until ZeroMQ is done with it. Small payloads are copied (cheaper than the callback).

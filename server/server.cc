@@ -110,7 +110,6 @@ class ServerImpl final : public Server {
   int64_t awaiting_done_ = 0;                        // requests handed over whose "done" is not in yet
   std::vector<std::thread> threads_;
   std::vector<zmq::message_t> frames_;
-  int router_timeout_ms_ = -2;  // router_'s ZMQ_RCVTIMEO now (ReceiveRequest)
   uint64_t bad_logged_ = 0;
 };
 
@@ -250,38 +249,31 @@ void ServerImpl::HandleRouter() {
 // Receives one message from the data socket, waiting up to `wait_ms` (0: not at all), and
 // handles it. False when none came.
 bool ServerImpl::ReceiveRequest(int64_t wait_ms) {
-  const int timeout = static_cast<int>(wait_ms);
-  if (timeout > 0 && timeout != router_timeout_ms_) {
-    router_.set(zmq::sockopt::rcvtimeo, timeout);
-    router_timeout_ms_ = timeout;
-  }
-  if (!RecvFrames(router_, &frames_, 5, /*wait=*/timeout > 0)) return false;
-  {
-    size_t bytes = 0;
-    for (auto& f : frames_) bytes += f.size();
-    stats_.bytes_in += bytes;
-    Message m;
-    m.identity = std::move(frames_[0]);
-    frames_.erase(frames_.begin());
-    bool header_ok = false;
-    Status st = Decode(&frames_, &m, &header_ok);
-    if (!st.ok()) {
-      // Answer when the header decoded (the sender can match the reply); drop otherwise.
-      if (header_ok && IsDataType(m.header.type) && !IsReply(m.header.type)) {
-        CountBad(st, "malformed request answered with an error");
-        ReplyError(m, st);
-      } else {
-        CountBad(st, "malformed message dropped");
-      }
-      return true;
+  if (!RecvFrames(router_, &frames_, 5, wait_ms)) return false;
+  size_t bytes = 0;
+  for (auto& f : frames_) bytes += f.size();
+  stats_.bytes_in += bytes;
+  Message m;
+  m.identity = std::move(frames_[0]);
+  frames_.erase(frames_.begin());
+  bool header_ok = false;
+  Status st = Decode(&frames_, &m, &header_ok);
+  if (!st.ok()) {
+    // Answer when the header decoded (the sender can match the reply); drop otherwise.
+    if (header_ok && IsDataType(m.header.type) && !IsReply(m.header.type)) {
+      CountBad(st, "malformed request answered with an error");
+      ReplyError(m, st);
+    } else {
+      CountBad(st, "malformed message dropped");
     }
-    if (!IsDataType(m.header.type) || IsReply(m.header.type)) {
-      CountBad(Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(m.header.type) +
-                                       " on the data socket"), "message dropped");
-      return true;
-    }
-    HandleData(m);
+    return true;
   }
+  if (!IsDataType(m.header.type) || IsReply(m.header.type)) {
+    CountBad(Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(m.header.type) +
+                                     " on the data socket"), "message dropped");
+    return true;
+  }
+  HandleData(m);
   return true;
 }
 

@@ -327,7 +327,6 @@ class ClientImpl final : public Client, private internal::Receiver {
   ControlChannel control_;  // I/O thread after Start()
   std::vector<zmq::socket_t> tx_;       // requests, from calling threads, under send_mu_
   zmq::socket_t rx_{ctx_, zmq::socket_type::dealer};  // replies from all servers, under receiver_->mu
-  int rx_timeout_ms_ = -2;                 // under receiver_->mu: rx_'s ZMQ_RCVTIMEO now
   std::vector<zmq::message_t> frames_;     // under receiver_->mu
   const std::shared_ptr<internal::ReceiverHandle> receiver_ = std::make_shared<internal::ReceiverHandle>();
   std::string rx_id_;                   // rx_'s routing id, named in every request's reply_to
@@ -817,12 +816,7 @@ void ClientImpl::ReceiveFor(const FutureState& fs, int64_t ms) {
 // Receives one reply from rx_, waiting up to `wait_ms` (0: not at all), and handles it. Returns
 // false when none came. Caller holds receiver_->mu.
 bool ClientImpl::ReceiveOne(int64_t wait_ms) {
-  const int timeout = static_cast<int>(std::max<int64_t>(0, wait_ms));
-  if (timeout > 0 && timeout != rx_timeout_ms_) {
-    rx_.set(zmq::sockopt::rcvtimeo, timeout);
-    rx_timeout_ms_ = timeout;
-  }
-  if (!RecvFrames(rx_, &frames_, 4, /*wait=*/timeout > 0)) return false;
+  if (!RecvFrames(rx_, &frames_, 4, wait_ms)) return false;
   Message m;
   bool header_ok = false;
   Status st = Decode(&frames_, &m, &header_ok);
