@@ -351,13 +351,18 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
   if (!st.ok()) return st;
   if (header_ok) *header_ok = true;
   const Header& h = out->header;
-  size_t want = IsDataType(h.type) ? 3 : 1;
-  if (frames->size() != want)
+  const size_t want = IsDataType(h.type) ? 3 : 1;
+  // Only a successful pull reply may split its values over more frames.
+  const size_t most = h.type == MsgType::kPullReply && h.status == Code::kOk ? kMaxDataFrames : want;
+  if (frames->size() < want || frames->size() > most)
     return Status::Corruption(std::string(MsgTypeName(h.type)) + " needs " + std::to_string(want) +
+                              (most > want ? " to " + std::to_string(most) : std::string()) +
                               " frames, got " + std::to_string(frames->size()));
   if (want == 1) return Status::OK();
   out->keys = std::move((*frames)[1]);
   out->values = std::move((*frames)[2]);
+  out->more_values.clear();
+  for (size_t i = 3; i < frames->size(); ++i) out->more_values.push_back(std::move((*frames)[i]));
   const bool range = h.flags & kFlagRange;
   if (h.num_keys > kMaxKeysPerMessage || h.num_rows > kMaxKeysPerMessage)
     return Status::Corruption("row count exceeds " + std::to_string(kMaxKeysPerMessage));
@@ -379,9 +384,26 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
   bool carries_values = h.type == MsgType::kPush || h.type == MsgType::kPullReply;
   uint64_t value_bytes = carries_values ? h.row_count() * h.dim * sizeof(float) : 0;
   if (carries_values && h.status != Code::kOk) value_bytes = 0;
-  if (out->values.size() != value_bytes)
-    return Status::Corruption("values frame has " + std::to_string(out->values.size()) +
-                              " bytes, header implies " + std::to_string(value_bytes));
+  if (out->more_values.empty()) {
+    if (out->values.size() != value_bytes)
+      return Status::Corruption("values frame has " + std::to_string(out->values.size()) +
+                                " bytes, header implies " + std::to_string(value_bytes));
+    return Status::OK();
+  }
+  // Split values: each frame whole rows, together what the header implies.
+  const uint64_t row_bytes = uint64_t(h.dim) * sizeof(float);
+  uint64_t total = 0;
+  for (size_t i = 0; i <= out->more_values.size(); ++i) {
+    zmq::message_t& f = i == 0 ? out->values : out->more_values[i - 1];
+    if (row_bytes == 0 || f.size() == 0 || f.size() % row_bytes != 0)
+      return Status::Corruption("values frame " + std::to_string(i) + " has " + std::to_string(f.size()) +
+                                " bytes, not a whole number of rows of dim " + std::to_string(h.dim));
+    align(f, alignof(float));
+    total += f.size();
+  }
+  if (total != value_bytes)
+    return Status::Corruption(std::to_string(out->more_values.size() + 1) + " values frames have " +
+                              std::to_string(total) + " bytes, header implies " + std::to_string(value_bytes));
   return Status::OK();
 }
 
@@ -407,8 +429,10 @@ zmq::message_t ZeroCopyFrame(const void* data, size_t size, std::shared_ptr<cons
                         hint);
 }
 
-Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const Header& h,
-                   zmq::message_t keys, zmq::message_t values) {
+namespace {
+
+Status SendFrames(zmq::socket_t& sock, const zmq::message_t* identity, const Header& h,
+                  zmq::message_t* keys, zmq::message_t* values, size_t num_values) {
   zmq::message_t hm = EncodeHeaderFrame(h);
   bool data = IsDataType(h.type);
   try {
@@ -420,13 +444,29 @@ Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const He
     if (!sock.send(hm, data ? zmq::send_flags::sndmore : zmq::send_flags::none))
       return Status::Unavailable("send would block");
     if (data) {
-      sock.send(keys, zmq::send_flags::sndmore);
-      sock.send(values, zmq::send_flags::none);
+      sock.send(*keys, zmq::send_flags::sndmore);
+      for (size_t i = 0; i < num_values; ++i)
+        sock.send(values[i], i + 1 < num_values ? zmq::send_flags::sndmore : zmq::send_flags::none);
     }
   } catch (const zmq::error_t& e) {
     return Status::Unavailable(std::string("send ") + MsgTypeName(h.type) + ": " + e.what());
   }
   return Status::OK();
+}
+
+}  // namespace
+
+Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const Header& h,
+                   zmq::message_t keys, zmq::message_t values) {
+  return SendFrames(sock, identity, h, &keys, &values, 1);
+}
+
+Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const Header& h,
+                   zmq::message_t keys, std::vector<zmq::message_t>* values) {
+  if (values->empty() || values->size() > kMaxValueFrames)
+    return Status::InvalidArgument(std::to_string(values->size()) + " values frames (1 to " +
+                                   std::to_string(kMaxValueFrames) + " allowed)");
+  return SendFrames(sock, identity, h, &keys, values->data(), values->size());
 }
 
 int Poll(zmq::pollitem_t* items, size_t n, int64_t timeout_ms) {

@@ -1,5 +1,8 @@
 // The wire protocol (DESIGN.md "Wire protocol"): a ZeroMQ multipart message
-//   [header][keys][values]            data plane (worker <-> server), always three frames
+//   [header][keys][values]            data plane (worker <-> server), three frames ...
+//   [header][keys][values]...[values] ... except a pull reply, whose values may come in up to
+//                                     kMaxValueFrames frames of whole rows, in row order (a
+//                                     server sends each stripe's rows in place, zero-copy)
 //   [header]                          control plane (node <-> scheduler), one frame
 // The header is a Cereal binary archive; keys are raw u64, values raw float32, sent zero-copy
 // and read in place. Every received message goes through Decode(), which checks the frame count,
@@ -21,10 +24,12 @@
 namespace pushpull {
 
 constexpr uint32_t kWireMagic = 0x50505348;  // "PPSH"
-constexpr uint16_t kWireVersion = 1;
+constexpr uint16_t kWireVersion = 2;  // 2: pull replies may split their values over frames
 constexpr size_t kMaxHeaderBytes = 64 * 1024;
 constexpr size_t kMaxErrorText = 1024;
 constexpr uint64_t kMaxKeysPerMessage = uint64_t(1) << 31;
+constexpr size_t kMaxValueFrames = 64;  // a pull reply's value frames (a server's stripes: <= 64)
+constexpr size_t kMaxDataFrames = 2 + kMaxValueFrames;  // header, keys, values
 
 enum class MsgType : uint8_t {
   // control plane
@@ -90,12 +95,15 @@ struct Header {
 };
 
 // A received message. For a ROUTER socket `identity` names the peer to reply to. keys and
-// values are the frames as received: read in place, never copied.
+// values are the frames as received: read in place, never copied. A pull reply's values may go
+// on in more_values (each frame whole rows, in row order); every other message has one values
+// frame and more_values empty.
 struct Message {
   zmq::message_t identity;
   Header header;
   zmq::message_t keys;
   zmq::message_t values;
+  std::vector<zmq::message_t> more_values;
 
   const Key* key_data() const { return static_cast<const Key*>(keys.data()); }
   const float* value_data() const { return static_cast<const float*>(values.data()); }
@@ -131,6 +139,9 @@ zmq::message_t ZeroCopyFrame(const void* data, size_t size, std::shared_ptr<cons
 // Sends [identity?][header][keys][values] (data) or [identity?][header] (control).
 Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const Header& h,
                    zmq::message_t keys = zmq::message_t(), zmq::message_t values = zmq::message_t());
+// A pull reply whose values are split over frames (1 to kMaxValueFrames, whole rows each).
+Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const Header& h,
+                   zmq::message_t keys, std::vector<zmq::message_t>* values);
 
 // zmq_poll that treats EINTR (a signal arrived) as "nothing ready" instead of throwing.
 int Poll(zmq::pollitem_t* items, size_t n, int64_t timeout_ms);

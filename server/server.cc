@@ -34,7 +34,9 @@ struct Request {
   opt::StepContext ctx;
   int64_t clock = 0;                // kAccumulate / kApplyBsp
   std::shared_ptr<float[]> out;     // kRead: reply values (uninitialised, then filled) ...
-  std::shared_ptr<const float> shared;  // ... or the parameters in place (Stripe::ShareRows)
+  // ... or, for a dense pull of parameters, each stripe's rows in place (Stripe::ShareRows):
+  // shared[k] for stripe k, sent as one values frame each.
+  std::vector<std::shared_ptr<const float>> shared;
   int32_t staleness = 0;
   std::atomic<int> pending{0};
 };
@@ -206,7 +208,7 @@ void ServerImpl::Execute(Request* r, int k) {
       break;
     case Request::kRead:
       if (r->out) s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get());
-      else r->shared = s.ShareRows(sel->range_begin);
+      else r->shared[k] = s.ShareRows(sel->range_begin);
       break;
     case Request::kApplyBsp:
       s.ApplyAccumulated(r->clock, r->ctx);
@@ -430,12 +432,12 @@ void ServerImpl::ServePull(Request* r, int64_t min_live) {
   staleness_.Record(s);
   if (s > stats_.max_staleness) stats_.max_staleness = s;
   r->staleness = static_cast<int32_t>(s);
-  // A dense pull of parameters that one stripe holds is sent from the parameters themselves,
-  // without a copy (copy-on-write: the pull still sees exactly the updates applied before it).
-  int stripes = 0;
-  for (const RowSelection& sel : r->sel) stripes += sel.size() > 0;
-  const bool in_place = (h.flags & kFlagRange) && h.slot < 0 && stripes == 1;
-  if (!in_place) r->out = NewFloatBuffer(h.row_count() * h.dim);
+  // A dense pull of parameters is sent from the parameters themselves, a values frame per
+  // stripe, without a copy (copy-on-write: the pull still sees exactly the updates applied
+  // before it). Keyed pulls and optimizer slots are gathered into one buffer.
+  const bool in_place = (h.flags & kFlagRange) && h.slot < 0;
+  if (in_place) r->shared.resize(r->sel.size());
+  else r->out = NewFloatBuffer(h.row_count() * h.dim);
   Dispatch(r);
 }
 
@@ -454,7 +456,8 @@ void ServerImpl::Dispatch(Request* r) {
   // work, so receiving the next message overlaps applying this one. Safe: an idle update thread
   // touches no stripe until this thread hands it work, and its last writes are visible through
   // the acquire below.
-  const uint64_t bytes = whole ? 0 : r->msg.header.row_count() * r->msg.header.dim * sizeof(float);
+  // (Sharing a stripe's rows for an in-place pull costs nothing, whatever their size.)
+  const uint64_t bytes = whole || !r->shared.empty() ? 0 : r->msg.header.row_count() * r->msg.header.dim * sizeof(float);
   if (!whole && (K == 1 || bytes <= kInlineBytes)) {
     bool idle = true;
     for (int k = 0; k < K && idle; ++k) idle = inflight_[k].load(std::memory_order_acquire) == 0;
@@ -502,6 +505,7 @@ void ServerImpl::Reply(Request* r) {
   out.table = h.table;
   out.clock = h.clock;
   zmq::message_t values;
+  std::vector<zmq::message_t> split;  // in-place dense pull: a frame per stripe
   if (r->op == Request::kRead) {
     out.flags = h.flags;
     out.num_keys = h.num_keys;
@@ -512,11 +516,18 @@ void ServerImpl::Reply(Request* r) {
     out.staleness = r->staleness;
     size_t bytes = h.row_count() * h.dim * sizeof(float);
     stats_.bytes_out += bytes;
-    if (r->shared) values = ZeroCopyFrame(r->shared.get(), bytes, r->shared);
-    else values = ZeroCopyFrame(r->out.get(), bytes, r->out);
+    if (r->out) {
+      values = ZeroCopyFrame(r->out.get(), bytes, r->out);
+    } else {
+      const size_t row_bytes = size_t(h.dim) * sizeof(float);
+      for (size_t k = 0; k < r->shared.size(); ++k)
+        if (r->sel[k].size() > 0)
+          split.push_back(ZeroCopyFrame(r->shared[k].get(), r->sel[k].size() * row_bytes, r->shared[k]));
+    }
   }
   zmq::message_t to = ReplyIdentity(r->msg);
-  Status st = SendMessage(router_, &to, out, zmq::message_t(), std::move(values));
+  Status st = split.empty() ? SendMessage(router_, &to, out, zmq::message_t(), std::move(values))
+                            : SendMessage(router_, &to, out, zmq::message_t(), &split);
   if (!st.ok()) PP_LOG(Warning) << "reply to worker " << h.sender_rank << " lost: " << st.ToString();
   delete r;
 }

@@ -143,6 +143,71 @@ TEST(Wire, DecodeRejectsEveryMalformedShape) {
   }
 }
 
+// A pull reply may carry its values in several frames (a server sends each stripe's rows in
+// place): whole rows each, adding up to what the header says, at most kMaxValueFrames. Nothing
+// else may split its values.
+TEST(Wire, PullReplyValuesMaySpanFramesOfWholeRows) {
+  Header h;
+  h.type = MsgType::kPullReply;
+  h.flags = kFlagRange;
+  h.num_rows = 5;
+  h.dim = 2;  // 8 bytes a row, 40 in all
+  auto split = [&](const Header& hh, std::vector<size_t> sizes) {
+    auto f = Frames(hh, 0, sizes[0]);
+    for (size_t i = 1; i < sizes.size(); ++i) f.emplace_back(sizes[i]);
+    return f;
+  };
+  Message m;
+  {
+    auto f = split(h, {16, 8, 16});
+    std::memcpy(f[3].data(), "\x00\x00\x80\x3f\x00\x00\x00\x40", 8);  // 1.0f, 2.0f
+    ASSERT_TRUE(Decode(&f, &m).ok());
+    ASSERT_EQ(m.values.size(), 16u);
+    ASSERT_EQ(m.more_values.size(), 2u);
+    EXPECT_EQ(static_cast<const float*>(m.more_values[0].data())[1], 2.0f);
+  }
+  {  // one frame, as before: nothing more
+    auto f = split(h, {40});
+    ASSERT_TRUE(Decode(&f, &m).ok());
+    EXPECT_TRUE(m.more_values.empty());
+  }
+  {  // a frame that is not whole rows
+    auto f = split(h, {12, 28});
+    Status st = Decode(&f, &m);
+    EXPECT_EQ(st.code(), Code::kCorruption);
+    EXPECT_NE(st.message().find("whole number of rows"), std::string::npos) << st.ToString();
+  }
+  {  // an empty frame among them
+    auto f = split(h, {16, 0, 24});
+    EXPECT_EQ(Decode(&f, &m).code(), Code::kCorruption);
+  }
+  {  // frames adding up to more, or less, than the header says
+    auto more = split(h, {16, 32});
+    EXPECT_EQ(Decode(&more, &m).code(), Code::kCorruption);
+    auto less = split(h, {16, 16});
+    EXPECT_EQ(Decode(&less, &m).code(), Code::kCorruption);
+  }
+  {  // more frames than any server has stripes
+    Header many = h;
+    many.num_rows = kMaxValueFrames + 1;
+    std::vector<size_t> sizes(kMaxValueFrames + 1, 8);
+    auto f = split(many, sizes);
+    Status st = Decode(&f, &m);
+    EXPECT_EQ(st.code(), Code::kCorruption);
+    EXPECT_NE(st.message().find("frames, got"), std::string::npos) << st.ToString();
+  }
+  {  // a push, or an error reply, may not split its values
+    Header push = h;
+    push.type = MsgType::kPush;
+    auto f = split(push, {16, 24});
+    EXPECT_EQ(Decode(&f, &m).code(), Code::kCorruption);
+    Header err = h;
+    err.SetStatus(Status::NotFound("no table"));
+    auto e = split(err, {0, 0});
+    EXPECT_EQ(Decode(&e, &m).code(), Code::kCorruption);
+  }
+}
+
 TEST(Wire, PartitionIsBalancedAndOwnersAgree) {
   TableSpec s;
   s.name = "t";
@@ -377,7 +442,8 @@ TEST(ClientErrors, BadShapesAreRefusedBeforeSending) {
   EXPECT_FLOAT_EQ(out[0], 0.01f * 27);
   EXPECT_FLOAT_EQ(out[3], 0.0f);
   EXPECT_FLOAT_EQ(out[6], 0.01f * 15);
-  // The zero-copy view holds the same values as a copying pull, one part per server.
+  // The zero-copy view holds the same values as a copying pull, one part per server (one stripe
+  // each here).
   std::vector<float> dense(30);
   ASSERT_TRUE(c.PullDense(*t, dense.data()).Wait().ok());
   PulledRows view;
@@ -389,6 +455,67 @@ TEST(ClientErrors, BadShapesAreRefusedBeforeSending) {
   view.CopyTo(copied.data());
   EXPECT_EQ(copied, dense);
   EXPECT_EQ(view.part(1)[0], dense[15]);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+// With several update threads a server's rows are split into stripes; a dense pull is sent
+// from each stripe's parameters in place, one values frame per stripe, and keeps seeing the
+// version it was sent from while pushes go on (copy-on-write, per stripe). Keyed pulls that span
+// stripes are gathered by every stripe's thread into one buffer.
+TEST(Stripes, DensePullIsSentFromEveryStripeInPlace) {
+  LocalClusterConfig cfg;
+  cfg.servers = 2;
+  cfg.workers = 1;
+  cfg.update_threads = 3;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  TableSpec spec;
+  spec.name = "striped";
+  spec.rows = 4096;  // 128 KB a server: pushes go to the update threads, not inline
+  spec.dim = 16;
+  spec.consistency.model = Consistency::kAsp;
+  auto t = c.CreateTable(spec);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const size_t n = spec.rows * spec.dim;
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) g[i] = float(i % 1000) - 500.0f;
+  ASSERT_TRUE(c.PushDense(*t, g).Wait().ok());
+  std::vector<float> once(n);
+  ASSERT_TRUE(c.PullDense(*t, once.data()).Wait().ok());
+  for (size_t i : {size_t(0), size_t(17), n / 2, n - 1}) EXPECT_FLOAT_EQ(once[i], -0.01f * g[i]) << i;
+
+  PulledRows view;
+  ASSERT_TRUE(c.PullDenseView(*t, &view).Wait().ok());
+  ASSERT_EQ(view.num_parts(), 6u);  // 2 servers x 3 stripes
+  uint64_t next_row = 0;
+  for (size_t i = 0; i < view.num_parts(); ++i) {
+    EXPECT_EQ(view.part_first_row(i), next_row) << i;
+    ASSERT_EQ(view.part_floats(i) % spec.dim, 0u) << i;
+    EXPECT_EQ(view.part(i)[0], once[next_row * spec.dim]) << i;
+    next_row += view.part_floats(i) / spec.dim;
+  }
+  EXPECT_EQ(next_row, spec.rows);
+  std::vector<float> copied(n, 7.0f);
+  view.CopyTo(copied.data());
+  EXPECT_EQ(copied, once);
+
+  // A second push while the view holds the first version: the view does not move.
+  ASSERT_TRUE(c.PushDense(*t, g).Wait().ok());
+  std::vector<float> twice(n);
+  ASSERT_TRUE(c.PullDense(*t, twice.data()).Wait().ok());
+  EXPECT_NE(twice, once);
+  view.CopyTo(copied.data());
+  EXPECT_EQ(copied, once);
+  for (size_t i : {size_t(5), n / 3, n - 2}) EXPECT_FLOAT_EQ(twice[i], -0.02f * g[i]) << i;
+
+  // Keys out of order, across servers and stripes.
+  const std::vector<Key> keys = {4095, 0, 2048, 1000, 3000, 1};
+  std::vector<float> rows(keys.size() * spec.dim);
+  ASSERT_TRUE(c.Pull(*t, keys, rows.data()).Wait().ok());
+  for (size_t i = 0; i < keys.size(); ++i)
+    for (uint32_t d = 0; d < spec.dim; ++d)
+      EXPECT_EQ(rows[i * spec.dim + d], twice[keys[i] * spec.dim + d]) << keys[i] << "," << d;
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 

@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "common/control.h"
@@ -82,24 +83,55 @@ struct FutureState {
   }
 };
 
-// The received value frames of a PullDenseView, one per server in row order.
+// The received value frames of a PullDenseView: per server (in row order) the frames of its
+// reply (one per stripe of the server's rows, in row order).
 struct PulledParts {
-  std::vector<zmq::message_t> frames;
-  std::vector<uint64_t> first_row;
+  std::vector<std::vector<zmq::message_t>> frames;  // [server part][frame]
+  std::vector<uint64_t> first_row;                  // [server part]
   uint32_t dim = 0;
+
+  // Frame i counting over all server parts, and the first row it holds.
+  const zmq::message_t& Frame(size_t i, uint64_t* row = nullptr) const {
+    for (size_t s = 0; s < frames.size(); ++s) {
+      uint64_t r = first_row[s];
+      for (const zmq::message_t& f : frames[s]) {
+        if (i-- == 0) {
+          if (row) *row = r;
+          return f;
+        }
+        r += f.size() / sizeof(float) / dim;
+      }
+    }
+    throw std::out_of_range("PulledRows part");
+  }
 };
 
 }  // namespace internal
 
 using internal::FutureState;
 
-size_t PulledRows::num_parts() const { return p_ ? p_->frames.size() : 0; }
-const float* PulledRows::part(size_t i) const { return static_cast<const float*>(p_->frames[i].data()); }
-size_t PulledRows::part_floats(size_t i) const { return p_->frames[i].size() / sizeof(float); }
-uint64_t PulledRows::part_first_row(size_t i) const { return p_->first_row[i]; }
+size_t PulledRows::num_parts() const {
+  size_t n = 0;
+  if (p_)
+    for (const auto& fs : p_->frames) n += fs.size();
+  return n;
+}
+const float* PulledRows::part(size_t i) const { return static_cast<const float*>(p_->Frame(i).data()); }
+size_t PulledRows::part_floats(size_t i) const { return p_->Frame(i).size() / sizeof(float); }
+uint64_t PulledRows::part_first_row(size_t i) const {
+  uint64_t row = 0;
+  p_->Frame(i, &row);
+  return row;
+}
 void PulledRows::CopyTo(float* out) const {
-  for (size_t i = 0; i < num_parts(); ++i)
-    std::memcpy(out + p_->first_row[i] * p_->dim, part(i), p_->frames[i].size());
+  if (!p_) return;
+  for (size_t s = 0; s < p_->frames.size(); ++s) {
+    float* to = out + p_->first_row[s] * p_->dim;
+    for (const zmq::message_t& f : p_->frames[s]) {
+      std::memcpy(to, f.data(), f.size());
+      to += f.size() / sizeof(float);
+    }
+  }
 }
 
 // Lets the client fill a PulledRows without making its internals public.
@@ -255,7 +287,7 @@ class ClientImpl final : public Client, private internal::Receiver {
         PP_RETURN_IF_ERROR(SendMessage(tx_[s], nullptr, h));
         zmq::pollitem_t item{static_cast<void*>(rx_), 0, ZMQ_POLLIN, 0};
         Poll(&item, 1, 100);
-        while ((item.revents & ZMQ_POLLIN) && RecvFrames(rx_, &frames, 4)) {
+        while ((item.revents & ZMQ_POLLIN) && RecvFrames(rx_, &frames, kMaxDataFrames + 1)) {
           Message m;
           if (Decode(&frames, &m).ok() && m.header.type == MsgType::kHelloReply &&
               m.header.sender_role == Role::kServer && m.header.sender_rank == static_cast<int>(s))
@@ -816,7 +848,7 @@ void ClientImpl::ReceiveFor(const FutureState& fs, int64_t ms) {
 // Receives one reply from rx_, waiting up to `wait_ms` (0: not at all), and handles it. Returns
 // false when none came. Caller holds receiver_->mu.
 bool ClientImpl::ReceiveOne(int64_t wait_ms) {
-  if (!RecvFrames(rx_, &frames_, 4, wait_ms)) return false;
+  if (!RecvFrames(rx_, &frames_, kMaxDataFrames + 1, wait_ms)) return false;
   Message m;
   bool header_ok = false;
   Status st = Decode(&frames_, &m, &header_ok);
@@ -910,18 +942,35 @@ void ClientImpl::HandleReply(Message& m, int from) {
                                                         std::to_string(part.rows) + " of dim " + std::to_string(part.dim)));
       return;
     }
-    const size_t nbytes = m.values.size();
+    size_t nbytes = m.values.size();
+    for (const zmq::message_t& f : m.more_values) nbytes += f.size();
     {
       std::lock_guard<std::mutex> l(part.fs->mu);
       if (!part.fs->abandoned) {
-        const float* src = m.value_data();
         if (part.view) {
-          part.view->frames[part.view_index] = std::move(m.values);  // kept, not copied
-        } else if (part.positions.empty()) {
-          std::memcpy(part.out, src, m.values.size());
+          // Kept, not copied.
+          std::vector<zmq::message_t>& keep = part.view->frames[part.view_index];
+          keep.clear();
+          keep.push_back(std::move(m.values));
+          for (zmq::message_t& f : m.more_values) keep.push_back(std::move(f));
         } else {
-          for (size_t i = 0; i < part.positions.size(); ++i)
-            std::memcpy(part.out + size_t(part.positions[i]) * part.dim, src + i * part.dim, part.dim * sizeof(float));
+          // Row i of the reply (counted over its frames, each whole rows) goes to
+          // out + positions[i] * dim, or out + i * dim.
+          const size_t row_floats = part.dim;
+          size_t i = 0;
+          for (size_t fi = 0; fi <= m.more_values.size(); ++fi) {
+            const zmq::message_t& f = fi == 0 ? m.values : m.more_values[fi - 1];
+            const float* src = static_cast<const float*>(f.data());
+            const size_t rows = row_floats ? f.size() / sizeof(float) / row_floats : 0;
+            if (part.positions.empty()) {
+              std::memcpy(part.out + i * row_floats, src, f.size());
+            } else {
+              for (size_t j = 0; j < rows; ++j)
+                std::memcpy(part.out + size_t(part.positions[i + j]) * row_floats, src + j * row_floats,
+                            row_floats * sizeof(float));
+            }
+            i += rows;
+          }
         }
       }
     }

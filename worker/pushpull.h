@@ -62,9 +62,10 @@ struct FutureState;
 struct PulledParts;
 }
 
-// The values of a dense pull, read in place from the messages the servers sent: no copy. One
-// part per server, in row order. Valid once the pull's Future is done, for as long as this
-// object lives (it keeps the messages).
+// The values of a dense pull, read in place from the messages the servers sent: no copy. Parts
+// are contiguous runs of whole rows in row order: one per stripe of each server (a server with K
+// update threads sends K). Valid once the pull's Future is done, for as long as this object
+// lives (it keeps the messages).
 class PulledRows {
  public:
   size_t num_parts() const;
