@@ -474,12 +474,13 @@ Consistency Asp() {
   return c;
 }
 
-// The in-process cluster every case runs on: S servers with one update thread each, W workers.
-LocalClusterConfig BenchCluster(int S, int W) {
+// The in-process cluster every case runs on: S servers with K update threads each (1: what a
+// server defaults to on this 2-core machine), W workers.
+LocalClusterConfig BenchCluster(int S, int W, int K = 1) {
   LocalClusterConfig lc;
   lc.servers = S;
   lc.workers = W;
-  lc.update_threads = 1;
+  lc.update_threads = K;
   lc.request_timeout_ms = static_cast<int>(kWaitMs);
   lc.heartbeat_timeout_ms = kHeartbeatTimeoutMs;
   return lc;
@@ -507,6 +508,7 @@ struct Config {
   int profile_op = -1;
   bool profile_raw = false;
   bool profile_latency = false;  // OP_p50: one op at a time, p50 latency
+  int profile_update_threads = 1;  // env PP_TRANSPORT_PROFILE_K: update threads per server
   double ssp_budget_s = 2.0;
 };
 
@@ -606,7 +608,7 @@ class TransportBench {
   }
 
   void RunShape(const Shape& sh) {
-    const LocalClusterConfig lc = BenchCluster(sh.S, sh.W);
+    const LocalClusterConfig lc = BenchCluster(sh.S, sh.W, cfg_.profile_update_threads);
     LocalCluster cl(lc);
     Status st = cl.Start();
     if (!st.ok()) {
@@ -1037,6 +1039,7 @@ void RunTransportBench(Reporter& rep, const Options& o) {
     const char* pb = std::getenv("PP_TRANSPORT_PROFILE_S");  // seconds of the run (default 5)
     cfg.budget_s = cfg.lat_budget_s = pb ? std::max(0.05, std::atof(pb)) : 5.0;
     cfg.reps = 1;
+    if (const char* k = std::getenv("PP_TRANSPORT_PROFILE_K")) cfg.profile_update_threads = std::max(1, std::atoi(k));
   }
   TransportBench(rep, cfg).Run();
 }
