@@ -516,6 +516,26 @@ TEST(Stripes, DensePullIsSentFromEveryStripeInPlace) {
   for (size_t i = 0; i < keys.size(); ++i)
     for (uint32_t d = 0; d < spec.dim; ++d)
       EXPECT_EQ(rows[i * spec.dim + d], twice[keys[i] * spec.dim + d]) << keys[i] << "," << d;
+
+  // A sparse table: rows hash to stripes; keyed pushes and pulls span all of them.
+  TableSpec sp;
+  sp.name = "striped_sparse";
+  sp.sparse = true;
+  sp.dim = 4;
+  sp.consistency.model = Consistency::kAsp;
+  auto st = c.CreateTable(sp);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  std::vector<Key> skeys;
+  for (Key k = 0; k < 3000; ++k) skeys.push_back(k * 0x9E3779B97F4A7C15ull);
+  std::vector<float> sg(skeys.size() * sp.dim);
+  for (size_t i = 0; i < sg.size(); ++i) sg[i] = float(i % 7) - 3.0f;
+  ASSERT_TRUE(c.Push(*st, skeys, sg).Wait().ok());
+  std::vector<Key> back(skeys.rbegin(), skeys.rend());
+  std::vector<float> sv(back.size() * sp.dim);
+  ASSERT_TRUE(c.Pull(*st, back, sv.data()).Wait().ok());
+  for (size_t i = 0; i < back.size(); ++i)
+    for (uint32_t d = 0; d < sp.dim; ++d)
+      ASSERT_FLOAT_EQ(sv[i * sp.dim + d], -0.01f * sg[(skeys.size() - 1 - i) * sp.dim + d]) << i << "," << d;
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
