@@ -17,6 +17,9 @@ namespace pushpull {
 // and the benchmark, before any thread starts.
 void TuneMallocForLargeMessages();
 
+// The process's resident memory (/proc/self/statm), 0 where it cannot be read.
+size_t ResidentBytes();
+
 // An uninitialised float buffer (no zero fill: it is about to be overwritten).
 inline std::shared_ptr<float[]> NewFloatBuffer(size_t n) { return std::shared_ptr<float[]>(new float[n]); }
 

@@ -28,6 +28,7 @@ DEFINE_string(on_worker_death, "abort", "abort: a dead worker ends the job; cont
 DEFINE_int32(heartbeat_timeout_ms, 5000, "scheduler: a node silent this long is declared dead");
 DEFINE_int32(heartbeat_interval_ms, 500, "servers and workers: heartbeat period");
 DEFINE_int32(update_threads, 1, "update threads per server");
+DEFINE_int32(stats_every_s, 30, "each server logs a line of rates and state this often (0: never)");
 DEFINE_int32(grace_ms, 5000, "after the job ends or fails, how long children get to exit before SIGKILL");
 DEFINE_string(bin_dir, "", "where the pushpull binaries are (default: beside this one)");
 
@@ -194,7 +195,8 @@ int main(int argc, char** argv) {
     children.push_back(Spawn("server " + std::to_string(s), "server",
                              {dir + "/pushpull-server", "--scheduler=" + scheduler, "--bind_host=127.0.0.1",
                               "--update_threads=" + std::to_string(FLAGS_update_threads), "--rank=" + std::to_string(s),
-                              "--heartbeat_interval_ms=" + hb}));
+                              "--heartbeat_interval_ms=" + hb,
+                              "--stats_every_s=" + std::to_string(FLAGS_stats_every_s)}));
   for (int w = 0; w < FLAGS_workers; ++w) {
     std::vector<std::string> a = {dir + "/pushpull-worker", "--scheduler=" + scheduler,
                                   "--consistency=" + FLAGS_consistency, "--heartbeat_interval_ms=" + hb,

@@ -43,6 +43,7 @@ Status LocalCluster::Start() {
     o.control.scheduler_timeout_ms = 10000 * kTimeoutScale;
     o.control.requested_rank = i;
     o.update_threads = config_.update_threads;
+    o.stats_every_ms = config_.stats_every_ms;
     auto srv = Server::Create(o);
     if (!srv.ok()) return srv.status();
     servers_.push_back(std::move(srv.value()));

@@ -18,6 +18,7 @@ struct LocalClusterConfig {
   int servers = 1;
   int workers = 1;
   int update_threads = 1;
+  int64_t stats_every_ms = 0;  // servers' periodic stats line (0: none)
   int heartbeat_interval_ms = 100;
   int heartbeat_timeout_ms = 1500;
   int request_timeout_ms = 30000;

@@ -3,8 +3,11 @@
 // server/consistency.h; UpdateLoop() is what each update thread runs.
 #include "server/server.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <thread>
 #include <vector>
@@ -89,6 +92,7 @@ class ServerImpl final : public Server {
   void AdvanceMinClock();
   void ServePull(Request* r, int64_t min_live);
   void CountBad(const Status& st, const char* what);
+  void LogStats(int64_t now);
 
   const ServerOptions options_;
   zmq::context_t ctx_;
@@ -113,6 +117,11 @@ class ServerImpl final : public Server {
   std::vector<std::thread> threads_;
   std::vector<zmq::message_t> frames_;
   uint64_t bad_logged_ = 0;
+  // LogStats: the counters when it last logged.
+  struct {
+    int64_t at = 0;
+    uint64_t pushes = 0, pulls = 0, clocks = 0, bytes_in = 0, bytes_out = 0;
+  } logged_;
 };
 
 Status ServerImpl::Run() {
@@ -142,6 +151,8 @@ Status ServerImpl::Run() {
   // one request per pass, and none of a poll's extra calls or a drain's final empty receive.
   Status exit_status;
   int64_t next_control = 0;
+  logged_.at = NowMs();
+  int64_t next_stats = options_.stats_every_ms > 0 ? logged_.at + options_.stats_every_ms : INT64_MAX;
   while (!stop_) {
     int64_t now = NowMs();
     const int64_t timeout = std::max<int64_t>(0, std::min({control_.MsUntilTick(), next_control - now, int64_t{100}}));
@@ -157,6 +168,10 @@ Status ServerImpl::Run() {
     if ((now = NowMs()) >= next_control) {
       HandleControl();
       next_control = now + kControlEveryMs;
+      if (now >= next_stats) {
+        LogStats(now);
+        next_stats = now + options_.stats_every_ms;
+      }
     }
     const Membership& mem = control_.membership();
     if (mem.job_state == Membership::kFinished) {
@@ -232,6 +247,29 @@ void ServerImpl::UpdateLoop(int k) {
       done.send(m, zmq::send_flags::none);
     }
   }
+}
+
+// One line an operator can follow a long job by: rates since the last line, where the slowest
+// worker is, what is waiting, what was refused, and memory.
+void ServerImpl::LogStats(int64_t now) {
+  const double s = std::max<int64_t>(1, now - logged_.at) / 1000.0;
+  const uint64_t pushes = stats_.pushes, pulls = stats_.pulls, clocks = stats_.clocks;
+  const uint64_t in = stats_.bytes_in, out = stats_.bytes_out;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "stats, last %.1f s: %.0f pushes/s, %.0f pulls/s, %.0f clocks/s, in %.1f MB/s, out %.1f MB/s; "
+                "slowest live worker at clock %lld, %llu pulls parked, max staleness %lld; "
+                "so far %llu malformed, %llu refused, %llu duplicates; %.1f MB resident",
+                s, (pushes - logged_.pushes) / s, (pulls - logged_.pulls) / s, (clocks - logged_.clocks) / s,
+                (in - logged_.bytes_in) / s / 1e6, (out - logged_.bytes_out) / s / 1e6,
+                static_cast<long long>(min_live_ == std::numeric_limits<int64_t>::max() ? -1 : min_live_),
+                static_cast<unsigned long long>(stats_.parked_now.load()),
+                static_cast<long long>(stats_.max_staleness.load()),
+                static_cast<unsigned long long>(stats_.bad_messages.load()),
+                static_cast<unsigned long long>(stats_.rejected.load()),
+                static_cast<unsigned long long>(stats_.duplicates.load()), ResidentBytes() / 1e6);
+  PP_LOG(Info) << line;
+  logged_ = {now, pushes, pulls, clocks, in, out};
 }
 
 void ServerImpl::CountBad(const Status& st, const char* what) {

@@ -25,6 +25,7 @@ struct ServerOptions {
   int port = 0;                             // 0: an ephemeral port
   int update_threads = 1;                   // stripes per table
   int64_t max_message_bytes = int64_t(2) << 30;  // larger messages are dropped by ZeroMQ
+  int64_t stats_every_ms = 0;               // log a line of rates and state this often (0: never)
 };
 
 struct ServerStats {

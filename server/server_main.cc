@@ -1,6 +1,7 @@
 // pushpull-server: one shard holder (see server/server.h).
 #include <gflags/gflags.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "common/flags.h"
@@ -19,6 +20,7 @@ DEFINE_int32(scheduler_timeout_ms, 15000, "exit when the scheduler is silent thi
 DEFINE_int32(register_timeout_ms, 120000, "how long to wait for the whole job to register");
 DEFINE_int32(max_message_mb, 2048, "larger messages are dropped");
 DEFINE_int32(rank, -1, "ask the scheduler for this rank (-1: any free one)");
+DEFINE_int32(stats_every_s, 30, "log a line of rates (pushes, pulls, MB/s), the slowest worker's clock, parked pulls and memory this often (0: never)");
 DEFINE_bool(verbose, false, "debug logging");
 
 int main(int argc, char** argv) {
@@ -42,6 +44,7 @@ int main(int argc, char** argv) {
   int cores = static_cast<int>(std::thread::hardware_concurrency());
   o.update_threads = FLAGS_update_threads > 0 ? FLAGS_update_threads : std::max(1, cores - 1);
   o.max_message_bytes = int64_t(FLAGS_max_message_mb) << 20;
+  o.stats_every_ms = int64_t(std::max(0, FLAGS_stats_every_s)) * 1000;
   auto s = pushpull::Server::Create(o);
   if (!s.ok()) {
     PP_LOG(Error) << s.status().ToString();

@@ -21,6 +21,45 @@ TableSpec Dense(const char* name, int rows) {
   return s;
 }
 
+// A server tells the operator how a long job goes: a line every stats_every_ms with the rates
+// since the last line and where the slowest worker is.
+TEST(Operations, ServersLogRatesAndStatePeriodically) {
+  LocalClusterConfig cfg;
+  cfg.servers = 1;
+  cfg.workers = 1;
+  cfg.stats_every_ms = 100;
+  testing::internal::CaptureStderr();
+  {
+    LocalCluster cluster(cfg);
+    ASSERT_TRUE(cluster.Start().ok());
+    Client& c = cluster.client(0);
+    auto t = c.CreateTable(Dense("w", 8));
+    ASSERT_TRUE(t.ok());
+    std::vector<float> v(32);
+    const int64_t until = NowMs() + 450;
+    while (NowMs() < until) {
+      ASSERT_TRUE(c.PushDense(*t, std::vector<float>(32, 0.5f)).Wait().ok());
+      ASSERT_TRUE(c.Clock().ok());
+      ASSERT_TRUE(c.PullDense(*t, v.data()).Wait().ok());
+    }
+    EXPECT_TRUE(cluster.FinishAndJoin().ok());
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  size_t lines = 0, busy = 0;
+  for (size_t at = err.find("stats, last"); at != std::string::npos; at = err.find("stats, last", at + 1)) {
+    const std::string line = err.substr(at, err.find('\n', at) - at);
+    ++lines;
+    EXPECT_NE(line.find("pulls parked"), std::string::npos) << line;
+    EXPECT_NE(line.find("MB resident"), std::string::npos) << line;
+    // A line that saw pushes says so at a rate above zero, and the worker's clock moving.
+    if (line.find(" 0 pushes/s") == std::string::npos && line.find("pushes/s") != std::string::npos &&
+        line.find("slowest live worker at clock -1") == std::string::npos)
+      ++busy;
+  }
+  EXPECT_GE(lines, 2u) << err.substr(0, 2000);
+  EXPECT_GE(busy, 1u) << err.substr(0, 2000);
+}
+
 // Worker 1 disappears (no Finish, no more heartbeats) while worker 0 waits at a BSP pull.
 TEST(WorkerFailure, JobGoesOnWithoutADeadWorkerWhenAsked) {
   LocalClusterConfig cfg;

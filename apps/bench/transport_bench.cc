@@ -24,7 +24,6 @@
 // directions) over the span from the first worker's start to the last worker's end.
 // GB/s = 1e9 bytes/s; sizes are binary (1MB = 2^20 bytes).
 #include <malloc.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -45,6 +44,7 @@
 #include <zmq.hpp>
 
 #include "common/log.h"
+#include "common/memory.h"
 #include "apps/bench/bench.h"
 #include "deploy/local_cluster.h"
 
@@ -445,15 +445,6 @@ class RawDriver {
 
 // ---------------------------------------------------------------------------------------------
 
-size_t ProcessRssBytes() {
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  if (!f) return 0;
-  unsigned long size = 0, resident = 0;
-  int n = std::fscanf(f, "%lu %lu", &size, &resident);
-  std::fclose(f);
-  return n == 2 ? resident * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
-}
-
 TableSpec MakeSpec(const std::string& name, bool sparse, uint64_t rows, uint32_t dim,
                    opt::Kind kind, Consistency c) {
   TableSpec s;
@@ -841,20 +832,20 @@ class TransportBench {
     Client& c = cl.client(0);
     malloc_trim(0);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const size_t before = ProcessRssBytes();
+    const size_t before = ResidentBytes();
     TableSpec spec = MakeSpec("adam_16M", false, N / dim, dim, opt::Kind::kAdam, Asp());
     auto t = c.CreateTable(spec);
     std::string note;
     if (!t.ok()) {
       note = "FAILED: " + t.status().ToString();
     } else {
-      const size_t created = ProcessRssBytes();
+      const size_t created = ResidentBytes();
       std::vector<float> g(N, 1e-3f);  // the client's gradient, handed over (freed once sent)
       st = c.PushDense(*t, std::move(g)).WaitFor(kWaitMs);
       if (!st.ok()) note = "FAILED: " + st.ToString();
       std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let zmq release buffers
       malloc_trim(0);
-      const size_t after = ProcessRssBytes();
+      const size_t after = ResidentBytes();
       if (note.empty()) {
         char buf[512];
         std::snprintf(buf, sizeof buf,
@@ -880,7 +871,7 @@ class TransportBench {
           }
           std::this_thread::sleep_for(std::chrono::milliseconds(300));
           malloc_trim(0);
-          const size_t rss = ProcessRssBytes();
+          const size_t rss = ResidentBytes();
           if (!st.ok()) {
             std::fprintf(stderr, "transport: %s: %s\n", name, st.ToString().c_str());
             return;
