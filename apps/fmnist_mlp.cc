@@ -198,7 +198,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
                 "target=%.3f reached=%s max_staleness=%d network_wait=%.0f%% backend=%s wall=%.1fs",
                 rank, app.consistency.ToString().c_str(), W, app.epochs,
                 rank == 0 ? std::to_string(accuracy).c_str() : "n/a(worker 0 evaluates)", target,
-                result->reached_target ? "yes" : "NO", result->max_staleness,
+                rank != 0 ? "n/a" : (result->reached_target ? "yes" : "NO"), result->max_staleness,
                 100.0 * wait_s / std::max(1e-9, wait_s + compute_s), net.name().c_str(),
                 (NowMs() - start) / 1000.0);
   result->summary = buf;
