@@ -472,8 +472,12 @@ void ServerImpl::ServePull(Request* r, int64_t min_live) {
   r->staleness = static_cast<int32_t>(s);
   // A dense pull of parameters is sent from the parameters themselves, a values frame per
   // stripe, without a copy (copy-on-write: the pull still sees exactly the updates applied
-  // before it). Keyed pulls and optimizer slots are gathered into one buffer.
-  const bool in_place = (h.flags & kFlagRange) && h.slot < 0;
+  // before it). Keyed pulls and optimizer slots are gathered into one buffer, and so are small
+  // pulls that span stripes (one small copied frame rather than several).
+  int stripes = 0;
+  for (const RowSelection& sel : r->sel) stripes += sel.size() > 0;
+  const bool in_place = (h.flags & kFlagRange) && h.slot < 0 &&
+                        (stripes <= 1 || h.row_count() * h.dim * sizeof(float) > kInlineBytes);
   if (in_place) r->shared.resize(r->sel.size());
   else r->out = NewFloatBuffer(h.row_count() * h.dim);
   Dispatch(r);
@@ -499,6 +503,15 @@ void ServerImpl::Dispatch(Request* r) {
   if (!whole && (K == 1 || bytes <= kInlineBytes)) {
     bool idle = true;
     for (int k = 0; k < K && idle; ++k) idle = inflight_[k].load(std::memory_order_acquire) == 0;
+    // A small push to a stripe that a pull reply still holds first copies the stripe
+    // (copy-on-write); with several update threads that copy is theirs to make, not this
+    // thread's, which would stop receiving meanwhile.
+    if (idle && K > 1 && r->op == Request::kApply) {
+      uint64_t copy = 0;
+      for (int k = 0; k < K; ++k)
+        if (r->sel[k].size() > 0) copy += r->shard->stripe(k).CopyOnWriteBytes(r->sel[k]);
+      idle = bytes + copy <= kInlineBytes;
+    }
     if (idle) {
       for (int k = 0; k < K; ++k)
         if (r->sel[k].size() > 0) Execute(r, k);
@@ -670,8 +683,9 @@ void ServerImpl::OnMembership() {
 }  // namespace
 
 Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
-  if (options.update_threads < 1 || options.update_threads > 64)
-    return Status::InvalidArgument("update_threads must be in [1, 64]");
+  // A dense pull reply carries a values frame per stripe: at most kMaxValueFrames.
+  if (options.update_threads < 1 || options.update_threads > static_cast<int>(kMaxValueFrames))
+    return Status::InvalidArgument("update_threads must be in [1, " + std::to_string(kMaxValueFrames) + "]");
   auto s = std::make_unique<ServerImpl>(options);
   PP_RETURN_IF_ERROR(s->Init());
   return std::unique_ptr<Server>(std::move(s));

@@ -8,13 +8,14 @@
 #include "common/memory.h"
 #include "common/log.h"
 #include "common/signals.h"
+#include "common/wire.h"
 #include "server/server.h"
 
 DEFINE_string(scheduler, "tcp://127.0.0.1:7000", "address of pushpull-scheduler");
 DEFINE_string(bind_host, "0.0.0.0", "interface to listen on");
 DEFINE_string(advertise_host, "127.0.0.1", "host name or IP workers use to reach this server");
 DEFINE_int32(port, 0, "TCP port to listen on (0: any free port)");
-DEFINE_int32(update_threads, 0, "update threads (stripes per table); 0: the cores left after the I/O thread");
+DEFINE_int32(update_threads, 0, "update threads (stripes per table), at most 64; 0: the cores left after the I/O thread");
 DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this server is alive");
 DEFINE_int32(scheduler_timeout_ms, 15000, "exit when the scheduler is silent this long");
 DEFINE_int32(register_timeout_ms, 120000, "how long to wait for the whole job to register");
@@ -42,7 +43,9 @@ int main(int argc, char** argv) {
   o.advertise_host = FLAGS_advertise_host;
   o.port = FLAGS_port;
   int cores = static_cast<int>(std::thread::hardware_concurrency());
-  o.update_threads = FLAGS_update_threads > 0 ? FLAGS_update_threads : std::max(1, cores - 1);
+  // Default: the cores left after the I/O thread, at most one per values frame a pull reply may carry.
+  o.update_threads = FLAGS_update_threads > 0 ? FLAGS_update_threads
+                                              : std::clamp(cores - 1, 1, static_cast<int>(pushpull::kMaxValueFrames));
   o.max_message_bytes = int64_t(FLAGS_max_message_mb) << 20;
   o.stats_every_ms = int64_t(std::max(0, FLAGS_stats_every_s)) * 1000;
   auto s = pushpull::Server::Create(o);

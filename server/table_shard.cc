@@ -69,6 +69,12 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::sha
   return held;
 }
 
+size_t Stripe::CopyOnWriteBytes(const RowSelection& sel) const {
+  if (params_.use_count() == 1) return 0;
+  const size_t kept = sel.is_range ? sel.size() : 0;
+  return (num_rows() - std::min(num_rows(), kept)) * dim_ * sizeof(float);
+}
+
 std::shared_ptr<const float> Stripe::ShareRows(uint64_t row) {
   return std::shared_ptr<const float>(params_, params_->data() + (row - row_begin_) * dim_);
 }

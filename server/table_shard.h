@@ -53,6 +53,11 @@ class Stripe {
   // to the stripe goes to another array while it is held). Dense stripes only.
   std::shared_ptr<const float> ShareRows(uint64_t row);
 
+  // Bytes the next ApplyPush of `sel` would copy first because a pull reply still holds the
+  // parameters (copy-on-write: every row outside a range selection, all of them for keys).
+  // Read only while no update thread works on this stripe.
+  size_t CopyOnWriteBytes(const RowSelection& sel) const;
+
   size_t num_rows() const { return steps_.size(); }
   size_t bytes() const;
 

@@ -110,13 +110,18 @@ TEST(Shard, SharedRowsAreASnapshotUnderCopyOnWrite) {
   };
   const std::vector<float> minus1(16, -1.0f);  // SGD, lr 1: each push adds 1
   s.ApplyPush(all[0], nullptr, minus1.data(), ctx);  // all rows 1
-  std::shared_ptr<const float> v1 = s.ShareRows(0);
-  s.ApplyPush(all[0], nullptr, minus1.data(), ctx);  // out of place: all rows 2
-  std::shared_ptr<const float> v2 = s.ShareRows(0);
-  s.ApplyPush(part[0], nullptr, minus1.data(), ctx);  // rows 2..4 -> 3, the others copied
   const std::vector<Key> keys{7};
   std::vector<RowSelection> keyed;
   t.Split(keys.data(), 1, &keyed);
+  EXPECT_EQ(s.CopyOnWriteBytes(keyed[0]), 0u);  // nothing holds the parameters: no copy
+  std::shared_ptr<const float> v1 = s.ShareRows(0);
+  // What a write would copy first while v1 holds them (the server's inline decision uses it).
+  EXPECT_EQ(s.CopyOnWriteBytes(all[0]), 0u);                      // rewrites every row
+  EXPECT_EQ(s.CopyOnWriteBytes(part[0]), 5u * 2 * sizeof(float));  // the 5 rows outside 2..4
+  EXPECT_EQ(s.CopyOnWriteBytes(keyed[0]), 8u * 2 * sizeof(float)); // keyed: every row
+  s.ApplyPush(all[0], nullptr, minus1.data(), ctx);  // out of place: all rows 2
+  std::shared_ptr<const float> v2 = s.ShareRows(0);
+  s.ApplyPush(part[0], nullptr, minus1.data(), ctx);  // rows 2..4 -> 3, the others copied
   s.ApplyPush(keyed[0], keys.data(), minus1.data(), ctx);  // row 7 -> 3 (in place now)
   for (int i = 0; i < 16; ++i) EXPECT_EQ(v1.get()[i], 1.0f) << i;
   for (int i = 0; i < 16; ++i) EXPECT_EQ(v2.get()[i], 2.0f) << i;

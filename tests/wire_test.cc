@@ -539,5 +539,96 @@ TEST(Stripes, DensePullIsSentFromEveryStripeInPlace) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+TableSpec AspTable(const std::string& name, uint64_t rows, uint32_t dim) {
+  TableSpec s;
+  s.name = name;
+  s.rows = rows;
+  s.dim = dim;
+  s.consistency.model = Consistency::kAsp;
+  return s;
+}
+
+// Fewer rows than stripes (some stripes empty), tiny and wide rows, small pulls (gathered into
+// one frame per server) and large ones (a frame per stripe that holds rows).
+TEST(Stripes, EmptyStripesAndEveryPullSize) {
+  LocalClusterConfig cfg;
+  cfg.servers = 2;
+  cfg.workers = 1;
+  cfg.update_threads = 5;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  for (uint64_t rows : {1, 2, 3, 7, 11}) {
+    for (uint32_t dim : {1u, 3u, 2048u, 16384u}) {
+      const std::string name = "t" + std::to_string(rows) + "x" + std::to_string(dim);
+      auto t = c.CreateTable(AspTable(name, rows, dim));
+      ASSERT_TRUE(t.ok()) << t.status().ToString();
+      std::vector<float> g(rows * dim);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = float(i % 97) + 1;
+      ASSERT_TRUE(c.PushDense(*t, g).Wait().ok());
+      std::vector<float> out(rows * dim, 9.0f);
+      ASSERT_TRUE(c.PullDense(*t, out.data()).Wait().ok());
+      for (size_t i = 0; i < g.size(); ++i) ASSERT_FLOAT_EQ(out[i], -0.01f * g[i]) << name << " " << i;
+      PulledRows v;
+      ASSERT_TRUE(c.PullDenseView(*t, &v).Wait().ok());
+      std::vector<float> copied(rows * dim, 9.0f);
+      v.CopyTo(copied.data());
+      EXPECT_EQ(copied, out) << name;
+      uint64_t next = 0;
+      for (size_t i = 0; i < v.num_parts(); ++i) {
+        EXPECT_EQ(v.part_first_row(i), next) << name << " part " << i;
+        next += v.part_floats(i) / dim;
+      }
+      EXPECT_EQ(next, rows) << name;
+      const size_t per_server = (rows + 1) / 2 * dim * sizeof(float);
+      if (per_server <= 64 * 1024) {
+        EXPECT_LE(v.num_parts(), 2u) << name << ": small pulls come in one frame per server";
+      }
+      if (rows >= 7 && dim == 16384) {
+        EXPECT_GT(v.num_parts(), 2u) << name << ": large pulls come a frame per stripe";
+      }
+    }
+  }
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+// Pushes and pulls not waited for: each pull waits on the update threads behind the pushes
+// before it, and the pushes after it (dense ones, and small keyed ones that copy the stripes a
+// reply still holds) do not change what it sends.
+TEST(Stripes, QueuedPullsSeeExactlyTheEarlierPushes) {
+  LocalClusterConfig cfg;
+  cfg.servers = 1;
+  cfg.workers = 1;
+  cfg.update_threads = 3;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  const uint64_t rows = 30000;
+  const uint32_t dim = 16;
+  auto t = c.CreateTable(AspTable("queued", rows, dim));
+  ASSERT_TRUE(t.ok());
+  auto g = std::make_shared<const std::vector<float>>(rows * dim, 1.0f);
+  const int n = 40;
+  std::vector<std::vector<float>> outs(n, std::vector<float>(rows * dim));
+  std::vector<PulledRows> views(n);
+  std::vector<Future> fs;
+  const std::vector<Key> keyed = {0, rows - 1, rows / 3, rows / 2};
+  for (int i = 0; i < n; ++i) {
+    fs.push_back(c.PushDense(*t, g));
+    fs.push_back(i % 2 ? c.PullDense(*t, outs[i].data()) : c.PullDenseView(*t, &views[i]));
+    if (i % 5 == 0) fs.push_back(c.Push(*t, keyed, std::vector<float>(keyed.size() * dim, 1.0f)));
+  }
+  for (auto& f : fs) ASSERT_TRUE(f.Wait().ok());
+  for (int i = 0; i < n; ++i) {
+    std::vector<float>& o = outs[i];
+    if (i % 2 == 0) views[i].CopyTo(o.data());
+    const int keyed_before = (i + 4) / 5;  // rounds j < i with j % 5 == 0 (round i's comes after its pull)
+    for (uint64_t r : {uint64_t(1), rows / 4, rows - 2}) EXPECT_NEAR(o[r * dim], -0.01f * (i + 1), 1e-4) << i << " " << r;
+    EXPECT_NEAR(o[0], -0.01f * (i + 1 + keyed_before), 1e-4) << i;
+    EXPECT_NEAR(o[(rows - 1) * dim + dim - 1], -0.01f * (i + 1 + keyed_before), 1e-4) << i;
+  }
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 }  // namespace
 }  // namespace pushpull

@@ -90,39 +90,38 @@ struct PulledParts {
   std::vector<uint64_t> first_row;                  // [server part]
   uint32_t dim = 0;
 
-  // Frame i counting over all server parts, and the first row it holds.
-  const zmq::message_t& Frame(size_t i, uint64_t* row = nullptr) const {
-    for (size_t s = 0; s < frames.size(); ++s) {
-      uint64_t r = first_row[s];
-      for (const zmq::message_t& f : frames[s]) {
-        if (i-- == 0) {
-          if (row) *row = r;
-          return f;
+  // Every frame in row order with the first row it holds, listed on first use (the pull is done
+  // by then: PulledRows is read only after its Future).
+  struct Part {
+    const zmq::message_t* frame;
+    uint64_t first_row;
+  };
+  const std::vector<Part>& Parts() const {
+    std::call_once(listed_, [this] {
+      for (size_t s = 0; s < frames.size(); ++s) {
+        uint64_t r = first_row[s];
+        for (const zmq::message_t& f : frames[s]) {
+          parts_.push_back({&f, r});
+          r += f.size() / sizeof(float) / dim;
         }
-        r += f.size() / sizeof(float) / dim;
       }
-    }
-    throw std::out_of_range("PulledRows part");
+    });
+    return parts_;
   }
+
+ private:
+  mutable std::once_flag listed_;
+  mutable std::vector<Part> parts_;
 };
 
 }  // namespace internal
 
 using internal::FutureState;
 
-size_t PulledRows::num_parts() const {
-  size_t n = 0;
-  if (p_)
-    for (const auto& fs : p_->frames) n += fs.size();
-  return n;
-}
-const float* PulledRows::part(size_t i) const { return static_cast<const float*>(p_->Frame(i).data()); }
-size_t PulledRows::part_floats(size_t i) const { return p_->Frame(i).size() / sizeof(float); }
-uint64_t PulledRows::part_first_row(size_t i) const {
-  uint64_t row = 0;
-  p_->Frame(i, &row);
-  return row;
-}
+size_t PulledRows::num_parts() const { return p_ ? p_->Parts().size() : 0; }
+const float* PulledRows::part(size_t i) const { return static_cast<const float*>(p_->Parts().at(i).frame->data()); }
+size_t PulledRows::part_floats(size_t i) const { return p_->Parts().at(i).frame->size() / sizeof(float); }
+uint64_t PulledRows::part_first_row(size_t i) const { return p_->Parts().at(i).first_row; }
 void PulledRows::CopyTo(float* out) const {
   if (!p_) return;
   for (size_t s = 0; s < p_->frames.size(); ++s) {

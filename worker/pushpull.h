@@ -63,9 +63,10 @@ struct PulledParts;
 }
 
 // The values of a dense pull, read in place from the messages the servers sent: no copy. Parts
-// are contiguous runs of whole rows in row order: one per stripe of each server (a server with K
-// update threads sends K). Valid once the pull's Future is done, for as long as this object
-// lives (it keeps the messages).
+// are contiguous runs of whole rows in row order, one per frame the servers sent: a server with
+// K update threads sends a frame per stripe holding rows of the table (one when the pull is
+// small), so num_parts() is not the number of servers. Valid once the pull's Future is done
+// (and succeeded), for as long as this object lives (it keeps the messages).
 class PulledRows {
  public:
   size_t num_parts() const;
