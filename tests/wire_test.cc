@@ -458,23 +458,33 @@ TEST(ClientErrors, BadShapesAreRefusedBeforeSending) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+TableSpec AspTable(const std::string& name, uint64_t rows, uint32_t dim) {
+  TableSpec s;
+  s.name = name;
+  s.rows = rows;
+  s.dim = dim;
+  s.consistency.model = Consistency::kAsp;
+  return s;
+}
+
+// S servers with K update threads each (K stripes per table), one worker.
+LocalClusterConfig Striped(int servers, int update_threads) {
+  LocalClusterConfig cfg;
+  cfg.servers = servers;
+  cfg.workers = 1;
+  cfg.update_threads = update_threads;
+  return cfg;
+}
+
 // With several update threads a server's rows are split into stripes; a dense pull is sent
 // from each stripe's parameters in place, one values frame per stripe, and keeps seeing the
 // version it was sent from while pushes go on (copy-on-write, per stripe). Keyed pulls that span
 // stripes are gathered by every stripe's thread into one buffer.
 TEST(Stripes, DensePullIsSentFromEveryStripeInPlace) {
-  LocalClusterConfig cfg;
-  cfg.servers = 2;
-  cfg.workers = 1;
-  cfg.update_threads = 3;
-  LocalCluster cluster(cfg);
+  LocalCluster cluster(Striped(2, 3));
   ASSERT_TRUE(cluster.Start().ok());
   Client& c = cluster.client(0);
-  TableSpec spec;
-  spec.name = "striped";
-  spec.rows = 4096;  // 128 KB a server: pushes go to the update threads, not inline
-  spec.dim = 16;
-  spec.consistency.model = Consistency::kAsp;
+  const TableSpec spec = AspTable("striped", 4096, 16);  // 128 KB a server: pushes go to the update threads
   auto t = c.CreateTable(spec);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   const size_t n = spec.rows * spec.dim;
@@ -539,23 +549,10 @@ TEST(Stripes, DensePullIsSentFromEveryStripeInPlace) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
-TableSpec AspTable(const std::string& name, uint64_t rows, uint32_t dim) {
-  TableSpec s;
-  s.name = name;
-  s.rows = rows;
-  s.dim = dim;
-  s.consistency.model = Consistency::kAsp;
-  return s;
-}
-
 // Fewer rows than stripes (some stripes empty), tiny and wide rows, small pulls (gathered into
 // one frame per server) and large ones (a frame per stripe that holds rows).
 TEST(Stripes, EmptyStripesAndEveryPullSize) {
-  LocalClusterConfig cfg;
-  cfg.servers = 2;
-  cfg.workers = 1;
-  cfg.update_threads = 5;
-  LocalCluster cluster(cfg);
+  LocalCluster cluster(Striped(2, 5));
   ASSERT_TRUE(cluster.Start().ok());
   Client& c = cluster.client(0);
   for (uint64_t rows : {1, 2, 3, 7, 11}) {
@@ -596,11 +593,7 @@ TEST(Stripes, EmptyStripesAndEveryPullSize) {
 // before it, and the pushes after it (dense ones, and small keyed ones that copy the stripes a
 // reply still holds) do not change what it sends.
 TEST(Stripes, QueuedPullsSeeExactlyTheEarlierPushes) {
-  LocalClusterConfig cfg;
-  cfg.servers = 1;
-  cfg.workers = 1;
-  cfg.update_threads = 3;
-  LocalCluster cluster(cfg);
+  LocalCluster cluster(Striped(1, 3));
   ASSERT_TRUE(cluster.Start().ok());
   Client& c = cluster.client(0);
   const uint64_t rows = 30000;
