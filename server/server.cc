@@ -571,9 +571,14 @@ void ServerImpl::Reply(Request* r) {
       values = ZeroCopyFrame(r->out.get(), bytes, r->out);
     } else {
       const size_t row_bytes = size_t(h.dim) * sizeof(float);
-      for (size_t k = 0; k < r->shared.size(); ++k)
-        if (r->sel[k].size() > 0)
-          split.push_back(ZeroCopyFrame(r->shared[k].get(), r->sel[k].size() * row_bytes, r->shared[k]));
+      size_t frames = 0;
+      for (size_t k = 0; k < r->shared.size(); ++k) frames += r->sel[k].size() > 0;
+      for (size_t k = 0; k < r->shared.size(); ++k) {
+        if (r->sel[k].size() == 0) continue;
+        zmq::message_t f = ZeroCopyFrame(r->shared[k].get(), r->sel[k].size() * row_bytes, r->shared[k]);
+        if (frames == 1) values = std::move(f);  // one stripe: the plain three-frame reply
+        else split.push_back(std::move(f));
+      }
     }
   }
   zmq::message_t to = ReplyIdentity(r->msg);
