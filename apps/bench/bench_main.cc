@@ -28,6 +28,11 @@ int main(int argc, char** argv) {
                       "[--filter=SUBSTRING] [--quick] [--threads=N] [--list]\n"
                       "Benches:";
   for (const auto& b : Registry()) usage += " " + b.name;
+  usage +=
+      "\nProfiling one transport case (docs/PERFORMANCE.md): PP_TRANSPORT_PROFILE=OP/SIZE/SsWw[/raw]\n"
+      "  (e.g. pushpull/16MB/1s1w, pull_p50/4KB/2s2w, sparse_pushpull/1MB/1s1w) runs only that case, one\n"
+      "  side, for PP_TRANSPORT_PROFILE_S seconds (default 5), servers with PP_TRANSPORT_PROFILE_K\n"
+      "  update threads (default 1); use with --filter=transport, under perf if you like.";
   pushpull::ParseFlagsOrHelp(&argc, &argv, usage.c_str(), "apps/bench/");
   pushpull::TuneMallocForLargeMessages();
 
