@@ -398,7 +398,7 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
     if (row_bytes == 0 || f.size() == 0 || f.size() % row_bytes != 0)
       return Status::Corruption("values frame " + std::to_string(i) + " has " + std::to_string(f.size()) +
                                 " bytes, not a whole number of rows of dim " + std::to_string(h.dim));
-    align(f, alignof(float));
+    if (i > 0) align(f, alignof(float));  // (the first was realigned above)
     total += f.size();
   }
   if (total != value_bytes)
