@@ -393,8 +393,8 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
   // Split values: each frame whole rows, together what the header implies.
   const uint64_t row_bytes = uint64_t(h.dim) * sizeof(float);
   uint64_t total = 0;
-  for (size_t i = 0; i <= out->more_values.size(); ++i) {
-    zmq::message_t& f = i == 0 ? out->values : out->more_values[i - 1];
+  for (size_t i = 0; i < out->num_value_frames(); ++i) {
+    zmq::message_t& f = out->value_frame(i);
     if (row_bytes == 0 || f.size() == 0 || f.size() % row_bytes != 0)
       return Status::Corruption("values frame " + std::to_string(i) + " has " + std::to_string(f.size()) +
                                 " bytes, not a whole number of rows of dim " + std::to_string(h.dim));

@@ -105,6 +105,15 @@ struct Message {
   zmq::message_t values;
   std::vector<zmq::message_t> more_values;
 
+  // The values frames in order: values, then more_values.
+  size_t num_value_frames() const { return 1 + more_values.size(); }
+  zmq::message_t& value_frame(size_t i) { return i == 0 ? values : more_values[i - 1]; }
+  size_t value_bytes() const {
+    size_t n = values.size();
+    for (const zmq::message_t& f : more_values) n += f.size();
+    return n;
+  }
+
   const Key* key_data() const { return static_cast<const Key*>(keys.data()); }
   const float* value_data() const { return static_cast<const float*>(values.data()); }
   float* mutable_value_data() { return static_cast<float*>(values.data()); }

@@ -501,18 +501,18 @@ void ServerImpl::Dispatch(Request* r) {
   // (Sharing a stripe's rows for an in-place pull costs nothing, whatever their size.)
   const uint64_t bytes = whole || !r->shared.empty() ? 0 : r->msg.header.row_count() * r->msg.header.dim * sizeof(float);
   if (!whole && (K == 1 || bytes <= kInlineBytes)) {
-    bool idle = true;
-    for (int k = 0; k < K && idle; ++k) idle = inflight_[k].load(std::memory_order_acquire) == 0;
+    bool run_here = true;
+    for (int k = 0; k < K && run_here; ++k) run_here = inflight_[k].load(std::memory_order_acquire) == 0;
     // A small push to a stripe that a pull reply still holds first copies the stripe
     // (copy-on-write); with several update threads that copy is theirs to make, not this
     // thread's, which would stop receiving meanwhile.
-    if (idle && K > 1 && r->op == Request::kApply) {
+    if (run_here && K > 1 && r->op == Request::kApply) {
       uint64_t copy = 0;
       for (int k = 0; k < K; ++k)
         if (r->sel[k].size() > 0) copy += r->shard->stripe(k).CopyOnWriteBytes(r->sel[k]);
-      idle = bytes + copy <= kInlineBytes;
+      run_here = bytes + copy <= kInlineBytes;
     }
-    if (idle) {
+    if (run_here) {
       for (int k = 0; k < K; ++k)
         if (r->sel[k].size() > 0) Execute(r, k);
       Reply(r);

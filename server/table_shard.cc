@@ -69,10 +69,15 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::sha
   return held;
 }
 
+std::pair<uint64_t, uint64_t> Stripe::OutOfPlaceRows(const RowSelection& sel) const {
+  if (!sel.is_range) return {0, 0};
+  return {sel.range_begin - row_begin_, sel.range_end - row_begin_};
+}
+
 size_t Stripe::CopyOnWriteBytes(const RowSelection& sel) const {
   if (params_.use_count() == 1) return 0;
-  const size_t kept = sel.is_range ? sel.size() : 0;
-  return (num_rows() - std::min(num_rows(), kept)) * dim_ * sizeof(float);
+  const auto [b, e] = OutOfPlaceRows(sel);
+  return (num_rows() - std::min<uint64_t>(num_rows(), e - b)) * dim_ * sizeof(float);
 }
 
 std::shared_ptr<const float> Stripe::ShareRows(uint64_t row) {
@@ -133,8 +138,8 @@ void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* gr
   // A row range is written out of place when a reply holds the array; keyed rows (sparse tables
   // may also add rows) in place, after a full copy in that case.
   std::shared_ptr<FloatArray> held;  // keeps `in` alive through the loop
-  const float* in = sel.is_range ? BeginWrite(sel.range_begin - row_begin_, sel.range_end - row_begin_, &held)
-                                 : BeginWrite(0, 0, &held);
+  const auto [keep_begin, keep_end] = OutOfPlaceRows(sel);
+  const float* in = BeginWrite(keep_begin, keep_end, &held);
   float* slot_ptrs[8];
   ForEachRun(sel, keys, true, [&](uint32_t r, uint64_t pos, size_t len) {
     opt::StepContext ctx = ctx_in;

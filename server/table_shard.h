@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/cluster.h"
@@ -96,6 +97,9 @@ class Stripe {
   // place), or the current array when nothing holds it. `held` keeps the held array alive until
   // the caller is done reading it (the reply may release it meanwhile).
   const float* BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::shared_ptr<FloatArray>* held);
+  // The local rows [first, second) an ApplyPush of `sel` writes out of place under copy-on-write
+  // (its range; none for keys, written in place after a full copy).
+  std::pair<uint64_t, uint64_t> OutOfPlaceRows(const RowSelection& sel) const;
   void AppendRows(uint64_t first_key, size_t n, const Key* keys);
   template <typename F>
   void ForEachRun(const RowSelection& sel, const Key* keys, bool match_steps, F&& f);

@@ -941,8 +941,7 @@ void ClientImpl::HandleReply(Message& m, int from) {
                                                         std::to_string(part.rows) + " of dim " + std::to_string(part.dim)));
       return;
     }
-    size_t nbytes = m.values.size();
-    for (const zmq::message_t& f : m.more_values) nbytes += f.size();
+    const size_t nbytes = m.value_bytes();
     {
       std::lock_guard<std::mutex> l(part.fs->mu);
       if (!part.fs->abandoned) {
@@ -950,15 +949,14 @@ void ClientImpl::HandleReply(Message& m, int from) {
           // Kept, not copied.
           std::vector<zmq::message_t>& keep = part.view->frames[part.view_index];
           keep.clear();
-          keep.push_back(std::move(m.values));
-          for (zmq::message_t& f : m.more_values) keep.push_back(std::move(f));
+          for (size_t fi = 0; fi < m.num_value_frames(); ++fi) keep.push_back(std::move(m.value_frame(fi)));
         } else {
           // Row i of the reply (counted over its frames, each whole rows) goes to
           // out + positions[i] * dim, or out + i * dim.
           const size_t row_floats = part.dim;
           size_t i = 0;
-          for (size_t fi = 0; fi <= m.more_values.size(); ++fi) {
-            const zmq::message_t& f = fi == 0 ? m.values : m.more_values[fi - 1];
+          for (size_t fi = 0; fi < m.num_value_frames(); ++fi) {
+            const zmq::message_t& f = m.value_frame(fi);
             const float* src = static_cast<const float*>(f.data());
             const size_t rows = row_floats ? f.size() / sizeof(float) / row_floats : 0;
             if (part.positions.empty()) {

@@ -784,17 +784,14 @@ class TransportBench {
   // the two differ by less than single runs scatter here (docs/PERFORMANCE.md).
   void RunSplitPull() {
     const size_t bytes = 16 * kMB;
-    const uint32_t dim = 1024;
+    const std::string name = "pull_2s_vs_1s/16MB/1w";
     std::unique_ptr<LocalCluster> cl[2];
     std::unique_ptr<PushPullDriver> drv[2];
     for (int i = 0; i < 2; ++i) {
-      const LocalClusterConfig lc = BenchCluster(i + 1, 1);
-      cl[i] = std::make_unique<LocalCluster>(lc);
-      Status st = cl[i]->Start();
-      auto t = st.ok() ? cl[i]->client(0).CreateTable(MakeSpec("split", false, bytes / 4 / dim, dim, opt::Kind::kSgd, Asp()))
-                       : Result<Table>(st);
+      cl[i] = std::make_unique<LocalCluster>(BenchCluster(i + 1, 1));
+      auto t = StartWithDenseTable(*cl[i], "split", bytes);
       if (!t.ok()) {
-        Add("pull_2s_vs_1s/16MB/1w", "GB/s", NAN, 0.0, "FAILED: " + t.status().ToString());
+        Add(name, "GB/s", NAN, 0.0, "FAILED: " + t.status().ToString());
         return;
       }
       drv[i] = std::make_unique<PushPullDriver>(cl[i]->client(0), t.value(), bytes / 4, nullptr, 2, kWaitMs);
@@ -802,24 +799,17 @@ class TransportBench {
     Plan plan = ThroughputPlan(cfg_, bytes);
     const int reps = cfg_.quick ? cfg_.reps : 2 * cfg_.reps;
     if (!cfg_.quick) plan.budget_s = std::max(plan.budget_s, 0.5);
-    double best[2] = {0, 0};
-    std::string error;
-    Barrier bar(1);
-    for (int rep = 0; rep < reps && error.empty(); ++rep)
-      for (int i = 1; i >= 0 && error.empty(); --i) {
-        RunResult r = RunWorkers(1, double(bytes), [&](int) { return RunLoop(*drv[i], Op::kPull, plan, bar); });
-        if (!r.ok) error = r.error;
-        best[i] = std::max(best[i], r.gbps);
-      }
+    double best[2] = {0, 0};  // 2 servers, 1 server
+    const std::string error = BestOfAlternatingPulls(*drv[1], *drv[0], plan, bytes, reps, best);
     for (int i = 0; i < 2; ++i) {
       drv[i].reset();
       Status st = cl[i]->FinishAndJoin();
       if (!st.ok()) std::fprintf(stderr, "transport: split-pull cluster finish: %s\n", st.ToString().c_str());
     }
     if (!error.empty())
-      Add("pull_2s_vs_1s/16MB/1w", "GB/s", NAN, 0.0, "FAILED: " + error);
+      Add(name, "GB/s", NAN, 0.0, "FAILED: " + error);
     else
-      Add("pull_2s_vs_1s/16MB/1w", "GB/s", best[1], best[0],
+      Add(name, "GB/s", best[0], best[1],
           "dense 16MB pull throughput with 2 servers (value) vs 1 server (baseline), 1 worker, "
           "pipelined depth 2, runs of " + std::to_string(int(plan.budget_s * 1000)) +
               " ms of the two alternating, best of " + std::to_string(reps));
@@ -831,35 +821,25 @@ class TransportBench {
   // runs above all have one).
   void RunStripedPull() {
     const size_t bytes = 16 * kMB;
-    const uint32_t dim = 1024;
     const int K = 3;
     const std::string name = "pull_3stripes/16MB/1s1w";
     LocalCluster cl(BenchCluster(1, 1, K));
-    Status st = cl.Start();
-    auto t = st.ok() ? cl.client(0).CreateTable(MakeSpec("striped", false, bytes / 4 / dim, dim, opt::Kind::kSgd, Asp()))
-                     : Result<Table>(st);
+    auto t = StartWithDenseTable(cl, "striped", bytes);
     if (!t.ok()) {
       Add(name, "GB/s", NAN, 0.0, "FAILED: " + t.status().ToString());
       return;
     }
     const Plan plan = ThroughputPlan(cfg_, bytes);
-    double best[2] = {0, 0};
+    double best[2] = {0, 0};  // pushpull, raw
     std::string error;
     {
       RawServer server(bytes + 4096);
       RawClient raw(std::vector<std::string>{server.address()});
       PushPullDriver pp(cl.client(0), t.value(), bytes / 4, nullptr, plan.depth, kWaitMs);
       RawDriver rw(raw, {bytes / 4}, {0}, kWaitMs);
-      Barrier bar(1);
-      for (int rep = 0; rep < cfg_.reps && error.empty(); ++rep) {
-        RunResult a = RunWorkers(1, double(bytes), [&](int) { return RunLoop(pp, Op::kPull, plan, bar); });
-        RunResult b = RunWorkers(1, double(bytes), [&](int) { return RunLoop(rw, Op::kPull, plan, bar); });
-        if (!a.ok || !b.ok) error = a.ok ? b.error : a.error;
-        best[0] = std::max(best[0], a.gbps);
-        best[1] = std::max(best[1], b.gbps);
-      }
+      error = BestOfAlternatingPulls(pp, rw, plan, bytes, cfg_.reps, best);
     }
-    st = cl.FinishAndJoin();
+    Status st = cl.FinishAndJoin();
     if (!st.ok()) std::fprintf(stderr, "transport: striped-pull cluster finish: %s\n", st.ToString().c_str());
     if (!error.empty())
       Add(name, "GB/s", NAN, 0.0, "FAILED: " + error);
@@ -868,6 +848,30 @@ class TransportBench {
           "dense 16MB PullDenseView from 1 server with " + std::to_string(K) +
               " update threads (a zero-copy values frame per stripe) vs raw ZeroMQ, pipelined depth " +
               std::to_string(plan.depth) + ", alternating, best of " + std::to_string(cfg_.reps));
+  }
+
+  // Starts `cl` and creates a dense SGD table of `bytes` (rows of 1024 floats) on it.
+  static Result<Table> StartWithDenseTable(LocalCluster& cl, const std::string& name, size_t bytes) {
+    const uint32_t dim = 1024;
+    Status st = cl.Start();
+    if (!st.ok()) return st;
+    return cl.client(0).CreateTable(MakeSpec(name, false, bytes / 4 / dim, dim, opt::Kind::kSgd, Asp()));
+  }
+
+  // Pull runs of drivers a and b, alternating (a first) `reps` times; best[0] and best[1] get
+  // each one's best throughput. Returns the first error, or "".
+  template <class A, class B>
+  static std::string BestOfAlternatingPulls(A& a, B& b, const Plan& plan, size_t bytes, int reps, double best[2]) {
+    Barrier bar(1);
+    for (int rep = 0; rep < reps; ++rep) {
+      RunResult ra = RunWorkers(1, double(bytes), [&](int) { return RunLoop(a, Op::kPull, plan, bar); });
+      if (!ra.ok) return ra.error;
+      best[0] = std::max(best[0], ra.gbps);
+      RunResult rb = RunWorkers(1, double(bytes), [&](int) { return RunLoop(b, Op::kPull, plan, bar); });
+      if (!rb.ok) return rb.error;
+      best[1] = std::max(best[1], rb.gbps);
+    }
+    return "";
   }
 
   // Resident memory of a dense Adam table of N = 16M floats on a server (a thread here).
