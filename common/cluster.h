@@ -88,6 +88,10 @@ struct ServerAddress {
 struct ClusterMap {
   int32_t num_workers = 0;
   std::vector<ServerAddress> servers;
+  // A job restored from a checkpoint (server/checkpoint.h): its directory and clock, where every
+  // worker starts. Empty / 0 for a fresh job.
+  std::string restore_from;
+  int64_t start_clock = 0;
 };
 
 // Which nodes are alive and whether the job is ending; the scheduler pushes it on every change

@@ -159,7 +159,8 @@ template <class Ar>
 void SaveBody(Ar& ar, const Header& h) {
   SaveCommon(ar, h);
   switch (h.type) {
-    case MsgType::kRegister: SaveString(ar, h.address); break;
+    case MsgType::kRegister:
+    case MsgType::kCheckpoint: SaveString(ar, h.address); break;
     case MsgType::kRegisterReply:
     case MsgType::kMembership:
       if (h.type == MsgType::kRegisterReply) {
@@ -170,6 +171,8 @@ void SaveBody(Ar& ar, const Header& h) {
           ar(s.rank);
           SaveString(ar, s.address);
         }
+        ar(h.cluster.start_clock);
+        SaveString(ar, h.cluster.restore_from);
       }
       ar(h.membership.version, h.membership.job_state);
       SavePodVector(ar, h.membership.worker_alive);
@@ -209,6 +212,7 @@ void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h) {
   LoadCommon(ar, buf, h);
   switch (h.type) {
     case MsgType::kRegister: LoadString(ar, buf, h.address, 256, "address"); break;
+    case MsgType::kCheckpoint: LoadString(ar, buf, h.address, 4096, "checkpoint directory"); break;
     case MsgType::kRegisterReply:
     case MsgType::kMembership:
       if (h.type == MsgType::kRegisterReply) {
@@ -221,6 +225,8 @@ void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h) {
           ar(s.rank);
           LoadString(ar, buf, s.address, 256, "server address");
         }
+        ar(h.cluster.start_clock);
+        LoadString(ar, buf, h.cluster.restore_from, 4096, "checkpoint directory");
       }
       ar(h.membership.version, h.membership.job_state);
       LoadPodVector(ar, buf, h.membership.worker_alive, kMaxNodes, "worker list");
@@ -242,7 +248,7 @@ void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h) {
 
 bool KnownType(MsgType t) {
   uint8_t v = static_cast<uint8_t>(t);
-  return (v >= 1 && v <= 10) || (v >= 20 && v <= 27);
+  return (v >= 1 && v <= 12) || (v >= 20 && v <= 27);
 }
 
 }  // namespace
@@ -259,6 +265,8 @@ const char* MsgTypeName(MsgType t) {
     case MsgType::kBarrierReply: return "BarrierReply";
     case MsgType::kDone: return "Done";
     case MsgType::kDoneReply: return "DoneReply";
+    case MsgType::kCheckpoint: return "Checkpoint";
+    case MsgType::kCheckpointReply: return "CheckpointReply";
     case MsgType::kPush: return "Push";
     case MsgType::kPushReply: return "PushReply";
     case MsgType::kPull: return "Pull";
@@ -275,7 +283,7 @@ bool IsDataType(MsgType t) { return static_cast<uint8_t>(t) >= 20; }
 bool IsReply(MsgType t) {
   switch (t) {
     case MsgType::kRegisterReply: case MsgType::kCreateTableReply: case MsgType::kBarrierReply:
-    case MsgType::kDoneReply: case MsgType::kPushReply: case MsgType::kPullReply:
+    case MsgType::kDoneReply: case MsgType::kCheckpointReply: case MsgType::kPushReply: case MsgType::kPullReply:
     case MsgType::kClockReply: case MsgType::kHelloReply:
       return true;
     default: return false;

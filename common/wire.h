@@ -24,7 +24,7 @@
 namespace pushpull {
 
 constexpr uint32_t kWireMagic = 0x50505348;  // "PPSH"
-constexpr uint16_t kWireVersion = 2;  // 2: pull replies may split their values over frames
+constexpr uint16_t kWireVersion = 3;  // 2: pull replies may split their values over frames; 3: checkpoints
 constexpr size_t kMaxHeaderBytes = 64 * 1024;
 constexpr size_t kMaxErrorText = 1024;
 constexpr uint64_t kMaxKeysPerMessage = uint64_t(1) << 31;
@@ -43,6 +43,8 @@ enum class MsgType : uint8_t {
   kBarrierReply = 8,
   kDone = 9,             // worker -> scheduler: this worker finished
   kDoneReply = 10,
+  kCheckpoint = 11,      // worker -> scheduler: at this clock; scheduler -> server: write into `address`
+  kCheckpointReply = 12,
   // data plane
   kPush = 20,            // keys (or a row range) + gradients, tagged with the worker's clock
   kPushReply = 21,
@@ -82,7 +84,7 @@ struct Header {
   std::string error;       // status text, at most kMaxErrorText bytes
 
   // Control payloads, present according to type.
-  std::string address;     // kRegister: where a server listens
+  std::string address;     // kRegister: where a server listens; kCheckpoint: the directory
   ClusterMap cluster;      // kRegisterReply
   Membership membership;   // kRegisterReply, kMembership
   TableSpec spec;          // kCreateTable (worker -> scheduler)

@@ -30,6 +30,8 @@ Status LocalCluster::Start() {
   so.register_timeout_ms = 30000;
   so.request_timeout_ms = 10000;
   so.continue_on_worker_death = config_.continue_on_worker_death;
+  so.checkpoint_dir = config_.checkpoint_dir;
+  so.restore_from = config_.restore_from;
   auto s = Scheduler::Create(so);
   if (!s.ok()) return s.status();
   scheduler_ = std::move(s.value());

@@ -23,6 +23,8 @@ struct LocalClusterConfig {
   int heartbeat_timeout_ms = 1500;
   int request_timeout_ms = 30000;
   bool continue_on_worker_death = false;
+  std::string checkpoint_dir;  // the scheduler's --checkpoint_dir (empty: checkpoints off)
+  std::string restore_from;    // the scheduler's --restore_from (empty: a fresh job)
 };
 
 class LocalCluster {

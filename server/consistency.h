@@ -40,8 +40,9 @@ inline int64_t PullStaleness(int64_t c, int64_t min_live) {
 // The vector of worker clocks one server has received.
 class ClockVector {
  public:
-  explicit ClockVector(int num_workers = 0) : clock_(num_workers, 0), alive_(num_workers, 1) {}
-  void Reset(int num_workers) { *this = ClockVector(num_workers); }
+  explicit ClockVector(int num_workers = 0, int64_t start = 0) : clock_(num_workers, start), alive_(num_workers, 1) {}
+  // Every worker at clock `start` (0; a restored job's checkpoint clock).
+  void Reset(int num_workers, int64_t start = 0) { *this = ClockVector(num_workers, start); }
 
   int size() const { return static_cast<int>(clock_.size()); }
   bool alive(int w) const { return w >= 0 && w < size() && alive_[w]; }

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/time.h"
 #include "common/wire.h"
+#include "server/checkpoint.h"
 
 namespace pushpull {
 namespace {
@@ -37,6 +38,19 @@ struct PendingTable {
   uint64_t request_id = 0;
 };
 
+// A checkpoint in progress: the workers that asked (and at which clock), then the servers that
+// wrote their files.
+struct PendingCheckpoint {
+  std::map<int, std::pair<Waiter, int64_t>> workers;  // rank -> (waiter, clock)
+  bool writing = false;                               // servers asked
+  int64_t clock = 0;
+  std::string dir;
+  std::set<int> written;                              // server ranks
+  uint64_t request_id = 0;
+  Deadline deadline = Deadline::Never();
+  int64_t started_ms = 0;
+};
+
 class SchedulerImpl final : public Scheduler {
  public:
   explicit SchedulerImpl(const SchedulerOptions& o) : options_(o), router_(ctx_, zmq::socket_type::router) {}
@@ -46,6 +60,17 @@ class SchedulerImpl final : public Scheduler {
     auto a = BindTcp(router_, options_.bind_host, options_.port, options_.advertise_host);
     if (!a.ok()) return a.status();
     address_ = a.value();
+    if (!options_.restore_from.empty()) {
+      auto m = ReadLatestCheckpoint(options_.restore_from);
+      if (!m.ok()) return m.status().Annotate("--restore_from");
+      if (m->servers != options_.num_servers)
+        return Status::InvalidArgument("checkpoint " + m->dir + " was written by " + std::to_string(m->servers) +
+                                       " servers; this job has " + std::to_string(options_.num_servers) +
+                                       " (each server restores its own rows: the count must match)");
+      restore_ = *m;
+      PP_LOG(Info) << "restoring from " << restore_.dir << ": clock " << restore_.clock << ", written by "
+                   << restore_.servers << " servers and " << restore_.workers << " workers";
+    }
     return Status::OK();
   }
   Status Run() override;
@@ -61,6 +86,10 @@ class SchedulerImpl final : public Scheduler {
   void CheckBarrier();
   void CheckDone();
   void CheckPendingTables();
+  void HandleCheckpoint(Node& worker, const Message& m);
+  void HandleServerCheckpointReply(Node& server, const Message& m);
+  void CheckCheckpoint();
+  void FailCheckpoint(const Status& st);
   void Broadcast();
   void End(Membership::JobState state, const std::string& reason);
   void Send(const std::string& identity, Header h);
@@ -85,6 +114,8 @@ class SchedulerImpl final : public Scheduler {
   uint32_t next_table_id_ = 0;
   uint64_t next_request_id_ = 1;
   std::map<int, Waiter> barrier_;  // worker rank -> waiter
+  PendingCheckpoint checkpoint_;
+  CheckpointManifest restore_;     // clock 0, no dir: a fresh job
 };
 
 std::string SchedulerImpl::NodeName(const Node& n) const {
@@ -150,6 +181,14 @@ Status SchedulerImpl::Run() {
     if (registered_ && membership_.job_state == Membership::kRunning) {
       CheckLiveness();
       CheckPendingTables();
+      if (checkpoint_.writing && checkpoint_.deadline.Expired()) {
+        std::string missing;
+        for (Node* s : servers_)
+          if (!checkpoint_.written.count(s->rank)) missing += (missing.empty() ? "" : ", ") + NodeName(*s);
+        FailCheckpoint(Status::DeadlineExceeded("checkpoint at clock " + std::to_string(checkpoint_.clock) +
+                                                ": not written within " + std::to_string(options_.checkpoint_timeout_ms) +
+                                                " ms by " + missing));
+      }
     }
     if (membership_.job_state != Membership::kRunning) {
       bool all_told = true;
@@ -217,6 +256,12 @@ void SchedulerImpl::Handle(Message& m) {
         CheckBarrier();
       }
       break;
+    case MsgType::kCheckpoint:
+      if (n.role == Role::kWorker) HandleCheckpoint(n, m);
+      break;
+    case MsgType::kCheckpointReply:
+      if (n.role == Role::kServer) HandleServerCheckpointReply(n, m);
+      break;
     case MsgType::kDone:
       if (n.role == Role::kWorker && !n.done) {
         n.done = true;
@@ -225,6 +270,7 @@ void SchedulerImpl::Handle(Message& m) {
         membership_.worker_done[n.rank] = 1;
         membership_.version++;
         CheckBarrier();
+        CheckCheckpoint();
         CheckDone();
         if (membership_.job_state == Membership::kRunning) Broadcast();
       }
@@ -283,6 +329,8 @@ void SchedulerImpl::HandleRegister(Message& m) {
     h.type = MsgType::kRegisterReply;
     h.cluster.num_workers = options_.num_workers;
     for (Node* s : servers_) h.cluster.servers.push_back({s->rank, s->address});
+    h.cluster.restore_from = restore_.dir;
+    h.cluster.start_clock = restore_.clock;
     h.membership = membership_;
     int64_t now = NowMs();
     for (auto& [id, node] : nodes_) {
@@ -406,6 +454,7 @@ void SchedulerImpl::CheckLiveness() {
     membership_.reason = "worker died; continuing with " + std::to_string(live) + " workers";
     Broadcast();
     CheckBarrier();
+    CheckCheckpoint();
     CheckDone();
   }
 }
@@ -416,6 +465,93 @@ void SchedulerImpl::CheckBarrier() {
     if (w->alive && !w->done && !barrier_.count(w->rank)) return;
   for (auto& [rank, waiter] : barrier_) ReplyTo(waiter, MsgType::kBarrierReply, Status::OK());
   barrier_.clear();
+}
+
+void SchedulerImpl::HandleCheckpoint(Node& worker, const Message& m) {
+  Waiter w{worker.identity, m.header.request_id};
+  if (options_.checkpoint_dir.empty()) {
+    ReplyTo(w, MsgType::kCheckpointReply,
+            Status::FailedPrecondition("the scheduler has no --checkpoint_dir: checkpoints are off"));
+    return;
+  }
+  if (checkpoint_.writing || checkpoint_.workers.count(worker.rank)) {
+    ReplyTo(w, MsgType::kCheckpointReply,
+            Status::FailedPrecondition("worker " + std::to_string(worker.rank) +
+                                       " asked for a checkpoint while one is in progress"));
+    return;
+  }
+  checkpoint_.workers[worker.rank] = {w, m.header.clock};
+  CheckCheckpoint();
+}
+
+// Once every live worker has asked: the same clock from all, then every server writes.
+void SchedulerImpl::CheckCheckpoint() {
+  if (checkpoint_.workers.empty() || checkpoint_.writing) return;
+  for (Node* w : workers_)
+    if (w->alive && !w->done && !checkpoint_.workers.count(w->rank)) return;
+  for (auto it = checkpoint_.workers.begin(); it != checkpoint_.workers.end();) {
+    if (!workers_[it->first]->alive) it = checkpoint_.workers.erase(it);  // died while waiting
+    else ++it;
+  }
+  if (checkpoint_.workers.empty()) return;
+  std::string clocks;
+  std::set<int64_t> distinct;
+  for (auto& [rank, wc] : checkpoint_.workers) {
+    distinct.insert(wc.second);
+    clocks += (clocks.empty() ? "" : ", ") + std::string("worker ") + std::to_string(rank) + " at " +
+              std::to_string(wc.second);
+  }
+  if (distinct.size() != 1) {
+    FailCheckpoint(Status::InvalidArgument("workers asked for a checkpoint at different clocks (" + clocks +
+                                           "): every worker must call Checkpoint() at the same clock"));
+    return;
+  }
+  checkpoint_.clock = *distinct.begin();
+  checkpoint_.dir = CheckpointDir(options_.checkpoint_dir, checkpoint_.clock);
+  checkpoint_.writing = true;
+  checkpoint_.written.clear();
+  checkpoint_.request_id = next_request_id_++;
+  checkpoint_.deadline = Deadline::In(options_.checkpoint_timeout_ms);
+  checkpoint_.started_ms = NowMs();
+  PP_LOG(Info) << "checkpoint at clock " << checkpoint_.clock << ": servers writing into " << checkpoint_.dir;
+  Header h;
+  h.type = MsgType::kCheckpoint;
+  h.request_id = checkpoint_.request_id;
+  h.clock = checkpoint_.clock;
+  h.address = checkpoint_.dir;
+  for (Node* s : servers_) Send(s->identity, h);
+}
+
+void SchedulerImpl::HandleServerCheckpointReply(Node& server, const Message& m) {
+  if (!checkpoint_.writing || m.header.request_id != checkpoint_.request_id) return;
+  if (m.header.status != Code::kOk) {
+    FailCheckpoint(m.header.status_obj().Annotate("checkpoint at clock " + std::to_string(checkpoint_.clock) +
+                                                  ": " + NodeName(server)));
+    return;
+  }
+  checkpoint_.written.insert(server.rank);
+  if (static_cast<int>(checkpoint_.written.size()) < options_.num_servers) return;
+  CheckpointManifest man;
+  man.clock = checkpoint_.clock;
+  man.servers = options_.num_servers;
+  man.workers = options_.num_workers;
+  man.dir = checkpoint_.dir;
+  Status st = CommitCheckpoint(options_.checkpoint_dir, man, options_.checkpoint_keep);
+  if (!st.ok()) {
+    FailCheckpoint(st.Annotate("checkpoint at clock " + std::to_string(checkpoint_.clock)));
+    return;
+  }
+  PP_LOG(Info) << "checkpoint at clock " << checkpoint_.clock << " complete: " << checkpoint_.dir << " ("
+               << NowMs() - checkpoint_.started_ms << " ms)";
+  for (auto& [rank, wc] : checkpoint_.workers) ReplyTo(wc.first, MsgType::kCheckpointReply, Status::OK());
+  checkpoint_ = PendingCheckpoint();
+}
+
+void SchedulerImpl::FailCheckpoint(const Status& st) {
+  if (checkpoint_.workers.empty() && !checkpoint_.writing) return;
+  PP_LOG(Error) << "checkpoint failed: " << st.ToString();
+  for (auto& [rank, wc] : checkpoint_.workers) ReplyTo(wc.first, MsgType::kCheckpointReply, st);
+  checkpoint_ = PendingCheckpoint();
 }
 
 void SchedulerImpl::CheckDone() {
@@ -453,6 +589,7 @@ void SchedulerImpl::End(Membership::JobState state, const std::string& reason) {
   Status st = Status::Aborted("job ended: " + reason);
   for (auto& [rank, w] : barrier_) ReplyTo(w, MsgType::kBarrierReply, st);
   barrier_.clear();
+  FailCheckpoint(st);
   for (auto& [name, p] : pending_tables_)
     for (auto& w : p.waiters) ReplyTo(w, MsgType::kCreateTableReply, st);
   pending_tables_.clear();

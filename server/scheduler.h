@@ -1,7 +1,7 @@
 // pushpull-scheduler: the control plane. Nodes register and receive their rank and the cluster
 // map; tables are created here (and on every server); barriers; heartbeats, with a node declared
-// dead after heartbeat_timeout_ms of silence and the others told; the job ends cleanly when every
-// live worker is done. Never on the data path.
+// dead after heartbeat_timeout_ms of silence and the others told; coordinated checkpoints and
+// restoring from one; the job ends cleanly when every live worker is done. Never on the data path.
 //
 // Threading: Run() is the only thread touching state; Stop() may be called from any thread.
 #pragma once
@@ -24,6 +24,13 @@ struct SchedulerOptions {
   int register_timeout_ms = 120000;    // every node must have registered by then
   int request_timeout_ms = 30000;      // servers must answer a table creation by then
   bool continue_on_worker_death = false;  // false: a dead worker aborts the job, naming it
+  // Checkpoints (server/checkpoint.h): where Client::Checkpoint() has the servers write (empty:
+  // Checkpoint() fails), how many complete ones to keep, how long the servers get to write.
+  std::string checkpoint_dir;
+  int checkpoint_keep = 2;
+  int checkpoint_timeout_ms = 600000;
+  // Resume from the newest complete checkpoint under this directory (empty: a fresh job).
+  std::string restore_from;
 };
 
 class Scheduler {

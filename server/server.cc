@@ -17,6 +17,7 @@
 #include "common/spsc_queue.h"
 #include "common/time.h"
 #include "common/wire.h"
+#include "server/checkpoint.h"
 #include "server/consistency.h"
 #include "server/table_shard.h"
 
@@ -92,6 +93,9 @@ class ServerImpl final : public Server {
   void AdvanceMinClock();
   void ServePull(Request* r, int64_t min_live);
   void CountBad(const Status& st, const char* what);
+  void CreateTable(const Message& m);
+  void StartCheckpointWhenReady();
+  void FinishCheckpoint();
   void LogStats(int64_t now);
 
   const ServerOptions options_;
@@ -117,6 +121,22 @@ class ServerImpl final : public Server {
   std::vector<std::thread> threads_;
   std::vector<zmq::message_t> frames_;
   uint64_t bad_logged_ = 0;
+  // Restoring: the checkpoint's tables of this server not created yet, by name.
+  std::map<std::string, TableCheckpoint> restore_;
+  // Checkpointing (server/checkpoint.h): asked by the scheduler, written by a thread of its own
+  // once every live worker reached the clock and the update threads are idle. While it writes,
+  // the data socket is not read (nothing may change the shards); control and heartbeats go on.
+  struct {
+    bool asked = false;
+    int64_t clock = 0;
+    std::string dir;
+    uint64_t request_id = 0;
+    std::thread writer;
+    std::atomic<bool> written{false};
+    Status status;
+    uint64_t bytes = 0;
+    int64_t started_ms = 0;
+  } ckpt_;
   // LogStats: the counters when it last logged.
   struct {
     int64_t at = 0;
@@ -130,9 +150,21 @@ Status ServerImpl::Run() {
   rank_ = control_.rank();
   SetLogTag("server " + std::to_string(rank_.load()));
   SetThreadName("pp-server-" + std::to_string(rank_.load()));
-  const int W = control_.cluster().num_workers;
-  clocks_.Reset(W);
+  const ClusterMap& cluster = control_.cluster();
+  const int W = cluster.num_workers;
+  clocks_.Reset(W, cluster.start_clock);
   last_push_id_.assign(W, 0);
+  if (!cluster.restore_from.empty()) {
+    auto r = ReadServerCheckpoint(cluster.restore_from, rank_, static_cast<int>(cluster.servers.size()),
+                                  cluster.start_clock);
+    if (!r.ok()) {
+      PP_LOG(Error) << "cannot restore: " << r.status().ToString();
+      return r.status().Annotate("restoring from " + cluster.restore_from);
+    }
+    restore_ = std::move(r.value());
+    PP_LOG(Info) << "restoring " << restore_.size() << " tables at clock " << cluster.start_clock << " from "
+                 << cluster.restore_from;
+  }
   OnMembership();
   PP_LOG(Info) << "serving at " << address_ << " (" << W << " workers, "
                << control_.cluster().servers.size() << " servers, " << options_.update_threads
@@ -156,7 +188,11 @@ Status ServerImpl::Run() {
   while (!stop_) {
     int64_t now = NowMs();
     const int64_t timeout = std::max<int64_t>(0, std::min({control_.MsUntilTick(), next_control - now, int64_t{100}}));
-    if (awaiting_done_ > 0) {
+    if (ckpt_.writer.joinable()) {
+      zmq::pollitem_t item{static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0};
+      Poll(&item, 1, std::min<int64_t>(timeout, 5));
+      if (ckpt_.written) FinishCheckpoint();
+    } else if (awaiting_done_ > 0) {
       zmq::pollitem_t items[] = {{static_cast<void*>(router_), 0, ZMQ_POLLIN, 0},
                                  {static_cast<void*>(done_), 0, ZMQ_POLLIN, 0}};
       Poll(items, 2, timeout);
@@ -173,6 +209,7 @@ Status ServerImpl::Run() {
         next_stats = now + options_.stats_every_ms;
       }
     }
+    if (ckpt_.asked && !ckpt_.writer.joinable()) StartCheckpointWhenReady();
     const Membership& mem = control_.membership();
     if (mem.job_state == Membership::kFinished) {
       PP_LOG(Info) << "job finished: " << mem.reason;
@@ -189,6 +226,7 @@ Status ServerImpl::Run() {
     }
   }
 
+  if (ckpt_.writer.joinable()) ckpt_.writer.join();
   // Shutdown: stop the update threads after the work they hold, answer parked pulls.
   for (auto& q : queues_) q->Push(nullptr);
   for (auto& t : threads_) t.join();
@@ -646,25 +684,115 @@ void ServerImpl::HandleControl() {
       if (!(item.revents & ZMQ_POLLIN)) return;
       continue;
     }
-    if (m.header.type != MsgType::kCreateTable) continue;
-    const TableInfo& info = m.header.info;
-    Header reply;
-    reply.type = MsgType::kCreateTableReply;
-    reply.request_id = m.header.request_id;
-    reply.info = info;
-    Status st = info.spec.Validate();
-    if (st.ok() && info.num_servers() != static_cast<int>(control_.cluster().servers.size()))
-      st = Status::InvalidArgument("table partitioned over " + std::to_string(info.num_servers()) + " servers");
-    if (st.ok()) {
-      if (info.id >= tables_.size()) tables_.resize(info.id + 1);
-      if (!tables_[info.id]) {
-        tables_[info.id] = std::make_unique<TableShard>(info, rank_, options_.update_threads);
+    if (m.header.type == MsgType::kCreateTable) CreateTable(m);
+    if (m.header.type == MsgType::kCheckpoint) {
+      if (ckpt_.asked) {
+        Header reply;
+        reply.type = MsgType::kCheckpointReply;
+        reply.request_id = m.header.request_id;
+        reply.SetStatus(Status::FailedPrecondition("server " + std::to_string(rank_.load()) +
+                                                   " is still writing the checkpoint at clock " +
+                                                   std::to_string(ckpt_.clock)));
+        control_.Send(reply).IgnoreError();
+        continue;
+      }
+      ckpt_.asked = true;
+      ckpt_.clock = m.header.clock;
+      ckpt_.dir = m.header.address;
+      ckpt_.request_id = m.header.request_id;
+      ckpt_.started_ms = NowMs();
+    }
+  }
+}
+
+void ServerImpl::CreateTable(const Message& m) {
+  const TableInfo& info = m.header.info;
+  Header reply;
+  reply.type = MsgType::kCreateTableReply;
+  reply.request_id = m.header.request_id;
+  reply.info = info;
+  Status st = info.spec.Validate();
+  if (st.ok() && info.num_servers() != static_cast<int>(control_.cluster().servers.size()))
+    st = Status::InvalidArgument("table partitioned over " + std::to_string(info.num_servers()) + " servers");
+  if (st.ok()) {
+    if (info.id >= tables_.size()) tables_.resize(info.id + 1);
+    if (!tables_[info.id]) {
+      auto shard = std::make_unique<TableShard>(info, rank_, options_.update_threads);
+      auto saved = restore_.find(info.spec.name);
+      if (saved != restore_.end()) {
+        // The checkpoint's table must be this one: same spec, same partition over the servers.
+        const TableInfo& was = saved->second.info;
+        if (!(was.spec == info.spec) || was.row_offsets != info.row_offsets || was.bucket_owner != info.bucket_owner)
+          st = Status::FailedPrecondition("table '" + info.spec.name + "' differs from the checkpoint's: it was " +
+                                          was.spec.ToString() + "; asked for " + info.spec.ToString());
+        if (st.ok()) st = shard->Restore(std::move(saved->second.rows));
+        if (st.ok()) {
+          shard->table_step = saved->second.table_step;
+          restore_.erase(saved);
+          PP_LOG(Info) << "table " << info.id << " '" << info.spec.name << "' restored from the checkpoint";
+        }
+      }
+      if (st.ok()) {
+        tables_[info.id] = std::move(shard);
         PP_LOG(Info) << "created table " << info.id << " " << info.spec.ToString();
       }
     }
-    reply.SetStatus(st);
-    control_.Send(reply).IgnoreError();
   }
+  reply.SetStatus(st);
+  control_.Send(reply).IgnoreError();
+}
+
+// A checkpoint at clock c is written once every live worker has reached c (each worker's pushes
+// tagged below c came before its clock, over the same connection) and every update handed to the
+// update threads is applied: the shards then hold exactly the updates tagged below c.
+void ServerImpl::StartCheckpointWhenReady() {
+  if (min_live_ < ckpt_.clock || awaiting_done_ > 0) return;
+  std::vector<const TableShard*> tables;
+  Status st;
+  for (auto& t : tables_) {
+    if (!t) continue;
+    if (!t->bsp_contributors.empty())
+      st = Status::FailedPrecondition("table '" + t->spec().name + "' has BSP pushes of clock " +
+                                      std::to_string(t->bsp_contributors.begin()->first) +
+                                      " pending: a worker pushed past the checkpoint's clock");
+    tables.push_back(t.get());
+  }
+  if (st.ok() && min_live_ != ckpt_.clock && min_live_ != std::numeric_limits<int64_t>::max())
+    st = Status::FailedPrecondition("every live worker is past clock " + std::to_string(ckpt_.clock) +
+                                    " (slowest at " + std::to_string(min_live_) + ")");
+  ckpt_.written = false;
+  if (!st.ok()) {
+    ckpt_.status = st;
+    FinishCheckpoint();
+    return;
+  }
+  // Safe to read the stripes from another thread: the update threads are idle (their last writes
+  // are visible through the acquire below) and this thread reads no request until it is done.
+  for (int k = 0; k < static_cast<int>(queues_.size()); ++k) (void)inflight_[k].load(std::memory_order_acquire);
+  const int servers = static_cast<int>(control_.cluster().servers.size());
+  ckpt_.writer = std::thread([this, tables, servers] {
+    SetThreadName("pp-checkpoint");
+    ckpt_.status = WriteServerCheckpoint(ckpt_.dir, rank_, servers, ckpt_.clock, tables, &ckpt_.bytes);
+    ckpt_.written = true;
+  });
+}
+
+void ServerImpl::FinishCheckpoint() {
+  if (ckpt_.writer.joinable()) ckpt_.writer.join();
+  if (ckpt_.status.ok())
+    PP_LOG(Info) << "checkpoint at clock " << ckpt_.clock << " written: " << ServerCheckpointFile(ckpt_.dir, rank_)
+                 << ", " << ckpt_.bytes / 1e6 << " MB in " << NowMs() - ckpt_.started_ms << " ms";
+  else
+    PP_LOG(Error) << "checkpoint at clock " << ckpt_.clock << " failed: " << ckpt_.status.ToString();
+  Header reply;
+  reply.type = MsgType::kCheckpointReply;
+  reply.request_id = ckpt_.request_id;
+  reply.clock = ckpt_.clock;
+  reply.SetStatus(ckpt_.status);
+  control_.Send(reply).IgnoreError();
+  ckpt_.asked = false;
+  ckpt_.status = Status::OK();
+  AdvanceMinClock();  // what membership changes during the write held back
 }
 
 void ServerImpl::OnMembership() {
@@ -682,7 +810,8 @@ void ServerImpl::OnMembership() {
       clocks_.MarkDead(w);
     }
   }
-  AdvanceMinClock();
+  // Not while a checkpoint is written: released pulls and BSP sums would touch the shards.
+  if (!ckpt_.writer.joinable()) AdvanceMinClock();
 }
 
 }  // namespace

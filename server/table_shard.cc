@@ -221,6 +221,58 @@ void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out
   });
 }
 
+void Stripe::Restore(std::vector<Key> keys, FloatArray params, std::vector<std::vector<float>> slots,
+                     std::vector<uint32_t> steps) {
+  params_ = std::make_shared<FloatArray>(std::move(params));
+  spare_.reset();
+  writes_without_spare_ = 0;
+  slots_ = std::move(slots);
+  steps_ = std::move(steps);
+  bsp_.clear();
+  index_.Clear();
+  for (uint32_t r = 0; r < keys.size(); ++r) index_.Insert(keys[r], r);
+}
+
+Status TableShard::Restore(ShardRows in) {
+  const TableSpec& spec = info_.spec;
+  const size_t n = in.rows(), dim = spec.dim, nslots = static_cast<size_t>(optimizer_->num_slots());
+  if (in.params.size() != n * dim || in.slots.size() != nslots)
+    return Status::InvalidArgument("table '" + spec.name + "': checkpoint rows do not match dim " +
+                                   std::to_string(dim) + " with " + std::to_string(nslots) + " optimizer slots");
+  for (auto& s : in.slots)
+    if (s.size() != n * dim) return Status::InvalidArgument("table '" + spec.name + "': checkpoint slot size differs");
+  if (spec.sparse ? in.keys.size() != n : (!in.keys.empty() || n != row_end_ - row_begin_))
+    return Status::InvalidArgument("table '" + spec.name + "': checkpoint holds " + std::to_string(n) +
+                                   " rows, this server owns " +
+                                   (spec.sparse ? std::string("keyed rows") : std::to_string(row_end_ - row_begin_)));
+  const int S = num_stripes();
+  // Which stripe each row goes to, and where in it.
+  std::vector<std::vector<uint32_t>> of(S);
+  for (size_t r = 0; r < n; ++r) {
+    Key k = spec.sparse ? in.keys[r] : row_begin_ + r;
+    if (spec.sparse && !Owns(k))
+      return Status::InvalidArgument("table '" + spec.name + "': checkpoint row " + std::to_string(k) +
+                                     " belongs to server " + std::to_string(info_.OwnerOf(k)));
+    of[StripeOf(k)].push_back(static_cast<uint32_t>(r));
+  }
+  for (int i = 0; i < S; ++i) {
+    const auto& rows = of[i];
+    std::vector<Key> keys;
+    FloatArray params(rows.size() * dim);
+    std::vector<std::vector<float>> slots(nslots, std::vector<float>(rows.size() * dim));
+    std::vector<uint32_t> steps(rows.size());
+    for (size_t j = 0; j < rows.size(); ++j) {
+      const size_t r = rows[j];
+      if (spec.sparse) keys.push_back(in.keys[r]);
+      std::memcpy(&params[j * dim], &in.params[r * dim], dim * sizeof(float));
+      for (size_t s = 0; s < nslots; ++s) std::memcpy(&slots[s][j * dim], &in.slots[s][r * dim], dim * sizeof(float));
+      steps[j] = in.steps[r];
+    }
+    stripes_[i]->Restore(std::move(keys), std::move(params), std::move(slots), std::move(steps));
+  }
+  return Status::OK();
+}
+
 TableShard::TableShard(const TableInfo& info, int server_rank, int num_stripes)
     : info_(info), server_rank_(server_rank) {
   optimizer_ = opt::Optimizer::Create(info.spec.optimizer);

@@ -62,31 +62,16 @@ class Stripe {
   size_t num_rows() const { return steps_.size(); }
   size_t bytes() const;
 
-  // The stripe's whole state (parameters, optimizer slots, per-row steps, sparse ids) as a
-  // Cereal archive: what a checkpoint writes. Pending BSP sums are not included (a checkpoint is
-  // taken at a clock boundary, where none are open).
-  template <class Ar>
-  void save(Ar& ar) const {
-    ar(dim_, row_begin_, *params_, slots_, steps_, index_.KeysByRow());
-  }
-  template <class Ar>
-  void load(Ar& ar) {
-    uint32_t dim;
-    uint64_t row_begin;
-    ar(dim, row_begin);
-    if (dim != dim_ || row_begin != row_begin_) throw std::runtime_error("stripe shape differs");
-    auto fresh = std::make_shared<FloatArray>();
-    std::vector<Key> keys;
-    ar(*fresh, slots_, steps_, keys);
-    params_ = std::move(fresh);
-    index_.Clear();
-    if (spec_.sparse) {
-      if (keys.size() != steps_.size()) throw std::runtime_error("stripe state is inconsistent");
-      for (uint32_t r = 0; r < keys.size(); ++r) index_.Insert(keys[r], r);
-    }
-    if (params_->size() != steps_.size() * dim_ || slots_.size() != static_cast<size_t>(optimizer_->num_slots()))
-      throw std::runtime_error("stripe state is inconsistent");
-  }
+  // Checkpoints (server/checkpoint.h) read a stripe's rows as they are, row by row: only while
+  // no update thread works on it. Sparse: the key of each row; dense rows are [row_begin, +n).
+  std::vector<Key> KeysByRow() const { return index_.KeysByRow(); }
+  const float* params() const { return params_->data(); }
+  const float* slot(int s) const { return slots_[s].data(); }
+  const uint32_t* steps() const { return steps_.data(); }
+  // Replaces the stripe's state with rows from a checkpoint (keys: sparse only; slots: one array
+  // per optimizer slot; steps: one per row). The caller has checked the shapes.
+  void Restore(std::vector<Key> keys, FloatArray params, std::vector<std::vector<float>> slots,
+               std::vector<uint32_t> steps);
 
  private:
   // Local index of a row, creating sparse rows on first touch.
@@ -129,6 +114,16 @@ class Stripe {
   std::map<int64_t, std::map<int, Accumulator>> bsp_;  // clock -> worker -> its sum
 };
 
+// A shard's rows as a checkpoint holds them, in any striping: dense rows in row order from the
+// shard's first, sparse rows in any order with their keys.
+struct ShardRows {
+  std::vector<Key> keys;                   // sparse: the key of each row; dense: empty
+  FloatArray params;                       // rows * dim
+  std::vector<std::vector<float>> slots;   // per optimizer slot, rows * dim
+  std::vector<uint32_t> steps;             // per row: updates applied
+  size_t rows() const { return steps.size(); }
+};
+
 class TableShard {
  public:
   TableShard(const TableInfo& info, int server_rank, int num_stripes);
@@ -138,6 +133,7 @@ class TableShard {
   const opt::Optimizer* optimizer() const { return optimizer_.get(); }
   int num_stripes() const { return static_cast<int>(stripes_.size()); }
   Stripe& stripe(int i) { return *stripes_[i]; }
+  const Stripe& stripe(int i) const { return *stripes_[i]; }
   // This server's dense rows [row_begin, row_end).
   uint64_t row_begin() const { return row_begin_; }
   uint64_t row_end() const { return row_end_; }
@@ -148,6 +144,11 @@ class TableShard {
   // Splits a message's rows into per-stripe selections (empty ones included).
   void Split(const Key* keys, uint64_t n, std::vector<RowSelection>* out) const;
   void SplitRange(uint64_t begin, uint64_t end, std::vector<RowSelection>* out) const;
+
+  // Rebuilds every stripe from a checkpoint's rows of this shard (InvalidArgument naming what
+  // does not fit: row count, dimension, slots, a key another server owns). Only while no update
+  // thread works on the shard.
+  Status Restore(ShardRows rows);
 
   // Bookkeeping owned by the I/O thread.
   int64_t table_step = 0;  // updates applied (the schedule's step)

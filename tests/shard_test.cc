@@ -1,10 +1,7 @@
-// Server-side state: optimizer state is part of a table's state (serialisable with Cereal,
-// readable through a pull), and sparse rows keep their own step counts (lazy Adam).
+// Server-side state: optimizer state is part of a table's state (written by checkpoints:
+// tests/checkpoint_test.cc; readable through a pull), and sparse rows keep their own step counts
+// (lazy Adam).
 #include <gtest/gtest.h>
-
-#include <cereal/archives/binary.hpp>
-#include <cereal/types/unordered_map.hpp>
-#include <cereal/types/vector.hpp>
 
 #include <cmath>
 #include <sstream>
@@ -55,34 +52,6 @@ TEST(Shard, SparseReadOfNewKeysGrowsTheStripe) {
   for (size_t i = 0; i < keys.size(); ++i)
     for (uint32_t c = 0; c < spec.dim; ++c)
       ASSERT_EQ(out[i * spec.dim + c], InitialValue(spec, keys[i], c)) << "key " << i;
-}
-
-TEST(Shard, StateRoundTripsThroughCereal) {
-  TableInfo info = TableInfo::Make(0, AdamSparse(), 1);
-  TableShard a(info, 0, 1), b(info, 0, 1);
-  std::vector<Key> keys{5, 77, 123456789};
-  std::vector<float> g{1, 2, 3, -1, -2, -3, 0.5f, 0.5f, 0.5f};
-  std::vector<RowSelection> sel;
-  a.Split(keys.data(), keys.size(), &sel);
-  opt::StepContext ctx;
-  ctx.lr = 0.1f;
-  a.stripe(0).ApplyPush(sel[0], keys.data(), g.data(), ctx);
-  std::stringstream ss;
-  {
-    cereal::BinaryOutputArchive out(ss);
-    out(a.stripe(0));
-  }
-  {
-    cereal::BinaryInputArchive in(ss);
-    in(b.stripe(0));
-  }
-  for (int slot = -1; slot < 2; ++slot) {
-    std::vector<float> ra(9), rb(9);
-    a.stripe(0).Read(sel[0], keys.data(), slot, ra.data());
-    b.stripe(0).Read(sel[0], keys.data(), slot, rb.data());
-    EXPECT_EQ(ra, rb) << "slot " << slot;
-  }
-  EXPECT_EQ(b.stripe(0).num_rows(), 3u);
 }
 
 // A pull reply sent from the parameters in place (ShareRows) keeps seeing the version it was

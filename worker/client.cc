@@ -243,6 +243,7 @@ class ClientImpl final : public Client, private internal::Receiver {
     if (options_.scheduler.empty()) return Status::InvalidArgument("ClientOptions.scheduler is empty");
     PP_RETURN_IF_ERROR(control_.Register(""));
     const ClusterMap& cm = control_.cluster();
+    clock_ = cm.start_clock;  // a restored job resumes at its checkpoint's clock
     // Per server a tx_ socket carries requests from the calling threads (under send_mu_); one rx_
     // socket, connected to every server, receives the replies, which requests address to it by
     // routing id. Callers so send without a hop through the I/O thread, and a waiting caller
@@ -321,6 +322,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   std::unique_ptr<Command> RangeCommand(MsgType type, const TableInfo& info, int s) const;
   Status Clock() override;
   Status Barrier() override;
+  Status Checkpoint() override;
   Status Finish() override;
   ClientStats stats() const override {
     std::lock_guard<std::mutex> l(mu_);
@@ -477,6 +479,7 @@ Result<Header> ClientImpl::ControlCall(Header h, const std::string& what) {
   switch (cmd->header.type) {
     case MsgType::kCreateTable: cmd->part.reply_type = MsgType::kCreateTableReply; break;
     case MsgType::kBarrier: cmd->part.reply_type = MsgType::kBarrierReply; break;
+    case MsgType::kCheckpoint: cmd->part.reply_type = MsgType::kCheckpointReply; break;
     default: cmd->part.reply_type = MsgType::kDoneReply; break;
   }
   std::vector<std::unique_ptr<Command>> v;
@@ -742,6 +745,14 @@ Status ClientImpl::Barrier() {
   Header h;
   h.type = MsgType::kBarrier;
   auto r = ControlCall(h, "barrier at clock " + std::to_string(clock_));
+  return r.status();
+}
+
+Status ClientImpl::Checkpoint() {
+  Header h;
+  h.type = MsgType::kCheckpoint;
+  h.clock = clock_;
+  auto r = ControlCall(h, "checkpoint at clock " + std::to_string(clock_));
   return r.status();
 }
 

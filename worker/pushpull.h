@@ -143,7 +143,15 @@ class Client {
 
   // Ends this worker's current iteration: the clock advances on every server.
   virtual Status Clock() = 0;
+  // This worker's clock: 0 in a fresh job; in a job restored from a checkpoint (the scheduler's
+  // --restore_from), the checkpoint's clock, where the app resumes.
   virtual int64_t clock() const = 0;
+  // Collective: every live worker calls it at the same clock (after that clock's Clock()). Waits
+  // until every server has written its shards of every table, with optimizer state, as of this
+  // clock, and the scheduler has committed the checkpoint (server/checkpoint.h); a job started
+  // with --restore_from resumes there. FailedPrecondition when the scheduler has no
+  // --checkpoint_dir; InvalidArgument when workers call it at different clocks.
+  virtual Status Checkpoint() = 0;
   // Waits for every live worker to reach the barrier.
   virtual Status Barrier() = 0;
   // Waits until every server has answered this worker's requests (pushes and clocks nobody

@@ -1,0 +1,342 @@
+#include "server/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/wire.h"
+
+namespace pushpull {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMagic[8] = {'P', 'P', 'C', 'K', 'P', 'T', '1', '\n'};
+constexpr size_t kTrailerBytes = sizeof(uint64_t) + sizeof(uint32_t);  // payload length, CRC-32
+constexpr size_t kIoChunk = 4 << 20;
+
+std::string ErrnoText() { return std::strerror(errno); }
+
+// fsync of a directory, so that a rename in it survives a crash.
+void SyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+Status MakeDirs(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Status::Unavailable("cannot create checkpoint directory " + dir + ": " + ec.message());
+  return Status::OK();
+}
+
+// Writes a file under a temporary name with a running CRC-32; Commit() appends the trailer,
+// fsyncs and renames it into place.
+class FileWriter {
+ public:
+  explicit FileWriter(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
+    f_ = std::fopen(tmp_.c_str(), "wb");
+    if (!f_) error_ = "cannot create " + tmp_ + ": " + ErrnoText();
+  }
+  ~FileWriter() {
+    if (f_) std::fclose(f_);
+    if (!committed_) std::remove(tmp_.c_str());
+  }
+  void Put(const void* p, size_t n) {
+    if (!error_.empty() || n == 0) return;
+    const auto* b = static_cast<const unsigned char*>(p);
+    crc_ = crc32_z(crc_, b, n);
+    if (std::fwrite(b, 1, n, f_) != n) error_ = "writing " + tmp_ + ": " + ErrnoText();
+    bytes_ += n;
+  }
+  template <class T>
+  void Pod(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>, "plain values only");
+    Put(&v, sizeof v);
+  }
+  Status Commit(uint64_t* total) {
+    const uint64_t payload = bytes_;
+    const uint32_t crc = static_cast<uint32_t>(crc_);
+    Pod(payload);
+    Pod(crc);
+    if (error_.empty() && (std::fflush(f_) != 0 || ::fsync(fileno(f_)) != 0)) error_ = "syncing " + tmp_ + ": " + ErrnoText();
+    if (std::fclose(f_) != 0 && error_.empty()) error_ = "closing " + tmp_ + ": " + ErrnoText();
+    f_ = nullptr;
+    if (error_.empty() && std::rename(tmp_.c_str(), path_.c_str()) != 0)
+      error_ = "renaming " + tmp_ + " to " + path_ + ": " + ErrnoText();
+    if (!error_.empty()) return Status::Unavailable(error_);
+    committed_ = true;
+    SyncDir(fs::path(path_).parent_path().string());
+    if (total) *total = bytes_;
+    return Status::OK();
+  }
+
+ private:
+  std::string path_, tmp_;
+  std::FILE* f_ = nullptr;
+  std::string error_;
+  uLong crc_ = crc32_z(0, nullptr, 0);
+  uint64_t bytes_ = 0;
+  bool committed_ = false;
+};
+
+// Reads a file written by FileWriter: the CRC is checked over the whole payload first; reads
+// then stay inside the payload.
+class FileReader {
+ public:
+  Status Open(const std::string& path) {
+    path_ = path;
+    f_ = std::fopen(path.c_str(), "rb");
+    if (!f_) return Status::NotFound("cannot open checkpoint file " + path + ": " + ErrnoText());
+    std::error_code ec;
+    const uint64_t size = fs::file_size(path, ec);
+    if (ec || size < sizeof(kMagic) + kTrailerBytes) return Bad("shorter than its header and trailer");
+    uint64_t payload = 0;
+    uint32_t crc = 0;
+    if (std::fseek(f_, static_cast<long>(size - kTrailerBytes), SEEK_SET) != 0 ||
+        std::fread(&payload, sizeof payload, 1, f_) != 1 || std::fread(&crc, sizeof crc, 1, f_) != 1)
+      return Bad("trailer unreadable");
+    if (payload != size - kTrailerBytes) return Bad("truncated or extended (length in trailer differs)");
+    std::rewind(f_);
+    std::vector<unsigned char> buf(std::min<uint64_t>(payload, kIoChunk));
+    uLong c = crc32_z(0, nullptr, 0);
+    for (uint64_t left = payload; left > 0;) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
+      if (std::fread(buf.data(), 1, n, f_) != n) return Bad("read error");
+      c = crc32_z(c, buf.data(), n);
+      left -= n;
+    }
+    if (static_cast<uint32_t>(c) != crc) return Bad("checksum mismatch (corrupted)");
+    std::rewind(f_);
+    left_ = payload;
+    char magic[sizeof(kMagic)];
+    Get(magic, sizeof magic);
+    if (std::memcmp(magic, kMagic, sizeof magic) != 0) return Bad("not a pushpull checkpoint file");
+    return Status::OK();
+  }
+  ~FileReader() {
+    if (f_) std::fclose(f_);
+  }
+  // False (and error() set) when fewer than n bytes are left.
+  bool Get(void* p, size_t n) {
+    if (n > left_) {
+      if (error_.empty()) error_ = "ends early";
+      return false;
+    }
+    if (n && std::fread(p, 1, n, f_) != n) {
+      error_ = "read error";
+      return false;
+    }
+    left_ -= n;
+    return true;
+  }
+  template <class T>
+  bool Pod(T* v) {
+    return Get(v, sizeof *v);
+  }
+  uint64_t left() const { return left_; }
+  Status Bad(const std::string& why) const { return Status::Corruption("checkpoint file " + path_ + ": " + why); }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string path_;
+  std::FILE* f_ = nullptr;
+  uint64_t left_ = 0;
+  std::string error_;
+};
+
+// A table's description, stored as the CreateTable message that made it (the wire's own,
+// bounds-checked encoding).
+std::string EncodeInfo(const TableInfo& info) {
+  Header h;
+  h.type = MsgType::kCreateTable;
+  h.info = info;
+  h.spec = info.spec;
+  return EncodeHeaderCereal(h);
+}
+
+}  // namespace
+
+std::string CheckpointDir(const std::string& root, int64_t clock) {
+  char name[32];
+  std::snprintf(name, sizeof name, "ckpt-%010" PRId64, clock);
+  return (fs::path(root) / name).string();
+}
+
+std::string ServerCheckpointFile(const std::string& dir, int rank) {
+  return (fs::path(dir) / ("server-" + std::to_string(rank) + ".ckpt")).string();
+}
+
+Status WriteServerCheckpoint(const std::string& dir, int rank, int num_servers, int64_t clock,
+                             const std::vector<const TableShard*>& tables, uint64_t* bytes) {
+  PP_RETURN_IF_ERROR(MakeDirs(dir));
+  FileWriter w(ServerCheckpointFile(dir, rank));
+  w.Put(kMagic, sizeof kMagic);
+  w.Pod(int32_t(rank));
+  w.Pod(int32_t(num_servers));
+  w.Pod(int64_t(clock));
+  w.Pod(uint32_t(tables.size()));
+  for (const TableShard* t : tables) {
+    const std::string info = EncodeInfo(t->info());
+    w.Pod(uint32_t(info.size()));
+    w.Put(info.data(), info.size());
+    w.Pod(int64_t(t->table_step));
+    const size_t dim = t->spec().dim;
+    const int nslots = t->optimizer()->num_slots();
+    const int S = t->num_stripes();
+    // Stripes in order: a dense shard's rows come out in row order.
+    auto stripe = [&](int i) -> const Stripe& { return t->stripe(i); };
+    uint64_t rows = 0;
+    for (int i = 0; i < S; ++i) rows += stripe(i).num_rows();
+    w.Pod(rows);
+    w.Pod(uint32_t(dim));
+    w.Pod(uint32_t(nslots));
+    if (t->spec().sparse)
+      for (int i = 0; i < S; ++i) {
+        std::vector<Key> keys = stripe(i).KeysByRow();
+        w.Put(keys.data(), keys.size() * sizeof(Key));
+      }
+    for (int i = 0; i < S; ++i) w.Put(stripe(i).params(), stripe(i).num_rows() * dim * sizeof(float));
+    for (int s = 0; s < nslots; ++s)
+      for (int i = 0; i < S; ++i) w.Put(stripe(i).slot(s), stripe(i).num_rows() * dim * sizeof(float));
+    for (int i = 0; i < S; ++i) w.Put(stripe(i).steps(), stripe(i).num_rows() * sizeof(uint32_t));
+  }
+  return w.Commit(bytes);
+}
+
+Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::string& dir, int rank,
+                                                                    int num_servers, int64_t clock) {
+  FileReader r;
+  PP_RETURN_IF_ERROR(r.Open(ServerCheckpointFile(dir, rank)));
+  int32_t file_rank = 0, file_servers = 0;
+  int64_t file_clock = 0;
+  uint32_t num_tables = 0;
+  if (!r.Pod(&file_rank) || !r.Pod(&file_servers) || !r.Pod(&file_clock) || !r.Pod(&num_tables))
+    return r.Bad(r.error());
+  if (file_rank != rank || file_servers != num_servers || file_clock != clock)
+    return r.Bad("written by server " + std::to_string(file_rank) + " of " + std::to_string(file_servers) +
+                 " at clock " + std::to_string(file_clock) + "; expected server " + std::to_string(rank) +
+                 " of " + std::to_string(num_servers) + " at clock " + std::to_string(clock));
+  std::map<std::string, TableCheckpoint> out;
+  for (uint32_t i = 0; i < num_tables; ++i) {
+    uint32_t info_bytes = 0;
+    if (!r.Pod(&info_bytes) || info_bytes > kMaxHeaderBytes) return r.Bad("table description unreadable");
+    std::string info(info_bytes, '\0');
+    if (!r.Get(info.data(), info.size())) return r.Bad(r.error());
+    Header h;
+    Status st = DecodeHeader(info.data(), info.size(), &h);
+    if (!st.ok() || h.type != MsgType::kCreateTable) return r.Bad("table description: " + st.ToString());
+    TableCheckpoint t;
+    t.info = h.info;
+    uint64_t rows = 0;
+    uint32_t dim = 0, nslots = 0;
+    if (!r.Pod(&t.table_step) || !r.Pod(&rows) || !r.Pod(&dim) || !r.Pod(&nslots)) return r.Bad(r.error());
+    const bool sparse = t.info.spec.sparse;
+    // Sizes are bounded by what the file holds before anything is allocated.
+    const long double need = (long double)rows * ((sparse ? 8 : 0) + 4 + 4.0L * dim * (1 + nslots));
+    if (dim != t.info.spec.dim || nslots > 8 || need > (long double)r.left())
+      return r.Bad("table '" + t.info.spec.name + "': " + std::to_string(rows) + " rows of dim " + std::to_string(dim) +
+                   " do not fit in the file");
+    ShardRows& s = t.rows;
+    if (sparse) {
+      s.keys.resize(rows);
+      r.Get(s.keys.data(), rows * sizeof(Key));
+    }
+    s.params.resize(rows * dim);
+    r.Get(s.params.data(), s.params.size() * sizeof(float));
+    s.slots.assign(nslots, std::vector<float>(rows * dim));
+    for (auto& slot : s.slots) r.Get(slot.data(), slot.size() * sizeof(float));
+    s.steps.resize(rows);
+    r.Get(s.steps.data(), rows * sizeof(uint32_t));
+    if (!r.error().empty()) return r.Bad(r.error());
+    const std::string name = t.info.spec.name;
+    if (!out.emplace(name, std::move(t)).second) return r.Bad("table '" + name + "' appears twice");
+  }
+  if (r.left() != 0) return r.Bad(std::to_string(r.left()) + " bytes left over after the last table");
+  return out;
+}
+
+namespace {
+
+// Writes text to path through a temporary file, fsync and rename.
+Status WriteTextFile(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (!f) return Status::Unavailable("cannot create " + tmp + ": " + ErrnoText());
+    bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
+              ::fsync(fileno(f)) == 0;
+    ok = (std::fclose(f) == 0) && ok;
+    if (!ok) return Status::Unavailable("writing " + tmp + ": " + ErrnoText());
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return Status::Unavailable("renaming " + tmp + " to " + path + ": " + ErrnoText());
+  SyncDir(fs::path(path).parent_path().string());
+  return Status::OK();
+}
+
+}  // namespace
+
+Status CommitCheckpoint(const std::string& root, const CheckpointManifest& m, int keep) {
+  std::ostringstream text;
+  text << "pushpull checkpoint\nclock " << m.clock << "\nservers " << m.servers << "\nworkers " << m.workers << "\n";
+  PP_RETURN_IF_ERROR(WriteTextFile((fs::path(m.dir) / "MANIFEST").string(), text.str()));
+  PP_RETURN_IF_ERROR(WriteTextFile((fs::path(root) / "LATEST").string(), fs::path(m.dir).filename().string() + "\n"));
+  // Older checkpoints beyond `keep` (names sort by clock: fixed-width numbers).
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (e.is_directory() && e.path().filename().string().rfind("ckpt-", 0) == 0) dirs.push_back(e.path().string());
+  std::sort(dirs.begin(), dirs.end());
+  const std::string current = fs::path(m.dir).lexically_normal().string();
+  for (size_t i = 0; i + std::max(keep, 1) < dirs.size(); ++i)
+    if (fs::path(dirs[i]).lexically_normal().string() != current) fs::remove_all(dirs[i], ec);
+  return Status::OK();
+}
+
+Result<CheckpointManifest> ReadLatestCheckpoint(const std::string& root) {
+  const std::string latest = (fs::path(root) / "LATEST").string();
+  std::ifstream in(latest);
+  if (!in) return Status::NotFound("no checkpoint under " + root + " (" + latest + " is missing)");
+  std::string name;
+  std::getline(in, name);
+  if (name.rfind("ckpt-", 0) != 0 || name.size() > 64 || name.find('/') != std::string::npos)
+    return Status::Corruption(latest + " names '" + name + "', not a checkpoint directory");
+  CheckpointManifest m;
+  m.dir = (fs::path(root) / name).string();
+  const std::string manifest = (fs::path(m.dir) / "MANIFEST").string();
+  std::ifstream mf(manifest);
+  if (!mf) return Status::NotFound("checkpoint " + m.dir + " has no MANIFEST (incomplete)");
+  std::string title, key;
+  std::getline(mf, title);
+  bool have[3] = {false, false, false};
+  while (mf >> key) {
+    if (key == "clock") have[0] = bool(mf >> m.clock);
+    else if (key == "servers") have[1] = bool(mf >> m.servers);
+    else if (key == "workers") have[2] = bool(mf >> m.workers);
+    else break;
+  }
+  if (title != "pushpull checkpoint" || !have[0] || !have[1] || !have[2] || m.clock < 0 || m.servers < 1 ||
+      m.workers < 1)
+    return Status::Corruption(manifest + " is not a pushpull checkpoint manifest");
+  for (int s = 0; s < m.servers; ++s) {
+    std::error_code ec;
+    if (!fs::exists(ServerCheckpointFile(m.dir, s), ec))
+      return Status::NotFound("checkpoint " + m.dir + " lacks " + ServerCheckpointFile(m.dir, s));
+  }
+  return m;
+}
+
+}  // namespace pushpull

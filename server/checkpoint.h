@@ -1,0 +1,60 @@
+// Checkpoints (DESIGN.md "Failure model", stage 2). At a clock boundary every live worker calls
+// Client::Checkpoint(); the scheduler, once all have, asks every server to write its shards; a
+// server does so once every live worker's clock has reached the boundary and its update threads
+// are idle, so each file holds exactly the updates tagged below the boundary (under BSP: every
+// closed clock's mean, no open sum). When every server has written, the scheduler writes the
+// MANIFEST and points LATEST at it; only then do the workers go on. A job started with
+// --restore_from resumes every table, optimizer state and clock from the newest complete one.
+//
+//   <root>/ckpt-0000000120/server-0.ckpt   one server's shards of every table
+//   <root>/ckpt-0000000120/MANIFEST        clock, servers, workers (written last)
+//   <root>/LATEST                          "ckpt-0000000120" (renamed into place)
+//
+// Every file is written to a temporary name, fsync'd and renamed, so a crash leaves the previous
+// checkpoint intact. A server file ends with its length and a CRC-32 of everything before it,
+// checked before a byte of it is trusted. Rows are stored in the shard's row order whatever the
+// number of update threads, so a job may resume with another --update_threads; the number of
+// servers must be the same (it decides which rows each file holds).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/cluster.h"
+#include "common/status.h"
+#include "server/table_shard.h"
+
+namespace pushpull {
+
+std::string CheckpointDir(const std::string& root, int64_t clock);
+std::string ServerCheckpointFile(const std::string& dir, int rank);
+
+// One table as a server's checkpoint file holds it.
+struct TableCheckpoint {
+  TableInfo info;
+  int64_t table_step = 0;  // updates applied to the table (the learning-rate schedule's step)
+  ShardRows rows;
+};
+
+// Writes this server's shards of `tables` into dir (created if missing) as of `clock`. Only
+// while no update thread works on them. *bytes: the file's size.
+Status WriteServerCheckpoint(const std::string& dir, int rank, int num_servers, int64_t clock,
+                             const std::vector<const TableShard*>& tables, uint64_t* bytes);
+// Reads and checks a server's file (checksum, then rank, server count and clock); tables by name.
+Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::string& dir, int rank,
+                                                                    int num_servers, int64_t clock);
+
+struct CheckpointManifest {
+  int64_t clock = 0;
+  int servers = 0;
+  int workers = 0;
+  std::string dir;  // <root>/ckpt-<clock>
+};
+// Writes dir's MANIFEST, then LATEST, then deletes all but the `keep` newest checkpoints.
+Status CommitCheckpoint(const std::string& root, const CheckpointManifest& m, int keep);
+// The newest complete checkpoint under root (LATEST and its MANIFEST); NotFound when none.
+Result<CheckpointManifest> ReadLatestCheckpoint(const std::string& root);
+
+}  // namespace pushpull

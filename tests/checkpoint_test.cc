@@ -1,0 +1,314 @@
+// Checkpoints (server/checkpoint.h): the file format round-trips a shard's whole state across
+// stripings and refuses damaged files; a job restored from a checkpoint continues exactly where
+// the checkpointed one was (BSP: bit for bit); the collective's misuses get clear errors.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "deploy/local_cluster.h"
+#include "server/checkpoint.h"
+#include "server/table_shard.h"
+
+namespace pushpull {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under the system's temporary one, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "pushpull-ckpt-XXXXXX").string();
+    path_ = mkdtemp(t.data()) ? t : "";
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TableSpec Spec(const std::string& name, bool sparse, opt::Kind kind) {
+  TableSpec s;
+  s.name = name;
+  s.sparse = sparse;
+  s.rows = sparse ? 0 : 10;
+  s.dim = 4;
+  s.init = InitKind::kUniform;
+  s.seed = 7;
+  s.optimizer.kind = kind;
+  s.optimizer.lr = 0.05f;
+  s.consistency = *ParseConsistency("bsp");
+  return s;
+}
+
+// Every row's parameters, optimizer slots and (through Adam's bias correction) steps, read back.
+std::vector<float> Dump(TableShard& t, const std::vector<Key>& keys) {
+  std::vector<RowSelection> sel;
+  t.Split(keys.data(), keys.size(), &sel);
+  std::vector<float> out;
+  for (int slot = -1; slot < t.optimizer()->num_slots(); ++slot) {
+    std::vector<float> v(keys.size() * t.spec().dim, NAN);
+    for (int k = 0; k < t.num_stripes(); ++k) t.stripe(k).Read(sel[k], keys.data(), slot, v.data());
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+void PushSome(TableShard& t, const std::vector<Key>& keys, float scale) {
+  std::vector<float> g(keys.size() * t.spec().dim);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = scale * std::sin(0.7f * i + 1);
+  std::vector<RowSelection> sel;
+  t.Split(keys.data(), keys.size(), &sel);
+  opt::StepContext ctx;
+  ctx.lr = 0.1f;
+  for (int k = 0; k < t.num_stripes(); ++k)
+    if (sel[k].size()) t.stripe(k).ApplyPush(sel[k], keys.data(), g.data(), ctx);
+}
+
+// Written from 3 stripes, restored into 2: the same parameters, slots and step counts (the next
+// update lands alike on both, which it would not with another step count).
+TEST(Checkpoint, FileRoundTripsAShardAcrossStripings) {
+  TempDir dir;
+  TableInfo dense = TableInfo::Make(0, Spec("dense", false, opt::Kind::kAdam), 2);
+  TableInfo sparse = TableInfo::Make(1, Spec("sparse", true, opt::Kind::kAdam), 1);
+  TableShard d3(dense, 1, 3), s3(sparse, 0, 3);
+  std::vector<Key> drows{5, 6, 7, 8, 9}, skeys{3, 99, 123456789, 42, 7};
+  PushSome(d3, drows, 1.0f);
+  PushSome(d3, {6, 8}, -2.0f);
+  PushSome(s3, skeys, 0.5f);
+  PushSome(s3, {99, 42}, 3.0f);
+  d3.table_step = 11;
+  uint64_t bytes = 0;
+  ASSERT_TRUE(WriteServerCheckpoint(dir.path(), 1, 2, 17, {&d3, &s3}, &bytes).ok());
+  EXPECT_EQ(bytes, fs::file_size(ServerCheckpointFile(dir.path(), 1)));
+
+  auto read = ReadServerCheckpoint(dir.path(), 1, 2, 17);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  ASSERT_EQ(read->size(), 2u);
+  TableShard d2(dense, 1, 2), s2(sparse, 0, 2);
+  EXPECT_EQ((*read)["dense"].table_step, 11);
+  ASSERT_TRUE(d2.Restore(std::move((*read)["dense"].rows)).ok());
+  ASSERT_TRUE(s2.Restore(std::move((*read)["sparse"].rows)).ok());
+  EXPECT_EQ(Dump(d3, drows), Dump(d2, drows));
+  EXPECT_EQ(Dump(s3, skeys), Dump(s2, skeys));
+  PushSome(d3, drows, 1.5f);
+  PushSome(d2, drows, 1.5f);
+  PushSome(s3, skeys, 1.5f);
+  PushSome(s2, skeys, 1.5f);
+  EXPECT_EQ(Dump(d3, drows), Dump(d2, drows));
+  EXPECT_EQ(Dump(s3, skeys), Dump(s2, skeys));
+
+  // Rows that do not fit the shard are refused, naming the table.
+  auto again = ReadServerCheckpoint(dir.path(), 1, 2, 17);
+  ASSERT_TRUE(again.ok());
+  TableShard other(TableInfo::Make(0, Spec("dense", false, opt::Kind::kAdam), 1), 0, 1);  // owns 10 rows
+  Status st = other.Restore(std::move((*again)["dense"].rows));
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("'dense'"), std::string::npos) << st.ToString();
+}
+
+TEST(Checkpoint, DamagedOrForeignFilesAreRefused) {
+  TempDir dir;
+  TableInfo info = TableInfo::Make(0, Spec("w", false, opt::Kind::kSgd), 1);
+  TableShard t(info, 0, 1);
+  ASSERT_TRUE(WriteServerCheckpoint(dir.path(), 0, 1, 3, {&t}, nullptr).ok());
+  const std::string file = ServerCheckpointFile(dir.path(), 0);
+  std::string good;
+  {
+    std::ifstream in(file, std::ios::binary);
+    good.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto write = [&](const std::string& bytes) { std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes; };
+
+  // Who wrote it, and when, must match.
+  EXPECT_EQ(ReadServerCheckpoint(dir.path(), 0, 2, 3).status().code(), Code::kCorruption);
+  EXPECT_EQ(ReadServerCheckpoint(dir.path(), 0, 1, 4).status().code(), Code::kCorruption);
+  EXPECT_EQ(ReadServerCheckpoint(dir.path(), 1, 1, 3).status().code(), Code::kNotFound);
+  // Any flipped byte, a truncation, an extension.
+  for (size_t at : {size_t(3), good.size() / 2, good.size() - 20, good.size() - 1}) {
+    std::string bad = good;
+    bad[at] ^= 0x10;
+    write(bad);
+    Status st = ReadServerCheckpoint(dir.path(), 0, 1, 3).status();
+    EXPECT_EQ(st.code(), Code::kCorruption) << "byte " << at;
+    EXPECT_NE(st.message().find(file), std::string::npos) << st.ToString();
+  }
+  write(good.substr(0, good.size() - 5));
+  EXPECT_EQ(ReadServerCheckpoint(dir.path(), 0, 1, 3).status().code(), Code::kCorruption);
+  write(good + "x");
+  EXPECT_EQ(ReadServerCheckpoint(dir.path(), 0, 1, 3).status().code(), Code::kCorruption);
+  write(good);
+  EXPECT_TRUE(ReadServerCheckpoint(dir.path(), 0, 1, 3).ok());
+}
+
+TEST(Checkpoint, LatestNamesTheNewestCompleteOneAndOldOnesArePruned) {
+  TempDir root;
+  EXPECT_EQ(ReadLatestCheckpoint(root.path()).status().code(), Code::kNotFound);
+  TableInfo info = TableInfo::Make(0, Spec("w", false, opt::Kind::kSgd), 1);
+  TableShard t(info, 0, 1);
+  for (int64_t c : {2, 4, 6}) {
+    CheckpointManifest m;
+    m.clock = c;
+    m.servers = 1;
+    m.workers = 3;
+    m.dir = CheckpointDir(root.path(), c);
+    ASSERT_TRUE(WriteServerCheckpoint(m.dir, 0, 1, c, {&t}, nullptr).ok());
+    ASSERT_TRUE(CommitCheckpoint(root.path(), m, 2).ok());
+    auto latest = ReadLatestCheckpoint(root.path());
+    ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+    EXPECT_EQ(latest->clock, c);
+    EXPECT_EQ(latest->workers, 3);
+    EXPECT_EQ(latest->dir, m.dir);
+  }
+  EXPECT_FALSE(fs::exists(CheckpointDir(root.path(), 2)));  // keep 2
+  EXPECT_TRUE(fs::exists(CheckpointDir(root.path(), 4)));
+  // A checkpoint directory whose servers did not all write is no checkpoint.
+  fs::remove(ServerCheckpointFile(CheckpointDir(root.path(), 6), 0));
+  EXPECT_EQ(ReadLatestCheckpoint(root.path()).status().code(), Code::kNotFound);
+}
+
+// One worker's part of a small BSP job from its current clock to `until`: a dense Adam table over
+// both servers and a sparse AdaGrad one; gradients depend on the pulled parameters, so any
+// difference in restored state would show in the end. Checkpoints at clock `ckpt_at`.
+void Train(Client& c, int64_t until, int64_t ckpt_at, std::vector<float>* final_state) {
+  auto dense = c.CreateTable(Spec("dense", false, opt::Kind::kAdam));
+  auto sparse = c.CreateTable(Spec("sparse", true, opt::Kind::kAdaGrad));
+  ASSERT_TRUE(dense.ok() && sparse.ok()) << dense.status().ToString() << sparse.status().ToString();
+  std::vector<Key> keys{1, 77, 5000000000ull, 31, 2};
+  std::vector<float> w(10 * 4), e(keys.size() * 4);
+  while (c.clock() < until) {
+    ASSERT_TRUE(c.PullDense(*dense, w.data()).Wait().ok());
+    ASSERT_TRUE(c.Pull(*sparse, keys, e.data()).Wait().ok());
+    const float t = float(c.clock()) + 0.25f * c.rank();
+    std::vector<float> gw(w.size()), ge(e.size());
+    for (size_t i = 0; i < w.size(); ++i) gw[i] = 0.3f * w[i] + std::cos(t + i);
+    for (size_t i = 0; i < e.size(); ++i) ge[i] = e[i] - std::sin(t * i);
+    c.PushDense(*dense, gw);
+    c.Push(*sparse, keys, ge);
+    ASSERT_TRUE(c.Clock().ok());
+    if (c.clock() == ckpt_at) {
+      ASSERT_TRUE(c.Checkpoint().ok());
+    }
+  }
+  ASSERT_TRUE(c.PullDense(*dense, w.data()).Wait().ok());
+  ASSERT_TRUE(c.Pull(*sparse, keys, e.data()).Wait().ok());
+  std::vector<float> m(w.size());
+  ASSERT_TRUE(c.PullSlot(*dense, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 0, m.data()).Wait().ok());
+  *final_state = w;
+  final_state->insert(final_state->end(), e.begin(), e.end());
+  final_state->insert(final_state->end(), m.begin(), m.end());
+}
+
+// A job checkpointed at clock 4 and run on to 8, and a new job restored from that checkpoint (with
+// another number of update threads) and run to 8, end bit for bit alike.
+TEST(Checkpoint, RestoredBspJobContinuesExactly) {
+  TempDir root;
+  std::vector<std::vector<float>> full(2), resumed(2);
+  {
+    LocalClusterConfig cfg;
+    cfg.servers = 2;
+    cfg.workers = 2;
+    cfg.update_threads = 3;
+    cfg.checkpoint_dir = root.path();
+    LocalCluster cluster(cfg);
+    ASSERT_TRUE(cluster.Start().ok());
+    cluster.RunWorkers([&](Client& c, int w) { Train(c, 8, 4, &full[w]); });
+    ASSERT_TRUE(cluster.FinishAndJoin().ok());
+  }
+  auto latest = ReadLatestCheckpoint(root.path());
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_EQ(latest->clock, 4);
+  {
+    LocalClusterConfig cfg;
+    cfg.servers = 2;
+    cfg.workers = 2;
+    cfg.update_threads = 1;
+    cfg.restore_from = root.path();
+    LocalCluster cluster(cfg);
+    ASSERT_TRUE(cluster.Start().ok());
+    EXPECT_EQ(cluster.client(0).clock(), 4);
+    cluster.RunWorkers([&](Client& c, int w) { Train(c, 8, -1, &resumed[w]); });
+    ASSERT_TRUE(cluster.FinishAndJoin().ok());
+  }
+  ASSERT_FALSE(full[0].empty());
+  EXPECT_EQ(full[0], resumed[0]);
+  EXPECT_EQ(full[1], resumed[1]);
+  EXPECT_EQ(full[0], full[1]);  // BSP: both workers see the same parameters
+}
+
+TEST(Checkpoint, MisuseGetsClearErrors) {
+  {  // No --checkpoint_dir.
+    LocalCluster cluster(LocalClusterConfig{});
+    ASSERT_TRUE(cluster.Start().ok());
+    Status st = cluster.client(0).Checkpoint();
+    EXPECT_EQ(st.code(), Code::kFailedPrecondition);
+    EXPECT_NE(st.message().find("--checkpoint_dir"), std::string::npos) << st.ToString();
+    ASSERT_TRUE(cluster.FinishAndJoin().ok());
+  }
+  TempDir root;
+  {  // Workers at different clocks: both told, and the job goes on.
+    LocalClusterConfig cfg;
+    cfg.workers = 2;
+    cfg.checkpoint_dir = root.path();
+    LocalCluster cluster(cfg);
+    ASSERT_TRUE(cluster.Start().ok());
+    std::vector<Status> st(2);
+    cluster.RunWorkers([&](Client& c, int w) {
+      for (int i = 0; i <= w; ++i) ASSERT_TRUE(c.Clock().ok());
+      st[w] = c.Checkpoint();
+    });
+    for (int w = 0; w < 2; ++w) {
+      EXPECT_EQ(st[w].code(), Code::kInvalidArgument) << st[w].ToString();
+      EXPECT_NE(st[w].message().find("different clocks"), std::string::npos) << st[w].ToString();
+    }
+    cluster.RunWorkers([&](Client& c, int w) {
+      if (w == 0) {
+        ASSERT_TRUE(c.Clock().ok());
+      }
+      EXPECT_TRUE(c.Checkpoint().ok());
+    });
+    ASSERT_TRUE(cluster.FinishAndJoin().ok());
+  }
+  {  // Another number of servers.
+    LocalClusterConfig cfg;
+    cfg.servers = 2;
+    cfg.restore_from = root.path();
+    LocalCluster cluster(cfg);
+    Status st = cluster.Start();
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("servers"), std::string::npos) << st.ToString();
+  }
+  {  // A table the checkpoint holds under another spec.
+    TempDir r2;
+    LocalClusterConfig cfg;
+    cfg.checkpoint_dir = r2.path();
+    {
+      LocalCluster cluster(cfg);
+      ASSERT_TRUE(cluster.Start().ok());
+      ASSERT_TRUE(cluster.client(0).CreateTable(Spec("dense", false, opt::Kind::kAdam)).ok());
+      ASSERT_TRUE(cluster.client(0).Checkpoint().ok());
+      ASSERT_TRUE(cluster.FinishAndJoin().ok());
+    }
+    cfg.checkpoint_dir.clear();
+    cfg.restore_from = r2.path();
+    LocalCluster cluster(cfg);
+    ASSERT_TRUE(cluster.Start().ok());
+    auto t = cluster.client(0).CreateTable(Spec("dense", false, opt::Kind::kSgd));
+    EXPECT_EQ(t.status().code(), Code::kFailedPrecondition) << t.status().ToString();
+    EXPECT_NE(t.status().message().find("differs from the checkpoint"), std::string::npos) << t.status().ToString();
+    ASSERT_TRUE(cluster.FinishAndJoin().ok());
+  }
+}
+
+}  // namespace
+}  // namespace pushpull
