@@ -101,6 +101,38 @@ void Injector::AfterStep(double compute_s) {
   }
 }
 
+Result<int> FirstEpoch(const Client& client, int epochs, const std::function<int64_t(int)>& clock_after,
+                       const char* app_name) {
+  const int64_t c = client.clock();
+  if (c == 0) return 1;
+  for (int e = 1; e <= epochs; ++e) {
+    const int64_t end = clock_after(e);
+    if (end < c) continue;
+    if (end > c) break;
+    if (e == epochs)
+      return Status::FailedPrecondition(std::string(app_name) + ": the checkpoint is at the end of epoch " +
+                                        std::to_string(e) + ", the last of --epochs=" + std::to_string(epochs) +
+                                        ": nothing left to train");
+    PP_LOG(Info) << app_name << ": resuming after epoch " << e << " (clock " << c << ")";
+    return e + 1;
+  }
+  return Status::FailedPrecondition(std::string(app_name) + ": restored at clock " + std::to_string(c) +
+                                    ", which ends no epoch of this run (epochs end at clocks " +
+                                    std::to_string(clock_after(1)) + ", " + std::to_string(clock_after(2)) +
+                                    ", ...): resume with the data, batch size and workers of the checkpointed run");
+}
+
+Status CheckpointIfDue(Client& client, const AppOptions& app, int epoch, const char* app_name) {
+  if (app.checkpoint_every_epochs <= 0 || epoch % app.checkpoint_every_epochs != 0) return Status::OK();
+  const int64_t t0 = NowMs();
+  PP_RETURN_IF_ERROR(client.Checkpoint().Annotate(std::string(app_name) + " checkpoint after epoch " +
+                                                   std::to_string(epoch)));
+  if (client.rank() == 0)
+    PP_LOG(Info) << app_name << ": checkpoint after epoch " << epoch << " (clock " << client.clock() << ") in "
+                 << NowMs() - t0 << " ms";
+  return Status::OK();
+}
+
 Status CheckStaleness(const Future& f, const Consistency& c, const char* what) {
   int64_t bound = c.bound();
   if (bound >= 0 && f.staleness() > bound)

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -44,7 +45,18 @@ struct AppOptions {
   int eval_subset = 1000;
   bool staleness_aware = false;   // tables divide the step by the push's staleness (Zhang et al.)         // ... of this many examples (traced as the metric column)
   InjectionOptions inject;
+  int checkpoint_every_epochs = 0;  // checkpoint after every this many epochs (0: never)
 };
+
+// Checkpoints at epoch ends, and resuming from one. A job restored from a checkpoint starts at the
+// checkpoint's clock (Client::clock()); clock_after(e) is this app's clock at the end of epoch e
+// (0 for e = 0). Returns the first epoch to run: 1 in a fresh job, the one after the checkpoint's
+// otherwise; FailedPrecondition when the clock ends no epoch of this run (other data, batch size
+// or worker count) or no epoch is left.
+Result<int> FirstEpoch(const Client& client, int epochs, const std::function<int64_t(int)>& clock_after,
+                       const char* app_name);
+// After epoch `epoch` (its last Clock() done): a checkpoint when AppOptions asks for one.
+Status CheckpointIfDue(Client& client, const AppOptions& app, int epoch, const char* app_name);
 
 // Applies InjectionOptions after each step of one worker.
 class Injector {

@@ -117,10 +117,14 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
   std::vector<float> xb(size_t(batch) * 784);
   std::vector<uint8_t> yb(batch);
   const int steps = (train.n + batch - 1) / batch;
+  auto first = FirstEpoch(client, app.epochs, [&](int e) { return int64_t(e) * steps; }, "fmnist_mlp");
+  if (!first.ok()) return first.status();
+  // Resuming: the skipped epochs' shuffles, so that the next epoch sees the order it would have.
+  for (int e = 1; e < *first; ++e) std::shuffle(order.begin(), order.end(), rng);
   int64_t start = NowMs(), samples = 0;
   double accuracy = 0;
   double wait_s = 0, compute_s = 0;
-  for (int epoch = 1; epoch <= app.epochs; ++epoch) {
+  for (int epoch = *first; epoch <= app.epochs; ++epoch) {
     int64_t epoch_start = NowMs();
     std::shuffle(order.begin(), order.end(), rng);
     double loss_sum = 0;
@@ -188,6 +192,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
                                       {"train_loss", train_loss}, {"test_accuracy", test_acc},
                                       {"samples_per_s", rate}, {"worker", rank},
                                       {"wait_fraction", wait_s / std::max(1e-9, wait_s + compute_s)}}));
+    PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, epoch, "fmnist_mlp"));
   }
   result->samples_per_s = samples / std::max(1e-3, (NowMs() - start) / 1000.0);
   result->final_metric = accuracy;

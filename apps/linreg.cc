@@ -62,9 +62,11 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   TraceWriter trace(app.trace_out, rank);
   std::vector<float> w(o.dim);
   const int batches = (o.examples_per_worker + app.batch - 1) / app.batch;
+  auto first = FirstEpoch(client, app.epochs, [&](int e) { return int64_t(e) * batches; }, "linreg");
+  if (!first.ok()) return first.status();
   int64_t start = NowMs(), samples = 0;
   double loss = 0;
-  for (int epoch = 1; epoch <= app.epochs; ++epoch) {
+  for (int epoch = *first; epoch <= app.epochs; ++epoch) {
     double epoch_loss = 0;
     for (int b = 0; b < batches; ++b) {
       Future pull = client.PullDense(*table, w.data());
@@ -98,6 +100,7 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
     PP_RETURN_IF_ERROR(metrics.Write({{"epoch", epoch}, {"clock", double(client.clock())},
                                       {"wall_s", wall}, {"train_loss", loss},
                                       {"samples_per_s", samples / std::max(wall, 1e-3)}}));
+    PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, epoch, "linreg"));
   }
   result->samples_per_s = samples / std::max(1e-3, (NowMs() - start) / 1000.0);
   result->final_metric = loss;

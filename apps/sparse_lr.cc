@@ -131,7 +131,18 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   int64_t done = 0, start = NowMs();
   double logloss = NAN, auc = NAN;
   double wait_s = 0;
-  for (int epoch = 1; epoch <= app.epochs; ++epoch) {
+  // Epoch e ends once min(mine, per_eval * e) examples are done, a clock per batch.
+  auto examples_after = [&](int e) { return std::min(mine, per_eval * e); };
+  auto clock_after = [&](int e) {
+    int64_t clocks = 0;
+    for (int k = 1; k <= e; ++k) clocks += (examples_after(k) - examples_after(k - 1) + app.batch - 1) / app.batch;
+    return clocks;
+  };
+  auto first = FirstEpoch(client, app.epochs, clock_after, "sparse_lr");
+  if (!first.ok()) return first.status();
+  // Resuming: the examples of the skipped epochs are drawn and dropped (the stream is seeded).
+  for (; done < examples_after(*first - 1); ++done) gen->Next(&ex[0]);
+  for (int epoch = *first; epoch <= app.epochs; ++epoch) {
     int64_t until = std::min(mine, per_eval * epoch);
     int64_t epoch_start = NowMs(), epoch_first = done;
     double loss_sum = 0;
@@ -192,6 +203,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
                                       {"logloss", rank == 0 ? logloss : NAN},
                                       {"optimal_logloss", rank == 0 ? optimal : NAN},
                                       {"auc", rank == 0 ? auc : NAN}, {"samples_per_s", rate}, {"worker", rank}}));
+    PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, epoch, "sparse_lr"));
   }
   double gap = rank == 0 ? logloss / optimal - 1 : 0;
   const double target_gap = app.target > 0 ? app.target : 0.02;

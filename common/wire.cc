@@ -2,6 +2,7 @@
 
 #include <cereal/archives/binary.hpp>
 
+#include <cerrno>
 #include <cstring>
 #include <istream>
 #include <type_traits>
@@ -421,7 +422,15 @@ bool RecvFrames(zmq::socket_t& sock, std::vector<zmq::message_t>* frames, size_t
   if (wait) sock.set(zmq::sockopt::rcvtimeo, static_cast<int>(wait_ms));  // an option store, no system call
   while (true) {
     zmq::message_t m;
-    auto r = sock.recv(m, wait && frames->empty() ? zmq::recv_flags::none : zmq::recv_flags::dontwait);
+    zmq::recv_result_t r;
+    try {
+      r = sock.recv(m, wait && frames->empty() ? zmq::recv_flags::none : zmq::recv_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      // A signal (SIGTERM, the daemons' stop request) interrupted the wait: nothing received.
+      // Only the first frame is waited for, so no message is left half read.
+      if (e.num() != EINTR) throw;
+      return !frames->empty();
+    }
     if (!r) return !frames->empty();
     bool more = m.more();
     if (frames->size() < max_frames) frames->push_back(std::move(m));

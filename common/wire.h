@@ -139,7 +139,7 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
 // oversized message is drained and the message reported as malformed by Decode.
 // With wait_ms > 0 the first frame is waited for up to that long, in ZeroMQ's own blocking receive
 // (a poll followed by a receive costs twice the system calls); the others never wait (a multipart
-// message arrives whole).
+// message arrives whole). A wait a signal interrupts returns false, as if it had timed out.
 bool RecvFrames(zmq::socket_t& sock, std::vector<zmq::message_t>* frames, size_t max_frames = 8,
                 int64_t wait_ms = 0);
 

@@ -31,6 +31,8 @@ DEFINE_int32(update_threads, 1, "update threads per server");
 DEFINE_int32(stats_every_s, 30, "each server logs a line of rates and state this often (0: never)");
 DEFINE_int32(grace_ms, 5000, "after the job ends or fails, how long children get to exit before SIGKILL");
 DEFINE_string(bin_dir, "", "where the pushpull binaries are (default: beside this one)");
+DEFINE_string(checkpoint_dir, "", "scheduler: where checkpoints go (workers take them with --checkpoint_every_epochs)");
+DEFINE_string(restore_from, "", "scheduler: resume from the newest complete checkpoint under this directory");
 
 namespace {
 
@@ -130,7 +132,8 @@ int main(int argc, char** argv) {
   pushpull::ParseFlagsOrHelp(&argc, &argv,
                             
       "runs a pushpull job on this machine.\n"
-      "usage: pushpull-launch --servers=S --workers=W [--consistency=bsp|ssp:K|asp] -- <worker flags>\n"
+      "usage: pushpull-launch --servers=S --workers=W [--consistency=bsp|ssp:K|asp]\n"
+      "       [--checkpoint_dir=DIR] [--restore_from=DIR] -- <worker flags>\n"
       "example: pushpull-launch --servers=2 --workers=3 --consistency=ssp:1 -- --app=linreg",
                             "launch_main");  // leaves what follows "--" in argv
   std::vector<std::string> worker_args(argv + 1, argv + argc);
@@ -169,7 +172,8 @@ int main(int argc, char** argv) {
                             "--num_servers=" + std::to_string(FLAGS_servers),
                             "--num_workers=" + std::to_string(FLAGS_workers),
                             "--heartbeat_timeout_ms=" + std::to_string(FLAGS_heartbeat_timeout_ms),
-                            "--on_worker_death=" + FLAGS_on_worker_death}));
+                            "--on_worker_death=" + FLAGS_on_worker_death,
+                            "--checkpoint_dir=" + FLAGS_checkpoint_dir, "--restore_from=" + FLAGS_restore_from}));
   // The scheduler picks its port; wait for it to say which.
   std::string scheduler;
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -179,10 +183,11 @@ int main(int argc, char** argv) {
     if (!scheduler.empty()) break;
     Drain(children[0], false);
     int st;
-    if (waitpid(children[0].pid, &st, WNOHANG) == children[0].pid || g_interrupted ||
-        std::chrono::steady_clock::now() > until) {
+    const bool exited = waitpid(children[0].pid, &st, WNOHANG) == children[0].pid;
+    if (exited || g_interrupted || std::chrono::steady_clock::now() > until) {
       Drain(children[0], true);
-      Say("the scheduler did not start (no address within 30 s)");
+      Say(exited ? "the scheduler exited before it listened (its error is above)"
+                 : "the scheduler did not start (no address within 30 s)");
       kill(children[0].pid, SIGKILL);
       return 1;
     }

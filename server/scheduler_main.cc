@@ -19,13 +19,20 @@ DEFINE_string(endpoint_file, "", "if set, write the address nodes should use her
 DEFINE_int32(heartbeat_timeout_ms, 5000, "a node silent this long is declared dead");
 DEFINE_int32(register_timeout_ms, 120000, "abort if not every node registered by then");
 DEFINE_string(on_worker_death, "abort", "abort: end the job naming the dead worker; continue: go on without it");
+DEFINE_string(checkpoint_dir, "", "directory servers write checkpoints into when the workers call Checkpoint() "
+              "(a filesystem every server and the scheduler share; empty: checkpoints off)");
+DEFINE_int32(checkpoint_keep, 2, "complete checkpoints to keep; older ones are deleted");
+DEFINE_int32(checkpoint_timeout_s, 600, "servers must have written a checkpoint by then");
+DEFINE_string(restore_from, "", "resume the job from the newest complete checkpoint under this directory "
+              "(tables, optimizer state, clocks; same number of servers)");
 DEFINE_bool(verbose, false, "debug logging");
 
 int main(int argc, char** argv) {
   pushpull::ParseFlagsOrHelp(&argc, &argv,
                             
-      "the pushpull scheduler: membership, table creation, barriers, heartbeats.\n"
-      "usage: pushpull-scheduler --num_servers=S --num_workers=W [--port=7000]",
+      "the pushpull scheduler: membership, table creation, barriers, heartbeats, checkpoints.\n"
+      "usage: pushpull-scheduler --num_servers=S --num_workers=W [--port=7000]\n"
+      "       [--checkpoint_dir=DIR] [--restore_from=DIR]",
                             "scheduler_main");
   pushpull::SetLogTag("scheduler");
   if (FLAGS_verbose) pushpull::SetLogLevel(pushpull::LogLevel::kDebug);
@@ -42,6 +49,10 @@ int main(int argc, char** argv) {
   o.heartbeat_timeout_ms = FLAGS_heartbeat_timeout_ms;
   o.register_timeout_ms = FLAGS_register_timeout_ms;
   o.continue_on_worker_death = FLAGS_on_worker_death == "continue";
+  o.checkpoint_dir = FLAGS_checkpoint_dir;
+  o.checkpoint_keep = FLAGS_checkpoint_keep;
+  o.checkpoint_timeout_ms = FLAGS_checkpoint_timeout_s * 1000;
+  o.restore_from = FLAGS_restore_from;
   auto s = pushpull::Scheduler::Create(o);
   if (!s.ok()) {
     PP_LOG(Error) << s.status().ToString();

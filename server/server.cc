@@ -781,7 +781,8 @@ void ServerImpl::FinishCheckpoint() {
   if (ckpt_.writer.joinable()) ckpt_.writer.join();
   if (ckpt_.status.ok())
     PP_LOG(Info) << "checkpoint at clock " << ckpt_.clock << " written: " << ServerCheckpointFile(ckpt_.dir, rank_)
-                 << ", " << ckpt_.bytes / 1e6 << " MB in " << NowMs() - ckpt_.started_ms << " ms";
+                 << ", " << (ckpt_.bytes >= 1000000 ? ckpt_.bytes / 1e6 : ckpt_.bytes / 1e3)
+                 << (ckpt_.bytes >= 1000000 ? " MB" : " KB") << " in " << NowMs() - ckpt_.started_ms << " ms";
   else
     PP_LOG(Error) << "checkpoint at clock " << ckpt_.clock << " failed: " << ckpt_.status.ToString();
   Header reply;

@@ -33,6 +33,8 @@ DEFINE_int32(progress_s, 5, "seconds between progress lines (0: none)");
 DEFINE_bool(staleness_aware, false, "divide each push's step by its staleness (Zhang et al. 2016)");
 DEFINE_int32(eval_every, 0, "worker 0 evaluates on a test subset every this many clocks (0: per epoch only)");
 DEFINE_int32(eval_subset, 1000, "examples in that subset evaluation");
+DEFINE_int32(checkpoint_every_epochs, 0, "checkpoint after every this many epochs (0: never; the scheduler "
+             "needs --checkpoint_dir); a job started with the scheduler's --restore_from resumes there");
 DEFINE_string(trace_out, "", "write a CSV row per clock here: clock,wall_s,loss,metric,staleness");
 // Injection (experiments): stragglers and a slower network.
 DEFINE_string(straggler, "", "RANK:MS[,RANK:MS]: these workers sleep MS milliseconds every clock");
@@ -79,6 +81,7 @@ pushpull::Status RunApp(pushpull::Client& client, pushpull::AppResult* result) {
   app.eval_every = FLAGS_eval_every;
   app.staleness_aware = FLAGS_staleness_aware;
   app.eval_subset = FLAGS_eval_subset;
+  app.checkpoint_every_epochs = FLAGS_checkpoint_every_epochs;
   std::map<int, double> fixed;
   PP_RETURN_IF_ERROR(pushpull::InjectionOptions::ParseRankMap("straggler", FLAGS_straggler, &fixed));
   for (auto& [r, ms] : fixed) app.inject.fixed_delay_ms[r] = static_cast<int>(ms);
