@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -13,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/crc32c.h"
 #include "common/wire.h"
 
 namespace pushpull {
@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'P', 'P', 'C', 'K', 'P', 'T', '1', '\n'};
-constexpr size_t kTrailerBytes = sizeof(uint64_t) + sizeof(uint32_t);  // payload length, CRC-32
+constexpr size_t kTrailerBytes = sizeof(uint64_t) + sizeof(uint32_t);  // payload length, CRC-32C
 constexpr size_t kIoChunk = 4 << 20;
 
 std::string ErrnoText() { return std::strerror(errno); }
@@ -57,7 +57,7 @@ class FileWriter {
   void Put(const void* p, size_t n) {
     if (!error_.empty() || n == 0) return;
     const auto* b = static_cast<const unsigned char*>(p);
-    crc_ = crc32_z(crc_, b, n);
+    crc_ = Crc32c(crc_, b, n);
     if (std::fwrite(b, 1, n, f_) != n) error_ = "writing " + tmp_ + ": " + ErrnoText();
     bytes_ += n;
   }
@@ -87,13 +87,15 @@ class FileWriter {
   std::string path_, tmp_;
   std::FILE* f_ = nullptr;
   std::string error_;
-  uLong crc_ = crc32_z(0, nullptr, 0);
+  uint32_t crc_ = 0;
   uint64_t bytes_ = 0;
   bool committed_ = false;
 };
 
-// Reads a file written by FileWriter: the CRC is checked over the whole payload first; reads
-// then stay inside the payload.
+// Reads a file written by FileWriter in one pass, the CRC-32 running along; Verify() at the end
+// says whether it matched. Reads stay inside the payload the trailer declares, so a damaged
+// length can make a read fail but never an allocation beyond the file's size (the caller bounds
+// counts by left() first); nothing read is used before Verify().
 class FileReader {
  public:
   Status Open(const std::string& path) {
@@ -104,26 +106,15 @@ class FileReader {
     const uint64_t size = fs::file_size(path, ec);
     if (ec || size < sizeof(kMagic) + kTrailerBytes) return Bad("shorter than its header and trailer");
     uint64_t payload = 0;
-    uint32_t crc = 0;
     if (std::fseek(f_, static_cast<long>(size - kTrailerBytes), SEEK_SET) != 0 ||
-        std::fread(&payload, sizeof payload, 1, f_) != 1 || std::fread(&crc, sizeof crc, 1, f_) != 1)
+        std::fread(&payload, sizeof payload, 1, f_) != 1 || std::fread(&crc_want_, sizeof crc_want_, 1, f_) != 1)
       return Bad("trailer unreadable");
     if (payload != size - kTrailerBytes) return Bad("truncated or extended (length in trailer differs)");
     std::rewind(f_);
-    std::vector<unsigned char> buf(std::min<uint64_t>(payload, kIoChunk));
-    uLong c = crc32_z(0, nullptr, 0);
-    for (uint64_t left = payload; left > 0;) {
-      size_t n = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
-      if (std::fread(buf.data(), 1, n, f_) != n) return Bad("read error");
-      c = crc32_z(c, buf.data(), n);
-      left -= n;
-    }
-    if (static_cast<uint32_t>(c) != crc) return Bad("checksum mismatch (corrupted)");
-    std::rewind(f_);
     left_ = payload;
     char magic[sizeof(kMagic)];
-    Get(magic, sizeof magic);
-    if (std::memcmp(magic, kMagic, sizeof magic) != 0) return Bad("not a pushpull checkpoint file");
+    if (!Get(magic, sizeof magic) || std::memcmp(magic, kMagic, sizeof magic) != 0)
+      return Bad("not a pushpull checkpoint file");
     return Status::OK();
   }
   ~FileReader() {
@@ -139,12 +130,28 @@ class FileReader {
       error_ = "read error";
       return false;
     }
+    crc_ = Crc32c(crc_, p, n);
     left_ -= n;
     return true;
   }
   template <class T>
   bool Pod(T* v) {
     return Get(v, sizeof *v);
+  }
+  // After the last read: the whole payload was read and its CRC matches.
+  Status Verify() const {
+    if (left_ != 0) return Bad(std::to_string(left_) + " bytes left over after the last table");
+    if (static_cast<uint32_t>(crc_) != crc_want_) return Bad("checksum mismatch (corrupted)");
+    return Status::OK();
+  }
+  // An error found part way: a damaged file is reported as such (the rest is read for the CRC),
+  // an intact one with `why`.
+  Status Fail(const std::string& why) {
+    std::vector<unsigned char> buf(std::min<uint64_t>(left_, kIoChunk));
+    while (left_ > 0)
+      if (!Get(buf.data(), std::min<uint64_t>(left_, buf.size()))) return Bad(error_);  // a read error
+    if (static_cast<uint32_t>(crc_) != crc_want_) return Bad("checksum mismatch (corrupted)");
+    return Bad(why);
   }
   uint64_t left() const { return left_; }
   Status Bad(const std::string& why) const { return Status::Corruption("checkpoint file " + path_ + ": " + why); }
@@ -154,6 +161,8 @@ class FileReader {
   std::string path_;
   std::FILE* f_ = nullptr;
   uint64_t left_ = 0;
+  uint32_t crc_ = 0;
+  uint32_t crc_want_ = 0;
   std::string error_;
 };
 
@@ -224,30 +233,30 @@ Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::s
   int64_t file_clock = 0;
   uint32_t num_tables = 0;
   if (!r.Pod(&file_rank) || !r.Pod(&file_servers) || !r.Pod(&file_clock) || !r.Pod(&num_tables))
-    return r.Bad(r.error());
+    return r.Fail(r.error());
   if (file_rank != rank || file_servers != num_servers || file_clock != clock)
-    return r.Bad("written by server " + std::to_string(file_rank) + " of " + std::to_string(file_servers) +
+    return r.Fail("written by server " + std::to_string(file_rank) + " of " + std::to_string(file_servers) +
                  " at clock " + std::to_string(file_clock) + "; expected server " + std::to_string(rank) +
                  " of " + std::to_string(num_servers) + " at clock " + std::to_string(clock));
   std::map<std::string, TableCheckpoint> out;
   for (uint32_t i = 0; i < num_tables; ++i) {
     uint32_t info_bytes = 0;
-    if (!r.Pod(&info_bytes) || info_bytes > kMaxHeaderBytes) return r.Bad("table description unreadable");
+    if (!r.Pod(&info_bytes) || info_bytes > kMaxHeaderBytes) return r.Fail("table description unreadable");
     std::string info(info_bytes, '\0');
-    if (!r.Get(info.data(), info.size())) return r.Bad(r.error());
+    if (!r.Get(info.data(), info.size())) return r.Fail(r.error());
     Header h;
     Status st = DecodeHeader(info.data(), info.size(), &h);
-    if (!st.ok() || h.type != MsgType::kCreateTable) return r.Bad("table description: " + st.ToString());
+    if (!st.ok() || h.type != MsgType::kCreateTable) return r.Fail("table description: " + st.ToString());
     TableCheckpoint t;
     t.info = h.info;
     uint64_t rows = 0;
     uint32_t dim = 0, nslots = 0;
-    if (!r.Pod(&t.table_step) || !r.Pod(&rows) || !r.Pod(&dim) || !r.Pod(&nslots)) return r.Bad(r.error());
+    if (!r.Pod(&t.table_step) || !r.Pod(&rows) || !r.Pod(&dim) || !r.Pod(&nslots)) return r.Fail(r.error());
     const bool sparse = t.info.spec.sparse;
     // Sizes are bounded by what the file holds before anything is allocated.
     const long double need = (long double)rows * ((sparse ? 8 : 0) + 4 + 4.0L * dim * (1 + nslots));
     if (dim != t.info.spec.dim || nslots > 8 || need > (long double)r.left())
-      return r.Bad("table '" + t.info.spec.name + "': " + std::to_string(rows) + " rows of dim " + std::to_string(dim) +
+      return r.Fail("table '" + t.info.spec.name + "': " + std::to_string(rows) + " rows of dim " + std::to_string(dim) +
                    " do not fit in the file");
     ShardRows& s = t.rows;
     if (sparse) {
@@ -260,11 +269,11 @@ Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::s
     for (auto& slot : s.slots) r.Get(slot.data(), slot.size() * sizeof(float));
     s.steps.resize(rows);
     r.Get(s.steps.data(), rows * sizeof(uint32_t));
-    if (!r.error().empty()) return r.Bad(r.error());
+    if (!r.error().empty()) return r.Fail(r.error());
     const std::string name = t.info.spec.name;
-    if (!out.emplace(name, std::move(t)).second) return r.Bad("table '" + name + "' appears twice");
+    if (!out.emplace(name, std::move(t)).second) return r.Fail("table '" + name + "' appears twice");
   }
-  if (r.left() != 0) return r.Bad(std::to_string(r.left()) + " bytes left over after the last table");
+  PP_RETURN_IF_ERROR(r.Verify());
   return out;
 }
 

@@ -11,7 +11,7 @@
 //   <root>/LATEST                          "ckpt-0000000120" (renamed into place)
 //
 // Every file is written to a temporary name, fsync'd and renamed, so a crash leaves the previous
-// checkpoint intact. A server file ends with its length and a CRC-32 of everything before it,
+// checkpoint intact. A server file ends with its length and a CRC-32C of everything before it,
 // checked before a byte of it is trusted. Rows are stored in the shard's row order whatever the
 // number of update threads, so a job may resume with another --update_threads; the number of
 // servers must be the same (it decides which rows each file holds).

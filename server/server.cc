@@ -717,8 +717,8 @@ void ServerImpl::CreateTable(const Message& m) {
   if (st.ok()) {
     if (info.id >= tables_.size()) tables_.resize(info.id + 1);
     if (!tables_[info.id]) {
-      auto shard = std::make_unique<TableShard>(info, rank_, options_.update_threads);
       auto saved = restore_.find(info.spec.name);
+      auto shard = std::make_unique<TableShard>(info, rank_, options_.update_threads, saved == restore_.end());
       if (saved != restore_.end()) {
         // The checkpoint's table must be this one: same spec, same partition over the servers.
         const TableInfo& was = saved->second.info;

@@ -7,10 +7,10 @@
 namespace pushpull {
 
 Stripe::Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t row_begin,
-               uint64_t row_end)
+               uint64_t row_end, bool fill)
     : spec_(spec), optimizer_(optimizer), dim_(spec.dim), row_begin_(row_begin) {
   slots_.resize(optimizer_->num_slots());
-  if (!spec.sparse) AppendRows(row_begin, row_end - row_begin, nullptr);
+  if (!spec.sparse && fill) AppendRows(row_begin, row_end - row_begin, nullptr);
 }
 
 size_t Stripe::bytes() const {
@@ -246,24 +246,41 @@ Status TableShard::Restore(ShardRows in) {
                                    " rows, this server owns " +
                                    (spec.sparse ? std::string("keyed rows") : std::to_string(row_end_ - row_begin_)));
   const int S = num_stripes();
-  // Which stripe each row goes to, and where in it.
+  if (!spec.sparse) {
+    // Dense: stripe i holds rows [stripe_offsets_[i], stripe_offsets_[i+1]), contiguous in the
+    // checkpoint too. One stripe takes the arrays as they are.
+    for (int i = 0; i < S; ++i) {
+      const size_t b = stripe_offsets_[i] - row_begin_, e = stripe_offsets_[i + 1] - row_begin_;
+      if (S == 1) {
+        stripes_[0]->Restore({}, std::move(in.params), std::move(in.slots), std::move(in.steps));
+        break;
+      }
+      FloatArray params(in.params.begin() + b * dim, in.params.begin() + e * dim);
+      std::vector<std::vector<float>> slots;
+      for (auto& sl : in.slots) slots.emplace_back(sl.begin() + b * dim, sl.begin() + e * dim);
+      std::vector<uint32_t> steps(in.steps.begin() + b, in.steps.begin() + e);
+      stripes_[i]->Restore({}, std::move(params), std::move(slots), std::move(steps));
+    }
+    return Status::OK();
+  }
+  // Sparse: each row to the stripe its key hashes to.
   std::vector<std::vector<uint32_t>> of(S);
   for (size_t r = 0; r < n; ++r) {
-    Key k = spec.sparse ? in.keys[r] : row_begin_ + r;
-    if (spec.sparse && !Owns(k))
+    const Key k = in.keys[r];
+    if (!Owns(k))
       return Status::InvalidArgument("table '" + spec.name + "': checkpoint row " + std::to_string(k) +
                                      " belongs to server " + std::to_string(info_.OwnerOf(k)));
     of[StripeOf(k)].push_back(static_cast<uint32_t>(r));
   }
   for (int i = 0; i < S; ++i) {
     const auto& rows = of[i];
-    std::vector<Key> keys;
+    std::vector<Key> keys(rows.size());
     FloatArray params(rows.size() * dim);
     std::vector<std::vector<float>> slots(nslots, std::vector<float>(rows.size() * dim));
     std::vector<uint32_t> steps(rows.size());
     for (size_t j = 0; j < rows.size(); ++j) {
       const size_t r = rows[j];
-      if (spec.sparse) keys.push_back(in.keys[r]);
+      keys[j] = in.keys[r];
       std::memcpy(&params[j * dim], &in.params[r * dim], dim * sizeof(float));
       for (size_t s = 0; s < nslots; ++s) std::memcpy(&slots[s][j * dim], &in.slots[s][r * dim], dim * sizeof(float));
       steps[j] = in.steps[r];
@@ -273,7 +290,7 @@ Status TableShard::Restore(ShardRows in) {
   return Status::OK();
 }
 
-TableShard::TableShard(const TableInfo& info, int server_rank, int num_stripes)
+TableShard::TableShard(const TableInfo& info, int server_rank, int num_stripes, bool fill)
     : info_(info), server_rank_(server_rank) {
   optimizer_ = opt::Optimizer::Create(info.spec.optimizer);
   if (!info.spec.sparse) {
@@ -284,7 +301,7 @@ TableShard::TableShard(const TableInfo& info, int server_rank, int num_stripes)
     for (int i = 0; i <= num_stripes; ++i) stripe_offsets_[i] = row_begin_ + rows * i / num_stripes;
     for (int i = 0; i < num_stripes; ++i)
       stripes_.push_back(std::make_unique<Stripe>(info.spec, optimizer_.get(), stripe_offsets_[i],
-                                                  stripe_offsets_[i + 1]));
+                                                  stripe_offsets_[i + 1], fill));
   } else {
     for (int i = 0; i < num_stripes; ++i)
       stripes_.push_back(std::make_unique<Stripe>(info.spec, optimizer_.get(), 0, 0));

@@ -35,7 +35,10 @@ struct RowSelection {
 
 class Stripe {
  public:
-  Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t row_begin, uint64_t row_end);
+  // A dense stripe starts with its rows at their initial values, unless `fill` is false (a stripe
+  // about to be restored from a checkpoint: no rows until Restore()).
+  Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t row_begin, uint64_t row_end,
+         bool fill = true);
 
   // Applies gradients now (SSP/ASP). grads holds dim floats per message row.
   void ApplyPush(const RowSelection& sel, const Key* keys, const float* grads,
@@ -126,7 +129,9 @@ struct ShardRows {
 
 class TableShard {
  public:
-  TableShard(const TableInfo& info, int server_rank, int num_stripes);
+  // fill false: the stripes stay empty until Restore() (no pass initialising rows a checkpoint
+  // is about to replace).
+  TableShard(const TableInfo& info, int server_rank, int num_stripes, bool fill = true);
 
   const TableInfo& info() const { return info_; }
   const TableSpec& spec() const { return info_.spec; }
