@@ -1,0 +1,193 @@
+// The sharded, striped system against a model that cannot be wrong in the same way (leveldb's
+// ModelDB): a std::map of rows, each updated by the optimizer alone. A seeded random sequence of
+// dense and keyed pushes and pulls (parameters and optimizer slots), many in flight at once, goes
+// to a real cluster and to the model; every pull must equal the model's rows at that point of the
+// sequence, bit for bit. One worker under ASP: its requests reach each server in order, so the
+// sequence is the order of application.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "deploy/local_cluster.h"
+#include "optimizers/optimizer.h"
+
+namespace pushpull {
+namespace {
+
+// One table as the model holds it: row id -> parameters, slots, updates applied.
+class ModelTable {
+ public:
+  explicit ModelTable(const TableSpec& spec) : spec_(spec), opt_(opt::Optimizer::Create(spec.optimizer)) {}
+
+  void Push(const std::vector<Key>& keys, const std::vector<float>& grads) {
+    const uint32_t d = spec_.dim;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      Row& r = RowOf(keys[i]);
+      opt::StepContext ctx;
+      ctx.lr = opt::ScheduledLr(spec_.optimizer, 0);  // constant schedule
+      ctx.step = ++r.step;
+      float* slots[8];
+      for (size_t s = 0; s < r.slots.size(); ++s) slots[s] = r.slots[s].data();
+      opt_->ApplyTo(r.params.data(), r.params.data(), slots, &grads[i * d], d, ctx);
+    }
+  }
+  // slot -1: parameters.
+  std::vector<float> Pull(const std::vector<Key>& keys, int slot) {
+    std::vector<float> out;
+    for (Key k : keys) {
+      Row& r = RowOf(k);
+      const auto& v = slot < 0 ? r.params : r.slots[slot];
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  }
+  int num_slots() const { return opt_->num_slots(); }
+
+ private:
+  struct Row {
+    std::vector<float> params;
+    std::vector<std::vector<float>> slots;
+    uint32_t step = 0;
+  };
+  Row& RowOf(Key k) {
+    auto it = rows_.find(k);
+    if (it != rows_.end()) return it->second;
+    Row r;
+    for (uint32_t c = 0; c < spec_.dim; ++c) r.params.push_back(InitialValue(spec_, k, c));
+    for (int s = 0; s < opt_->num_slots(); ++s) r.slots.emplace_back(spec_.dim, opt_->slot_init(s));
+    return rows_.emplace(k, std::move(r)).first->second;
+  }
+  const TableSpec spec_;
+  std::unique_ptr<opt::Optimizer> opt_;
+  std::map<Key, Row> rows_;
+};
+
+struct ModelCase {
+  int servers, update_threads;
+  opt::Kind kind;
+};
+
+void PrintTo(const ModelCase& c, std::ostream* os) {
+  *os << c.servers << " servers, " << c.update_threads << " update threads, " << opt::KindName(c.kind);
+}
+
+class ModelTest : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(ModelTest, RandomOperationsMatchTheModelBitForBit) {
+  const ModelCase mc = GetParam();
+  LocalClusterConfig cfg;
+  cfg.servers = mc.servers;
+  cfg.update_threads = mc.update_threads;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+
+  TableSpec dense;
+  dense.name = "dense";
+  // 80 KB: whole-table pulls are sent from the parameters in place, a frame per stripe, so pushes
+  // that land while a reply is held take the copy-on-write path.
+  dense.rows = 1000;
+  dense.dim = 20;
+  dense.init = InitKind::kUniform;
+  dense.optimizer.kind = mc.kind;
+  dense.optimizer.lr = 0.05f;
+  dense.consistency = *ParseConsistency("asp");
+  TableSpec sparse = dense;
+  sparse.name = "sparse";
+  sparse.sparse = true;
+  sparse.rows = 0;
+  sparse.dim = 5;
+  sparse.init = InitKind::kNormal;
+  auto td = c.CreateTable(dense);
+  auto ts = c.CreateTable(sparse);
+  ASSERT_TRUE(td.ok() && ts.ok()) << td.status().ToString() << ts.status().ToString();
+  ModelTable md(dense), ms(sparse);
+
+  std::mt19937_64 rng(20261122 + mc.servers * 7 + mc.update_threads * 131 + int(mc.kind));
+  std::vector<Key> sparse_ids(60);
+  for (auto& k : sparse_ids) k = rng() >> (rng() % 60);  // small and huge ids alike
+  std::sort(sparse_ids.begin(), sparse_ids.end());
+  sparse_ids.erase(std::unique(sparse_ids.begin(), sparse_ids.end()), sparse_ids.end());
+
+  // A random set of distinct keys, in random order.
+  auto pick = [&](const std::vector<Key>& from) {
+    std::vector<Key> ks = from;
+    std::shuffle(ks.begin(), ks.end(), rng);
+    ks.resize(1 + rng() % ks.size());
+    return ks;
+  };
+  std::vector<Key> all_dense(dense.rows);
+  for (Key k = 0; k < dense.rows; ++k) all_dense[k] = k;
+  auto grads = [&](size_t n) {
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    std::vector<float> v(n);
+    for (auto& x : v) x = g(rng);
+    return v;
+  };
+
+  struct Expect {
+    Future f;
+    std::shared_ptr<std::vector<float>> got;
+    std::vector<float> want;
+    std::string what;
+  };
+  std::vector<Expect> open;
+  auto settle = [&] {
+    for (auto& e : open) {
+      ASSERT_TRUE(e.f.Wait().ok()) << e.what;
+      ASSERT_EQ(*e.got, e.want) << e.what;
+    }
+    open.clear();
+  };
+  int pulls = 0;
+  for (int op = 0; op < 400; ++op) {
+    const int what = rng() % 10;
+    const bool on_sparse = rng() % 2;
+    Table& t = on_sparse ? *ts : *td;
+    ModelTable& m = on_sparse ? ms : md;
+    const uint32_t dim = on_sparse ? sparse.dim : dense.dim;
+    if (what < 4) {  // keyed push
+      std::vector<Key> ks = pick(on_sparse ? sparse_ids : all_dense);
+      std::vector<float> g = grads(ks.size() * dim);
+      m.Push(ks, g);
+      c.Push(t, ks, g);
+    } else if (what < 5 && !on_sparse) {  // whole-table push
+      std::vector<float> g = grads(all_dense.size() * dim);
+      md.Push(all_dense, g);
+      c.PushDense(t, g);
+    } else if (what < 9) {  // keyed pull of parameters or a slot, or a whole-table pull
+      const int slot = m.num_slots() > 0 && rng() % 4 == 0 ? int(rng() % m.num_slots()) : -1;
+      const bool whole = !on_sparse && slot < 0 && rng() % 3 == 0;
+      std::vector<Key> ks = whole ? all_dense : pick(on_sparse ? sparse_ids : all_dense);
+      Expect e;
+      e.got = std::make_shared<std::vector<float>>(ks.size() * dim, -1.0f);
+      e.want = m.Pull(ks, slot);
+      e.what = "op " + std::to_string(op) + ": pull of " + std::to_string(ks.size()) + " rows of '" + t.name +
+               "' slot " + std::to_string(slot);
+      e.f = whole ? c.PullDense(t, e.got->data())
+                  : (slot < 0 ? c.Pull(t, ks, e.got->data()) : c.PullSlot(t, ks, slot, e.got->data()));
+      open.push_back(std::move(e));
+      ++pulls;
+    } else {  // let everything in flight land
+      settle();
+      ASSERT_TRUE(c.Clock().ok());
+    }
+    if (HasFatalFailure()) return;
+  }
+  settle();
+  EXPECT_GT(pulls, 100);
+  ASSERT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(, ModelTest,
+                         ::testing::Values(ModelCase{1, 1, opt::Kind::kSgd}, ModelCase{2, 3, opt::Kind::kAdam},
+                                           ModelCase{3, 2, opt::Kind::kAdaGrad}, ModelCase{2, 1, opt::Kind::kFtrl}));
+
+}  // namespace
+}  // namespace pushpull
