@@ -116,7 +116,10 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
   std::iota(order.begin(), order.end(), 0);
   std::vector<float> xb(size_t(batch) * 784);
   std::vector<uint8_t> yb(batch);
-  const int steps = (train.n + batch - 1) / batch;
+  // The same number of steps on every worker (shards differ by at most one image), so that
+  // epochs end at the same clock everywhere (checkpoints are taken there) and the schedule's
+  // count above holds: a larger shard's one extra image is seen only when it fits the last batch.
+  const int steps = (train_all->n / W + batch - 1) / batch;
   auto first = FirstEpoch(client, app.epochs, [&](int e) { return int64_t(e) * steps; }, "fmnist_mlp");
   if (!first.ok()) return first.status();
   // Resuming: the skipped epochs' shuffles, so that the next epoch sees the order it would have.

@@ -32,6 +32,7 @@ Status LocalCluster::Start() {
   so.continue_on_worker_death = config_.continue_on_worker_death;
   so.checkpoint_dir = config_.checkpoint_dir;
   so.restore_from = config_.restore_from;
+  so.checkpoint_timeout_ms = config_.checkpoint_timeout_ms;
   auto s = Scheduler::Create(so);
   if (!s.ok()) return s.status();
   scheduler_ = std::move(s.value());

@@ -25,6 +25,7 @@ struct LocalClusterConfig {
   bool continue_on_worker_death = false;
   std::string checkpoint_dir;  // the scheduler's --checkpoint_dir (empty: checkpoints off)
   std::string restore_from;    // the scheduler's --restore_from (empty: a fresh job)
+  int checkpoint_timeout_ms = 600000;
 };
 
 class LocalCluster {

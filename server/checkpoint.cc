@@ -303,15 +303,20 @@ Status CommitCheckpoint(const std::string& root, const CheckpointManifest& m, in
   text << "pushpull checkpoint\nclock " << m.clock << "\nservers " << m.servers << "\nworkers " << m.workers << "\n";
   PP_RETURN_IF_ERROR(WriteTextFile((fs::path(m.dir) / "MANIFEST").string(), text.str()));
   PP_RETURN_IF_ERROR(WriteTextFile((fs::path(root) / "LATEST").string(), fs::path(m.dir).filename().string() + "\n"));
-  // Older checkpoints beyond `keep` (names sort by clock: fixed-width numbers).
-  std::vector<std::string> dirs;
+  // Complete checkpoints beyond the `keep` newest go, and incomplete ones (no MANIFEST: a
+  // checkpoint that failed or a crash while writing) older than this one. Names sort by clock.
+  std::vector<std::string> complete;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec))
-    if (e.is_directory() && e.path().filename().string().rfind("ckpt-", 0) == 0) dirs.push_back(e.path().string());
-  std::sort(dirs.begin(), dirs.end());
-  const std::string current = fs::path(m.dir).lexically_normal().string();
-  for (size_t i = 0; i + std::max(keep, 1) < dirs.size(); ++i)
-    if (fs::path(dirs[i]).lexically_normal().string() != current) fs::remove_all(dirs[i], ec);
+  const std::string current = fs::path(m.dir).filename().string();
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind("ckpt-", 0) != 0 || name == current) continue;
+    if (fs::exists(e.path() / "MANIFEST", ec)) complete.push_back(e.path().string());
+    else if (name < current) fs::remove_all(e.path(), ec);
+  }
+  std::sort(complete.begin(), complete.end());
+  const size_t others = static_cast<size_t>(std::max(keep, 1) - 1);  // the current one is kept
+  for (size_t i = 0; i + others < complete.size(); ++i) fs::remove_all(complete[i], ec);
   return Status::OK();
 }
 
@@ -338,7 +343,7 @@ Result<CheckpointManifest> ReadLatestCheckpoint(const std::string& root) {
     else break;
   }
   if (title != "pushpull checkpoint" || !have[0] || !have[1] || !have[2] || m.clock < 0 || m.servers < 1 ||
-      m.workers < 1)
+      m.workers < 1 || m.servers > 4096 || m.workers > 4096)
     return Status::Corruption(manifest + " is not a pushpull checkpoint manifest");
   for (int s = 0; s < m.servers; ++s) {
     std::error_code ec;

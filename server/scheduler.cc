@@ -68,6 +68,10 @@ class SchedulerImpl final : public Scheduler {
                                        " servers; this job has " + std::to_string(options_.num_servers) +
                                        " (each server restores its own rows: the count must match)");
       restore_ = *m;
+      if (m->workers != options_.num_workers)
+        PP_LOG(Warning) << "checkpoint " << m->dir << " was written by a job of " << m->workers
+                        << " workers; this one has " << options_.num_workers
+                        << ": data shards and BSP means differ from the checkpointed run";
       PP_LOG(Info) << "restoring from " << restore_.dir << ": clock " << restore_.clock << ", written by "
                    << restore_.servers << " servers and " << restore_.workers << " workers";
     }
@@ -181,13 +185,22 @@ Status SchedulerImpl::Run() {
     if (registered_ && membership_.job_state == Membership::kRunning) {
       CheckLiveness();
       CheckPendingTables();
-      if (checkpoint_.writing && checkpoint_.deadline.Expired()) {
+      if (!checkpoint_.workers.empty() && checkpoint_.deadline.Expired()) {
+        // Asking: a worker that never calls; writing: a server that never answers.
         std::string missing;
-        for (Node* s : servers_)
-          if (!checkpoint_.written.count(s->rank)) missing += (missing.empty() ? "" : ", ") + NodeName(*s);
-        FailCheckpoint(Status::DeadlineExceeded("checkpoint at clock " + std::to_string(checkpoint_.clock) +
-                                                ": not written within " + std::to_string(options_.checkpoint_timeout_ms) +
-                                                " ms by " + missing));
+        if (checkpoint_.writing) {
+          for (Node* s : servers_)
+            if (!checkpoint_.written.count(s->rank)) missing += (missing.empty() ? "" : ", ") + NodeName(*s);
+        } else {
+          for (Node* w : workers_)
+            if (w->alive && !w->done && !checkpoint_.workers.count(w->rank))
+              missing += (missing.empty() ? "" : ", ") + NodeName(*w);
+        }
+        FailCheckpoint(Status::DeadlineExceeded(
+            std::string(checkpoint_.writing ? "checkpoint at clock " + std::to_string(checkpoint_.clock) +
+                                                  ": not written within "
+                                            : "checkpoint: not asked for by every live worker within ") +
+            std::to_string(options_.checkpoint_timeout_ms) + " ms; missing " + missing));
       }
     }
     if (membership_.job_state != Membership::kRunning) {
@@ -480,6 +493,7 @@ void SchedulerImpl::HandleCheckpoint(Node& worker, const Message& m) {
                                        " asked for a checkpoint while one is in progress"));
     return;
   }
+  if (checkpoint_.workers.empty()) checkpoint_.deadline = Deadline::In(options_.checkpoint_timeout_ms);
   checkpoint_.workers[worker.rank] = {w, m.header.clock};
   CheckCheckpoint();
 }

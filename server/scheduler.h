@@ -25,7 +25,8 @@ struct SchedulerOptions {
   int request_timeout_ms = 30000;      // servers must answer a table creation by then
   bool continue_on_worker_death = false;  // false: a dead worker aborts the job, naming it
   // Checkpoints (server/checkpoint.h): where Client::Checkpoint() has the servers write (empty:
-  // Checkpoint() fails), how many complete ones to keep, how long the servers get to write.
+  // Checkpoint() fails), how many complete ones to keep, how long the other workers get to ask
+  // after the first did, and then the servers to write (each).
   std::string checkpoint_dir;
   int checkpoint_keep = 2;
   int checkpoint_timeout_ms = 600000;

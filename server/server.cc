@@ -686,7 +686,7 @@ void ServerImpl::HandleControl() {
     }
     if (m.header.type == MsgType::kCreateTable) CreateTable(m);
     if (m.header.type == MsgType::kCheckpoint) {
-      if (ckpt_.asked) {
+      if (ckpt_.writer.joinable()) {
         Header reply;
         reply.type = MsgType::kCheckpointReply;
         reply.request_id = m.header.request_id;
@@ -696,6 +696,8 @@ void ServerImpl::HandleControl() {
         control_.Send(reply).IgnoreError();
         continue;
       }
+      // A request not yet written is replaced: the scheduler gave up on it (its deadline) and
+      // ignores an answer to it.
       ckpt_.asked = true;
       ckpt_.clock = m.header.clock;
       ckpt_.dir = m.header.address;
@@ -757,9 +759,13 @@ void ServerImpl::StartCheckpointWhenReady() {
                                       " pending: a worker pushed past the checkpoint's clock");
     tables.push_back(t.get());
   }
-  if (st.ok() && min_live_ != ckpt_.clock && min_live_ != std::numeric_limits<int64_t>::max())
-    st = Status::FailedPrecondition("every live worker is past clock " + std::to_string(ckpt_.clock) +
-                                    " (slowest at " + std::to_string(min_live_) + ")");
+  // Every live worker exactly at the clock: one past it (it gave up waiting and went on) may have
+  // pushed updates that must not be in this checkpoint.
+  const int64_t fastest = clocks_.MaxLive();
+  if (st.ok() && fastest != std::numeric_limits<int64_t>::min() && (min_live_ != ckpt_.clock || fastest != ckpt_.clock))
+    st = Status::FailedPrecondition("live workers are at clocks " + std::to_string(min_live_) + " to " +
+                                    std::to_string(fastest) + ", not all at the checkpoint's clock " +
+                                    std::to_string(ckpt_.clock));
   ckpt_.written = false;
   if (!st.ok()) {
     ckpt_.status = st;

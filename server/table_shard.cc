@@ -221,8 +221,8 @@ void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out
   });
 }
 
-void Stripe::Restore(std::vector<Key> keys, FloatArray params, std::vector<std::vector<float>> slots,
-                     std::vector<uint32_t> steps) {
+Status Stripe::Restore(std::vector<Key> keys, FloatArray params, std::vector<std::vector<float>> slots,
+                       std::vector<uint32_t> steps) {
   params_ = std::make_shared<FloatArray>(std::move(params));
   spare_.reset();
   writes_without_spare_ = 0;
@@ -230,7 +230,13 @@ void Stripe::Restore(std::vector<Key> keys, FloatArray params, std::vector<std::
   steps_ = std::move(steps);
   bsp_.clear();
   index_.Clear();
-  for (uint32_t r = 0; r < keys.size(); ++r) index_.Insert(keys[r], r);
+  for (uint32_t r = 0; r < keys.size(); ++r) {
+    if (index_.Find(keys[r]) != RowIndex::kNone)
+      return Status::InvalidArgument("table '" + spec_.name + "': the checkpoint holds row " + std::to_string(keys[r]) +
+                                     " twice");
+    index_.Insert(keys[r], r);
+  }
+  return Status::OK();
 }
 
 Status TableShard::Restore(ShardRows in) {
@@ -252,14 +258,13 @@ Status TableShard::Restore(ShardRows in) {
     for (int i = 0; i < S; ++i) {
       const size_t b = stripe_offsets_[i] - row_begin_, e = stripe_offsets_[i + 1] - row_begin_;
       if (S == 1) {
-        stripes_[0]->Restore({}, std::move(in.params), std::move(in.slots), std::move(in.steps));
-        break;
+        return stripes_[0]->Restore({}, std::move(in.params), std::move(in.slots), std::move(in.steps));
       }
       FloatArray params(in.params.begin() + b * dim, in.params.begin() + e * dim);
       std::vector<std::vector<float>> slots;
       for (auto& sl : in.slots) slots.emplace_back(sl.begin() + b * dim, sl.begin() + e * dim);
       std::vector<uint32_t> steps(in.steps.begin() + b, in.steps.begin() + e);
-      stripes_[i]->Restore({}, std::move(params), std::move(slots), std::move(steps));
+      PP_RETURN_IF_ERROR(stripes_[i]->Restore({}, std::move(params), std::move(slots), std::move(steps)));
     }
     return Status::OK();
   }
@@ -285,7 +290,7 @@ Status TableShard::Restore(ShardRows in) {
       for (size_t s = 0; s < nslots; ++s) std::memcpy(&slots[s][j * dim], &in.slots[s][r * dim], dim * sizeof(float));
       steps[j] = in.steps[r];
     }
-    stripes_[i]->Restore(std::move(keys), std::move(params), std::move(slots), std::move(steps));
+    PP_RETURN_IF_ERROR(stripes_[i]->Restore(std::move(keys), std::move(params), std::move(slots), std::move(steps)));
   }
   return Status::OK();
 }

@@ -72,8 +72,9 @@ class Stripe {
   const float* slot(int s) const { return slots_[s].data(); }
   const uint32_t* steps() const { return steps_.data(); }
   // Replaces the stripe's state with rows from a checkpoint (keys: sparse only; slots: one array
-  // per optimizer slot; steps: one per row). The caller has checked the shapes.
-  void Restore(std::vector<Key> keys, FloatArray params, std::vector<std::vector<float>> slots,
+  // per optimizer slot; steps: one per row). The caller has checked the shapes; a key given twice
+  // is InvalidArgument.
+  Status Restore(std::vector<Key> keys, FloatArray params, std::vector<std::vector<float>> slots,
                std::vector<uint32_t> steps);
 
  private:

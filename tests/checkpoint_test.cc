@@ -126,6 +126,13 @@ TEST(Checkpoint, FileRoundTripsAShardAcrossStripings) {
   Status st = other.Restore(std::move((*again)["dense"].rows));
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_NE(st.message().find("'dense'"), std::string::npos) << st.ToString();
+  // A sparse row twice.
+  ShardRows twice = std::move((*again)["sparse"].rows);
+  twice.keys[1] = twice.keys[0];
+  TableShard s1(sparse, 0, 1);
+  st = s1.Restore(std::move(twice));
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("twice"), std::string::npos) << st.ToString();
 }
 
 TEST(Checkpoint, DamagedOrForeignFilesAreRefused) {
@@ -191,8 +198,25 @@ TEST(Checkpoint, LatestNamesTheNewestCompleteOneAndOldOnesArePruned) {
   }
   EXPECT_FALSE(fs::exists(CheckpointDir(root.path(), 2)));  // keep 2
   EXPECT_TRUE(fs::exists(CheckpointDir(root.path(), 4)));
+  // An incomplete checkpoint (no MANIFEST) does not count as one of those kept, and goes once a
+  // later one is complete.
+  fs::create_directories(CheckpointDir(root.path(), 7));
+  {
+    CheckpointManifest m;
+    m.clock = 8;
+    m.servers = 1;
+    m.workers = 3;
+    m.dir = CheckpointDir(root.path(), 8);
+    ASSERT_TRUE(WriteServerCheckpoint(m.dir, 0, 1, 8, {&t}, nullptr).ok());
+    ASSERT_TRUE(CommitCheckpoint(root.path(), m, 2).ok());
+  }
+  EXPECT_FALSE(fs::exists(CheckpointDir(root.path(), 7)));
+  EXPECT_TRUE(fs::exists(CheckpointDir(root.path(), 6)));
+  EXPECT_FALSE(fs::exists(CheckpointDir(root.path(), 4)));
+  fs::create_directories(CheckpointDir(root.path(), 9));  // a newer failed one: left, not LATEST
+  EXPECT_EQ(ReadLatestCheckpoint(root.path())->clock, 8);
   // A checkpoint directory whose servers did not all write is no checkpoint.
-  fs::remove(ServerCheckpointFile(CheckpointDir(root.path(), 6), 0));
+  fs::remove(ServerCheckpointFile(CheckpointDir(root.path(), 8), 0));
   EXPECT_EQ(ReadLatestCheckpoint(root.path()).status().code(), Code::kNotFound);
 }
 
@@ -296,6 +320,22 @@ TEST(Checkpoint, MisuseGetsClearErrors) {
       }
       EXPECT_TRUE(c.Checkpoint().ok());
     });
+    ASSERT_TRUE(cluster.FinishAndJoin().ok());
+  }
+  {  // A worker that does not ask in time: the one waiting is told who is missing, and the next
+     // checkpoint, asked for by both, succeeds.
+    TempDir r3;
+    LocalClusterConfig cfg;
+    cfg.workers = 2;
+    cfg.checkpoint_dir = r3.path();
+    cfg.checkpoint_timeout_ms = 300;
+    LocalCluster cluster(cfg);
+    ASSERT_TRUE(cluster.Start().ok());
+    Status st = cluster.client(0).Checkpoint();
+    EXPECT_EQ(st.code(), Code::kDeadlineExceeded) << st.ToString();
+    EXPECT_NE(st.message().find("worker 1"), std::string::npos) << st.ToString();
+    cluster.RunWorkers([&](Client& c, int) { EXPECT_TRUE(c.Checkpoint().ok()); });
+    EXPECT_TRUE(ReadLatestCheckpoint(r3.path()).ok());
     ASSERT_TRUE(cluster.FinishAndJoin().ok());
   }
   {  // Another number of servers.

@@ -339,7 +339,8 @@ class ClientImpl final : public Client, private internal::Receiver {
   }
   // Posts commands to the I/O thread, assigning request ids in posting order.
   void Post(std::vector<std::unique_ptr<Command>> cmds);
-  Result<Header> ControlCall(Header h, const std::string& what);
+  // timeout_ms < 0: the client's request_timeout_ms.
+  Result<Header> ControlCall(Header h, const std::string& what, int64_t timeout_ms = -1);
   Future PullImpl(const Table& t, std::vector<Key> keys, int slot, float* out);
   Status CheckTable(const Table& t, const TableInfo** info);
 
@@ -469,7 +470,7 @@ Status ClientImpl::CheckTable(const Table& t, const TableInfo** info) {
   return Status::OK();
 }
 
-Result<Header> ClientImpl::ControlCall(Header h, const std::string& what) {
+Result<Header> ClientImpl::ControlCall(Header h, const std::string& what, int64_t timeout_ms) {
   PP_RETURN_IF_ERROR(Sticky());
   auto cmd = std::make_unique<Command>();
   cmd->header = std::move(h);
@@ -485,7 +486,7 @@ Result<Header> ClientImpl::ControlCall(Header h, const std::string& what) {
   std::vector<std::unique_ptr<Command>> v;
   v.push_back(std::move(cmd));
   Post(std::move(v));
-  Status st = Future(fs).Wait();
+  Status st = timeout_ms < 0 ? Future(fs).Wait() : Future(fs).WaitFor(timeout_ms);
   if (!st.ok()) return st;
   return fs->reply;
 }
@@ -752,7 +753,7 @@ Status ClientImpl::Checkpoint() {
   Header h;
   h.type = MsgType::kCheckpoint;
   h.clock = clock_;
-  auto r = ControlCall(h, "checkpoint at clock " + std::to_string(clock_));
+  auto r = ControlCall(h, "checkpoint at clock " + std::to_string(clock_), options_.checkpoint_timeout_ms);
   return r.status();
 }
 

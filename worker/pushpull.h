@@ -45,6 +45,9 @@ struct ClientOptions {
   int register_timeout_ms = 120000;   // how long Connect waits for the whole job to register
   int requested_rank = -1;            // >= 0: ask for this worker rank (if free)
   int send_latency_ms = 0;            // experiments: hold every outgoing message this long
+  // Checkpoint() waits this long: more than the scheduler's two deadlines (every worker asking,
+  // then every server writing: --checkpoint_timeout_s each), which answer it first.
+  int checkpoint_timeout_ms = 1800000;
 };
 
 // A table as created: its name, shape and id. Cheap to copy.
@@ -150,7 +153,8 @@ class Client {
   // until every server has written its shards of every table, with optimizer state, as of this
   // clock, and the scheduler has committed the checkpoint (server/checkpoint.h); a job started
   // with --restore_from resumes there. FailedPrecondition when the scheduler has no
-  // --checkpoint_dir; InvalidArgument when workers call it at different clocks.
+  // --checkpoint_dir; InvalidArgument when workers call it at different clocks; DeadlineExceeded
+  // naming the workers or servers that missed the scheduler's deadline.
   virtual Status Checkpoint() = 0;
   // Waits for every live worker to reach the barrier.
   virtual Status Barrier() = 0;
