@@ -1,6 +1,7 @@
 # pushpull build. `make` builds everything into build/ (binaries in build/bin/).
 #   make test    install missing packages, build, run every test
-#   make demo    install missing packages, build, train linreg on a local cluster (BSP, SSP, ASP)
+#   make demo    install missing packages, build, train on a local cluster (linreg under BSP, SSP,
+#                ASP; a killed server and a restart from a checkpoint; fmnist_mlp)
 #   make bench   benchmarks; figures into build/bench/results.jsonl
 #   make deps    apt-get the Debian packages that are missing (no-op when all are there)
 # Switches: ASAN=1, TSAN=1, CUDA=0 (CUDA defaults to 1 when /usr/local/cuda/bin/nvcc exists),
