@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -33,6 +34,8 @@ DEFINE_int32(grace_ms, 5000, "after the job ends or fails, how long children get
 DEFINE_string(bin_dir, "", "where the pushpull binaries are (default: beside this one)");
 DEFINE_string(checkpoint_dir, "", "scheduler: where checkpoints go (workers take them with --checkpoint_every_epochs)");
 DEFINE_string(restore_from, "", "scheduler: resume from the newest complete checkpoint under this directory");
+DEFINE_int32(max_restarts, 0, "when a process dies (killed, or a node declared dead), start the job again this "
+             "many times at most: from the newest checkpoint in --checkpoint_dir when there is one");
 
 namespace {
 
@@ -126,6 +129,9 @@ std::string Describe(int status) {
 
 bool Failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
 
+int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, const std::string& restore_from,
+           bool* crashed);
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -133,7 +139,7 @@ int main(int argc, char** argv) {
                             
       "runs a pushpull job on this machine.\n"
       "usage: pushpull-launch --servers=S --workers=W [--consistency=bsp|ssp:K|asp]\n"
-      "       [--checkpoint_dir=DIR] [--restore_from=DIR] -- <worker flags>\n"
+      "       [--checkpoint_dir=DIR] [--restore_from=DIR] [--max_restarts=N] -- <worker flags>\n"
       "example: pushpull-launch --servers=2 --workers=3 --consistency=ssp:1 -- --app=linreg",
                             "launch_main");  // leaves what follows "--" in argv
   std::vector<std::string> worker_args(argv + 1, argv + argc);
@@ -157,7 +163,25 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  std::string restore = FLAGS_restore_from;
+  for (int attempt = 0;; ++attempt) {
+    bool crashed = false;
+    const int code = RunJob(dir, worker_args, restore, &crashed);
+    if (code == 0 || g_interrupted || !crashed || attempt >= FLAGS_max_restarts) return code;
+    std::error_code ec;
+    if (!FLAGS_checkpoint_dir.empty() && std::filesystem::exists(FLAGS_checkpoint_dir + "/LATEST", ec))
+      restore = FLAGS_checkpoint_dir;
+    Say("restart " + std::to_string(attempt + 1) + " of " + std::to_string(FLAGS_max_restarts) + ": " +
+        (restore.empty() ? "from the start (no checkpoint)" : "from the newest checkpoint in " + restore));
+  }
+}
 
+namespace {
+
+// One run of the job: scheduler, servers, workers, until they have all exited. *crashed: a
+// process died (a signal not sent here) or the scheduler ended the job, before any stop of ours.
+int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, const std::string& restore_from,
+           bool* crashed) {
   char tmpl[] = "/tmp/pushpull-launch-XXXXXX";
   if (!mkdtemp(tmpl)) {
     perror("mkdtemp");
@@ -173,7 +197,7 @@ int main(int argc, char** argv) {
                             "--num_workers=" + std::to_string(FLAGS_workers),
                             "--heartbeat_timeout_ms=" + std::to_string(FLAGS_heartbeat_timeout_ms),
                             "--on_worker_death=" + FLAGS_on_worker_death,
-                            "--checkpoint_dir=" + FLAGS_checkpoint_dir, "--restore_from=" + FLAGS_restore_from}));
+                            "--checkpoint_dir=" + FLAGS_checkpoint_dir, "--restore_from=" + restore_from}));
   // The scheduler picks its port; wait for it to say which.
   std::string scheduler;
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -244,6 +268,7 @@ int main(int argc, char** argv) {
       const bool failed = Failed(st);
       if (failed || c.role == "scheduler") Say(c.name + " (pid " + std::to_string(c.pid) + ") " + Describe(st));
       if (stopping) continue;
+      if (failed && (WIFSIGNALED(st) || c.role == "scheduler")) *crashed = true;
       if (c.role == "scheduler") {
         if (failed) stop_all("the scheduler reports the job failed", 1);
         else kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(FLAGS_grace_ms);
@@ -251,7 +276,8 @@ int main(int argc, char** argv) {
         if (c.role == "worker" && FLAGS_on_worker_death == "continue" && WIFSIGNALED(st)) {
           Say(c.name + " died; the job goes on without it (--on_worker_death=continue)");
         } else {
-          stop_all(c.name + " failed", 1);
+          // A worker's own exit status says why (3: it missed its target).
+          stop_all(c.name + " failed", c.role == "worker" && WIFEXITED(st) ? WEXITSTATUS(st) : 1);
         }
       }
     }
@@ -276,3 +302,5 @@ int main(int argc, char** argv) {
   Say(exit_code == 0 ? "job succeeded" : "job failed (exit " + std::to_string(exit_code) + ")");
   return exit_code;
 }
+
+}  // namespace

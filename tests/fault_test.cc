@@ -248,5 +248,36 @@ TEST(MultiProcess, JobRestoredFromACheckpointAfterASigkilledServerEndsAsIfNeverK
   std::filesystem::remove_all(dir, ec);
 }
 
+// --max_restarts: the launcher itself starts the job again from its newest checkpoint when a
+// server is SIGKILLed, and the job succeeds with the uninterrupted run's loss.
+TEST(MultiProcess, LauncherRestartsAJobFromItsCheckpointWhenAServerDies) {
+  char tmpl[] = "/tmp/pushpull-ckpt-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string job = "--servers=2 --workers=2 --consistency=bsp";
+  const std::string app = " -- --app=linreg --epochs=8 --examples=4000 --progress_s=0";
+  std::string whole;
+  ASSERT_EQ(RunCommand(BinDir() + "/pushpull-launch " + job + app, 120, &whole), 0) << whole;
+
+  KillRun r = LaunchAndKill(job + " --max_restarts=1 --checkpoint_dir=" + dir + app + " --checkpoint_every_epochs=2",
+                            "server 1", "linreg epoch 3/");
+  ASSERT_TRUE(r.killed) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("restart 1 of 1: from the newest checkpoint in " + dir), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resuming after epoch 2 (clock 80)"), std::string::npos) << r.output;
+  EXPECT_EQ(FinalLoss(r.output.substr(r.output.find("restart 1 of 1"))), FinalLoss(whole)) << r.output;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+// A worker that misses its target is no crash: no restart.
+TEST(MultiProcess, LauncherDoesNotRestartAJobThatFailedOnItsOwn) {
+  std::string out;
+  int code = RunCommand(BinDir() + "/pushpull-launch --max_restarts=2 -- --app=linreg --epochs=1 --examples=500 "
+                        "--progress_s=0 --target=1e-9", 60, &out);
+  EXPECT_EQ(code, 3) << out;
+  EXPECT_EQ(out.find("restart"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace pushpull
