@@ -215,21 +215,32 @@ std::string FinalLoss(const std::string& out) {
   return out.substr(at, out.find(' ', at) - at);
 }
 
+// The checkpoint tests below: a BSP linreg job over real processes (every epoch's end is a clock
+// boundary), its loss when never killed, and a checkpoint directory removed at the end.
+struct CheckpointedJob {
+  const std::string job = "--servers=2 --workers=2 --consistency=bsp";
+  const std::string app = " -- --app=linreg --epochs=8 --examples=4000 --progress_s=0";
+  std::string dir, whole_loss, whole;
+  CheckpointedJob() {
+    char tmpl[] = "/tmp/pushpull-ckpt-test-XXXXXX";
+    if (mkdtemp(tmpl)) dir = tmpl;
+    if (RunCommand(BinDir() + "/pushpull-launch " + job + app, 120, &whole) == 0) whole_loss = FinalLoss(whole);
+  }
+  ~CheckpointedJob() {
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+  }
+};
+
 // A server SIGKILLed after the checkpoint at epoch 4 fails the job; the job relaunched with
 // --restore_from resumes after epoch 4 and ends with the loss of a run that was never killed
 // (BSP is bitwise reproducible, so equal to the last printed digit).
 TEST(MultiProcess, JobRestoredFromACheckpointAfterASigkilledServerEndsAsIfNeverKilled) {
-  char tmpl[] = "/tmp/pushpull-ckpt-test-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  const std::string job = "--servers=2 --workers=2 --consistency=bsp";
-  const std::string app = " -- --app=linreg --epochs=8 --examples=4000 --progress_s=0 --checkpoint_every_epochs=2";
-  std::string whole;
-  ASSERT_EQ(RunCommand(BinDir() + "/pushpull-launch " + job + app.substr(0, app.find(" --checkpoint_every")), 120,
-                       &whole), 0) << whole;
-  ASSERT_NE(FinalLoss(whole), "") << whole;
-
-  KillRun crash = LaunchAndKill(job + " --checkpoint_dir=" + dir + app, "server 1", "linreg epoch 5/");
+  CheckpointedJob j;
+  ASSERT_FALSE(j.dir.empty());
+  ASSERT_NE(j.whole_loss, "") << j.whole;
+  const std::string app = j.app + " --checkpoint_every_epochs=2";
+  KillRun crash = LaunchAndKill(j.job + " --checkpoint_dir=" + j.dir + app, "server 1", "linreg epoch 5/");
   ASSERT_TRUE(crash.killed) << crash.output;
   EXPECT_NE(crash.exit_code, 0);
   EXPECT_NE(crash.output.find("checkpoint at clock 160 complete"), std::string::npos) << crash.output;
@@ -238,36 +249,27 @@ TEST(MultiProcess, JobRestoredFromACheckpointAfterASigkilledServerEndsAsIfNeverK
   EXPECT_EQ(crash.output.find("signal 6"), std::string::npos) << crash.output;
 
   std::string resumed;
-  int code = RunCommand(BinDir() + "/pushpull-launch " + job + " --checkpoint_dir=" + dir + " --restore_from=" + dir + app,
-                        120, &resumed);
+  int code = RunCommand(BinDir() + "/pushpull-launch " + j.job + " --checkpoint_dir=" + j.dir +
+                            " --restore_from=" + j.dir + app, 120, &resumed);
   EXPECT_EQ(code, 0) << resumed;
   EXPECT_NE(resumed.find("resuming after epoch 4 (clock 160)"), std::string::npos) << resumed;
   EXPECT_EQ(resumed.find("linreg epoch 4/"), std::string::npos) << resumed;  // not trained again
-  EXPECT_EQ(FinalLoss(resumed), FinalLoss(whole)) << resumed;
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  EXPECT_EQ(FinalLoss(resumed), j.whole_loss) << resumed;
 }
 
 // --max_restarts: the launcher itself starts the job again from its newest checkpoint when a
 // server is SIGKILLed, and the job succeeds with the uninterrupted run's loss.
 TEST(MultiProcess, LauncherRestartsAJobFromItsCheckpointWhenAServerDies) {
-  char tmpl[] = "/tmp/pushpull-ckpt-test-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  const std::string job = "--servers=2 --workers=2 --consistency=bsp";
-  const std::string app = " -- --app=linreg --epochs=8 --examples=4000 --progress_s=0";
-  std::string whole;
-  ASSERT_EQ(RunCommand(BinDir() + "/pushpull-launch " + job + app, 120, &whole), 0) << whole;
-
-  KillRun r = LaunchAndKill(job + " --max_restarts=1 --checkpoint_dir=" + dir + app + " --checkpoint_every_epochs=2",
+  CheckpointedJob j;
+  ASSERT_FALSE(j.dir.empty());
+  ASSERT_NE(j.whole_loss, "") << j.whole;
+  KillRun r = LaunchAndKill(j.job + " --max_restarts=1 --checkpoint_dir=" + j.dir + j.app + " --checkpoint_every_epochs=2",
                             "server 1", "linreg epoch 3/");
   ASSERT_TRUE(r.killed) << r.output;
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("restart 1 of 1: from the newest checkpoint in " + dir), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("restart 1 of 1: from the newest checkpoint in " + j.dir), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("resuming after epoch 2 (clock 80)"), std::string::npos) << r.output;
-  EXPECT_EQ(FinalLoss(r.output.substr(r.output.find("restart 1 of 1"))), FinalLoss(whole)) << r.output;
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  EXPECT_EQ(FinalLoss(r.output.substr(r.output.find("restart 1 of 1"))), j.whole_loss) << r.output;
 }
 
 // A worker that misses its target is no crash: no restart.
