@@ -219,7 +219,8 @@ std::string FinalLoss(const std::string& out) {
 // boundary), its loss when never killed, and a checkpoint directory removed at the end.
 struct CheckpointedJob {
   const std::string job = "--servers=2 --workers=2 --consistency=bsp";
-  const std::string app = " -- --app=linreg --epochs=8 --examples=4000 --progress_s=0";
+  // 80 clocks an epoch: the epochs left after the kill take long enough for it to land first.
+  const std::string app = " -- --app=linreg --epochs=8 --examples=8000 --progress_s=0";
   std::string dir, whole_loss, whole;
   CheckpointedJob() {
     char tmpl[] = "/tmp/pushpull-ckpt-test-XXXXXX";
@@ -243,7 +244,7 @@ TEST(MultiProcess, JobRestoredFromACheckpointAfterASigkilledServerEndsAsIfNeverK
   KillRun crash = LaunchAndKill(j.job + " --checkpoint_dir=" + j.dir + app, "server 1", "linreg epoch 5/");
   ASSERT_TRUE(crash.killed) << crash.output;
   EXPECT_NE(crash.exit_code, 0);
-  EXPECT_NE(crash.output.find("checkpoint at clock 160 complete"), std::string::npos) << crash.output;
+  EXPECT_NE(crash.output.find("checkpoint at clock 320 complete"), std::string::npos) << crash.output;
   // The other processes stop cleanly on the launcher's SIGTERM (no crash on an interrupted wait).
   EXPECT_EQ(crash.output.find("terminate called"), std::string::npos) << crash.output;
   EXPECT_EQ(crash.output.find("signal 6"), std::string::npos) << crash.output;
@@ -252,7 +253,7 @@ TEST(MultiProcess, JobRestoredFromACheckpointAfterASigkilledServerEndsAsIfNeverK
   int code = RunCommand(BinDir() + "/pushpull-launch " + j.job + " --checkpoint_dir=" + j.dir +
                             " --restore_from=" + j.dir + app, 120, &resumed);
   EXPECT_EQ(code, 0) << resumed;
-  EXPECT_NE(resumed.find("resuming after epoch 4 (clock 160)"), std::string::npos) << resumed;
+  EXPECT_NE(resumed.find("resuming after epoch 4 (clock 320)"), std::string::npos) << resumed;
   EXPECT_EQ(resumed.find("linreg epoch 4/"), std::string::npos) << resumed;  // not trained again
   EXPECT_EQ(FinalLoss(resumed), j.whole_loss) << resumed;
 }
@@ -268,7 +269,7 @@ TEST(MultiProcess, LauncherRestartsAJobFromItsCheckpointWhenAServerDies) {
   ASSERT_TRUE(r.killed) << r.output;
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("restart 1 of 1: from the newest checkpoint in " + j.dir), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("resuming after epoch 2 (clock 80)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resuming after epoch 2 (clock 160)"), std::string::npos) << r.output;
   EXPECT_EQ(FinalLoss(r.output.substr(r.output.find("restart 1 of 1"))), j.whole_loss) << r.output;
 }
 
