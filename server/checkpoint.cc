@@ -320,19 +320,12 @@ Status CommitCheckpoint(const std::string& root, const CheckpointManifest& m, in
   return Status::OK();
 }
 
-Result<CheckpointManifest> ReadLatestCheckpoint(const std::string& root) {
-  const std::string latest = (fs::path(root) / "LATEST").string();
-  std::ifstream in(latest);
-  if (!in) return Status::NotFound("no checkpoint under " + root + " (" + latest + " is missing)");
-  std::string name;
-  std::getline(in, name);
-  if (name.rfind("ckpt-", 0) != 0 || name.size() > 64 || name.find('/') != std::string::npos)
-    return Status::Corruption(latest + " names '" + name + "', not a checkpoint directory");
+Result<CheckpointManifest> ReadManifest(const std::string& dir) {
   CheckpointManifest m;
-  m.dir = (fs::path(root) / name).string();
-  const std::string manifest = (fs::path(m.dir) / "MANIFEST").string();
+  m.dir = dir;
+  const std::string manifest = (fs::path(dir) / "MANIFEST").string();
   std::ifstream mf(manifest);
-  if (!mf) return Status::NotFound("checkpoint " + m.dir + " has no MANIFEST (incomplete)");
+  if (!mf) return Status::NotFound("checkpoint " + dir + " has no MANIFEST (incomplete)");
   std::string title, key;
   std::getline(mf, title);
   bool have[3] = {false, false, false};
@@ -347,10 +340,55 @@ Result<CheckpointManifest> ReadLatestCheckpoint(const std::string& root) {
     return Status::Corruption(manifest + " is not a pushpull checkpoint manifest");
   for (int s = 0; s < m.servers; ++s) {
     std::error_code ec;
-    if (!fs::exists(ServerCheckpointFile(m.dir, s), ec))
-      return Status::NotFound("checkpoint " + m.dir + " lacks " + ServerCheckpointFile(m.dir, s));
+    if (!fs::exists(ServerCheckpointFile(dir, s), ec))
+      return Status::NotFound("checkpoint " + dir + " lacks " + ServerCheckpointFile(dir, s));
   }
   return m;
+}
+
+Result<CheckpointManifest> ReadLatestCheckpoint(const std::string& root) {
+  const std::string latest = (fs::path(root) / "LATEST").string();
+  std::ifstream in(latest);
+  if (!in) return Status::NotFound("no checkpoint under " + root + " (" + latest + " is missing)");
+  std::string name;
+  std::getline(in, name);
+  if (name.rfind("ckpt-", 0) != 0 || name.size() > 64 || name.find('/') != std::string::npos)
+    return Status::Corruption(latest + " names '" + name + "', not a checkpoint directory");
+  return ReadManifest((fs::path(root) / name).string());
+}
+
+Result<std::map<std::string, TableCheckpoint>> ReadCheckpointForServer(const std::string& dir, int rank,
+                                                                       int num_servers) {
+  auto m = ReadManifest(dir);
+  if (!m.ok()) return m.status();
+  if (m->servers == num_servers) return ReadServerCheckpoint(dir, rank, num_servers, m->clock);
+  // Another number of servers: this one's rows under the new partition, from every old file in
+  // turn (old rank order: dense rows come out in row order), one old file in memory at a time.
+  std::map<std::string, TableCheckpoint> out;
+  for (int old = 0; old < m->servers; ++old) {
+    auto file = ReadServerCheckpoint(dir, old, m->servers, m->clock);
+    if (!file.ok()) return file.status();
+    for (auto& [name, t] : *file) {
+      const TableInfo now = TableInfo::Make(t.info.id, t.info.spec, num_servers);
+      TableCheckpoint& mine = out[name];
+      mine.info = now;
+      mine.table_step = std::max(mine.table_step, t.table_step);  // equal under BSP; the most under SSP/ASP
+      const size_t dim = t.info.spec.dim;
+      ShardRows& in = t.rows;
+      ShardRows& to = mine.rows;
+      if (to.slots.size() != in.slots.size()) to.slots.resize(in.slots.size());
+      for (size_t r = 0; r < in.rows(); ++r) {
+        const Key key = t.info.spec.sparse ? in.keys[r] : t.info.row_offsets[old] + r;
+        if (now.OwnerOf(key) != rank) continue;
+        if (t.info.spec.sparse) to.keys.push_back(key);
+        to.params.insert(to.params.end(), in.params.begin() + r * dim, in.params.begin() + (r + 1) * dim);
+        for (size_t s = 0; s < in.slots.size(); ++s)
+          to.slots[s].insert(to.slots[s].end(), in.slots[s].begin() + r * dim, in.slots[s].begin() + (r + 1) * dim);
+        to.steps.push_back(in.steps[r]);
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace pushpull

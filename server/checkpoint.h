@@ -13,8 +13,8 @@
 // Every file is written to a temporary name, fsync'd and renamed, so a crash leaves the previous
 // checkpoint intact. A server file ends with its length and a CRC-32C of everything before it,
 // checked before a byte of it is trusted. Rows are stored in the shard's row order whatever the
-// number of update threads, so a job may resume with another --update_threads; the number of
-// servers must be the same (it decides which rows each file holds).
+// number of update threads, so a job may resume with another --update_threads, and with another
+// number of servers (each then gathers the rows it owns from every file).
 #pragma once
 
 #include <cstdint>
@@ -45,6 +45,12 @@ Status WriteServerCheckpoint(const std::string& dir, int rank, int num_servers, 
 // Reads and checks a server's file (checksum, then rank, server count and clock); tables by name.
 Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::string& dir, int rank,
                                                                     int num_servers, int64_t clock);
+// What server `rank` of a job of `num_servers` restores from checkpoint dir: its own file when the
+// checkpoint was written by as many servers; otherwise the rows it owns under the new partition,
+// gathered from every file (re-sharding: a job may resume on more or fewer servers). The tables'
+// info is the new partition's; a table's step is the largest any old server had.
+Result<std::map<std::string, TableCheckpoint>> ReadCheckpointForServer(const std::string& dir, int rank,
+                                                                       int num_servers);
 
 struct CheckpointManifest {
   int64_t clock = 0;
@@ -52,6 +58,8 @@ struct CheckpointManifest {
   int workers = 0;
   std::string dir;  // <root>/ckpt-<clock>
 };
+// dir's MANIFEST, checked, with every server file it names present.
+Result<CheckpointManifest> ReadManifest(const std::string& dir);
 // Writes dir's MANIFEST, then LATEST, then deletes all but the `keep` newest checkpoints.
 Status CommitCheckpoint(const std::string& root, const CheckpointManifest& m, int keep);
 // The newest complete checkpoint under root (LATEST and its MANIFEST); NotFound when none.

@@ -63,11 +63,10 @@ class SchedulerImpl final : public Scheduler {
     if (!options_.restore_from.empty()) {
       auto m = ReadLatestCheckpoint(options_.restore_from);
       if (!m.ok()) return m.status().Annotate("--restore_from");
-      if (m->servers != options_.num_servers)
-        return Status::InvalidArgument("checkpoint " + m->dir + " was written by " + std::to_string(m->servers) +
-                                       " servers; this job has " + std::to_string(options_.num_servers) +
-                                       " (each server restores its own rows: the count must match)");
       restore_ = *m;
+      if (m->servers != options_.num_servers)
+        PP_LOG(Info) << "checkpoint " << m->dir << " was written by " << m->servers << " servers; this job has "
+                     << options_.num_servers << ": each server gathers the rows it now owns from every file";
       if (m->workers != options_.num_workers)
         PP_LOG(Warning) << "checkpoint " << m->dir << " was written by a job of " << m->workers
                         << " workers; this one has " << options_.num_workers

@@ -24,7 +24,7 @@ DEFINE_string(checkpoint_dir, "", "directory servers write checkpoints into when
 DEFINE_int32(checkpoint_keep, 2, "complete checkpoints to keep; older ones are deleted");
 DEFINE_int32(checkpoint_timeout_s, 600, "servers must have written a checkpoint by then");
 DEFINE_string(restore_from, "", "resume the job from the newest complete checkpoint under this directory "
-              "(tables, optimizer state, clocks; same number of servers)");
+              "(tables, optimizer state, clocks; any number of servers)");
 DEFINE_bool(verbose, false, "debug logging");
 
 int main(int argc, char** argv) {

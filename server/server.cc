@@ -155,8 +155,7 @@ Status ServerImpl::Run() {
   clocks_.Reset(W, cluster.start_clock);
   last_push_id_.assign(W, 0);
   if (!cluster.restore_from.empty()) {
-    auto r = ReadServerCheckpoint(cluster.restore_from, rank_, static_cast<int>(cluster.servers.size()),
-                                  cluster.start_clock);
+    auto r = ReadCheckpointForServer(cluster.restore_from, rank_, static_cast<int>(cluster.servers.size()));
     if (!r.ok()) {
       PP_LOG(Error) << "cannot restore: " << r.status().ToString();
       return r.status().Annotate("restoring from " + cluster.restore_from);
@@ -722,7 +721,8 @@ void ServerImpl::CreateTable(const Message& m) {
       auto saved = restore_.find(info.spec.name);
       auto shard = std::make_unique<TableShard>(info, rank_, options_.update_threads, saved == restore_.end());
       if (saved != restore_.end()) {
-        // The checkpoint's table must be this one: same spec, same partition over the servers.
+        // The checkpoint's table must be this one: same spec, same partition over this job's
+        // servers (ReadCheckpointForServer re-partitions a checkpoint of another server count).
         const TableInfo& was = saved->second.info;
         if (!(was.spec == info.spec) || was.row_offsets != info.row_offsets || was.bucket_owner != info.bucket_owner)
           st = Status::FailedPrecondition("table '" + info.spec.name + "' differs from the checkpoint's: it was " +
