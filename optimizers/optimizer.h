@@ -24,7 +24,8 @@ Result<Kind> ParseKind(const std::string& name);
 enum class ScheduleKind : uint8_t { kConstant = 0, kStep = 1, kCosine = 2 };
 Result<ScheduleKind> ParseScheduleKind(const std::string& name);  // constant|step|cosine
 
-// Learning-rate schedule driven by the table's step count (number of updates applied).
+// Learning-rate schedule driven by the table's step count: under BSP the clock (one mean update
+// per clock), under SSP/ASP the pushes the server has applied to the table.
 struct ScheduleConfig {
   ScheduleKind kind = ScheduleKind::kConstant;
   int64_t warmup_steps = 0;   // linear warm-up from lr/warmup_steps to lr over these steps

@@ -372,7 +372,8 @@ Result<std::map<std::string, TableCheckpoint>> ReadCheckpointForServer(const std
       const TableInfo now = TableInfo::Make(t.info.id, t.info.spec, num_servers);
       TableCheckpoint& mine = out[name];
       mine.info = now;
-      mine.table_step = std::max(mine.table_step, t.table_step);  // equal under BSP; the most under SSP/ASP
+      // BSP: the clock, the same in every file. SSP/ASP count pushes per server: the most of them.
+      mine.table_step = std::max(mine.table_step, t.table_step);
       const size_t dim = t.info.spec.dim;
       ShardRows& in = t.rows;
       ShardRows& to = mine.rows;

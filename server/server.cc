@@ -657,7 +657,10 @@ void ServerImpl::AdvanceMinClock() {
       r->op = Request::kApplyBsp;
       r->shard = t.get();
       r->clock = open.begin()->first;
-      r->ctx.lr = opt::ScheduledLr(t->spec().optimizer, t->table_step++);
+      // BSP's schedule step is the clock: the same on every server, whether or not a clock
+      // brought this server any push (sparse tables), and so after a restore onto other servers.
+      r->ctx.lr = opt::ScheduledLr(t->spec().optimizer, r->clock);
+      t->table_step = std::max(t->table_step, r->clock + 1);
       r->ctx.grad_scale = contributors > 0 ? 1.0f / contributors : 0.0f;
       open.erase(open.begin());
       Dispatch(r);

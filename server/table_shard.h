@@ -157,7 +157,9 @@ class TableShard {
   Status Restore(ShardRows rows);
 
   // Bookkeeping owned by the I/O thread.
-  int64_t table_step = 0;  // updates applied (the schedule's step)
+  // The schedule's step: updates this server applied (SSP/ASP: one per push it received); under
+  // BSP the clock, one past the last one applied.
+  int64_t table_step = 0;
   // BSP: per open clock, the workers that pushed to it.
   std::map<int64_t, std::vector<uint8_t>> bsp_contributors;
 

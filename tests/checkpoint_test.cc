@@ -224,8 +224,17 @@ TEST(Checkpoint, LatestNamesTheNewestCompleteOneAndOldOnesArePruned) {
 // both servers and a sparse AdaGrad one; gradients depend on the pulled parameters, so any
 // difference in restored state would show in the end. Checkpoints at clock `ckpt_at`.
 void Train(Client& c, int64_t until, int64_t ckpt_at, std::vector<float>* final_state) {
-  auto dense = c.CreateTable(Spec("dense", false, opt::Kind::kAdam));
-  auto sparse = c.CreateTable(Spec("sparse", true, opt::Kind::kAdaGrad));
+  // Learning-rate schedules that move every clock, and sparse pushes that skip some servers at
+  // some clocks: BSP's schedule step is the clock on every server, so rows restored onto another
+  // server keep their rate.
+  TableSpec ds = Spec("dense", false, opt::Kind::kAdam), ss = Spec("sparse", true, opt::Kind::kAdaGrad);
+  ds.optimizer.schedule.kind = opt::ScheduleKind::kCosine;
+  ds.optimizer.schedule.total_steps = 10;
+  ss.optimizer.schedule.kind = opt::ScheduleKind::kStep;
+  ss.optimizer.schedule.step_size = 2;
+  ss.optimizer.schedule.gamma = 0.5f;
+  auto dense = c.CreateTable(ds);
+  auto sparse = c.CreateTable(ss);
   ASSERT_TRUE(dense.ok() && sparse.ok()) << dense.status().ToString() << sparse.status().ToString();
   std::vector<Key> keys{1, 77, 5000000000ull, 31, 2};
   std::vector<float> w(10 * 4), e(keys.size() * 4);
@@ -237,7 +246,11 @@ void Train(Client& c, int64_t until, int64_t ckpt_at, std::vector<float>* final_
     for (size_t i = 0; i < w.size(); ++i) gw[i] = 0.3f * w[i] + std::cos(t + i);
     for (size_t i = 0; i < e.size(); ++i) ge[i] = e[i] - std::sin(t * i);
     c.PushDense(*dense, gw);
-    c.Push(*sparse, keys, ge);
+    if (c.clock() % 2 == 0) {
+      c.Push(*sparse, keys, ge);
+    } else {  // one key: the other server(s) get no sparse push this clock
+      c.Push(*sparse, {keys[0]}, std::vector<float>(ge.begin(), ge.begin() + 4));
+    }
     ASSERT_TRUE(c.Clock().ok());
     if (c.clock() == ckpt_at) {
       ASSERT_TRUE(c.Checkpoint().ok());
