@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "common/crc32c.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "worker/pushpull.h"
@@ -108,10 +109,12 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   char buf[512];
   std::snprintf(buf, sizeof(buf),
                 "linreg summary: worker %d consistency=%s workers=%d epochs=%d final_loss=%.5f "
-                "noise_floor=%.5f target=%.5f reached=%s max_staleness=%d wall=%.1fs",
+                "noise_floor=%.5f target=%.5f reached=%s max_staleness=%d params_crc=%08x wall=%.1fs",
                 rank, app.consistency.ToString().c_str(), client.num_workers(), app.epochs, loss,
                 floor, target, result->reached_target ? "yes" : "NO", result->max_staleness,
-                (NowMs() - start) / 1000.0);
+                // The final parameters' fingerprint: BSP runs (and a BSP run resumed from a
+                // checkpoint) can be compared bit for bit.
+                Crc32c(0, w.data(), w.size() * sizeof(float)), (NowMs() - start) / 1000.0);
   result->summary = buf;
   return Status::OK();
 }

@@ -163,16 +163,27 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // A restart resumes from a checkpoint this launcher's job wrote (LATEST changed since it
+  // started), not from one an earlier job left in the directory; else as the first run did.
+  auto latest = [] {  // what LATEST names, and when it was written ("" when there is none)
+    const std::string path = FLAGS_checkpoint_dir + "/LATEST";
+    std::ifstream f(path);
+    std::string name;
+    std::getline(f, name);
+    std::error_code ec;
+    const auto when = std::filesystem::last_write_time(path, ec);
+    return name.empty() || ec ? std::string() : name + "@" + std::to_string(when.time_since_epoch().count());
+  };
+  const std::string latest_at_start = FLAGS_checkpoint_dir.empty() ? "" : latest();
   std::string restore = FLAGS_restore_from;
   for (int attempt = 0;; ++attempt) {
     bool crashed = false;
     const int code = RunJob(dir, worker_args, restore, &crashed);
     if (code == 0 || g_interrupted || !crashed || attempt >= FLAGS_max_restarts) return code;
-    std::error_code ec;
-    if (!FLAGS_checkpoint_dir.empty() && std::filesystem::exists(FLAGS_checkpoint_dir + "/LATEST", ec))
-      restore = FLAGS_checkpoint_dir;
+    const std::string now = FLAGS_checkpoint_dir.empty() ? "" : latest();
+    if (!now.empty() && now != latest_at_start) restore = FLAGS_checkpoint_dir;
     Say("restart " + std::to_string(attempt + 1) + " of " + std::to_string(FLAGS_max_restarts) + ": " +
-        (restore.empty() ? "from the start (no checkpoint)" : "from the newest checkpoint in " + restore));
+        (restore.empty() ? "from the start (no checkpoint of this job)" : "from the newest checkpoint in " + restore));
   }
 }
 
@@ -212,7 +223,12 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       Drain(children[0], true);
       Say(exited ? "the scheduler exited before it listened (its error is above)"
                  : "the scheduler did not start (no address within 30 s)");
-      kill(children[0].pid, SIGKILL);
+      if (!exited) {
+        kill(children[0].pid, SIGKILL);
+        waitpid(children[0].pid, &st, 0);
+      }
+      unlink(endpoint_file.c_str());
+      rmdir(tmpl);
       return 1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -268,14 +284,17 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       const bool failed = Failed(st);
       if (failed || c.role == "scheduler") Say(c.name + " (pid " + std::to_string(c.pid) + ") " + Describe(st));
       if (stopping) continue;
-      if (failed && (WIFSIGNALED(st) || c.role == "scheduler")) *crashed = true;
       if (c.role == "scheduler") {
-        if (failed) stop_all("the scheduler reports the job failed", 1);
+        if (failed) {
+          *crashed = true;  // it ended the job: a node died
+          stop_all("the scheduler reports the job failed", 1);
+        }
         else kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(FLAGS_grace_ms);
       } else if (failed) {
         if (c.role == "worker" && FLAGS_on_worker_death == "continue" && WIFSIGNALED(st)) {
           Say(c.name + " died; the job goes on without it (--on_worker_death=continue)");
         } else {
+          if (WIFSIGNALED(st)) *crashed = true;  // killed from outside
           // A worker's own exit status says why (3: it missed its target).
           stop_all(c.name + " failed", c.role == "worker" && WIFEXITED(st) ? WEXITSTATUS(st) : 1);
         }
@@ -291,6 +310,7 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
           Say(c.name + " did not exit in time; killing it");
           kill(c.pid, SIGKILL);
         }
+      stopping = true;  // what dies now, dies of this kill: not a failure of the job's own
       kill_at = std::chrono::steady_clock::now() + std::chrono::hours(1);
     }
   }

@@ -368,9 +368,19 @@ Result<std::map<std::string, TableCheckpoint>> ReadCheckpointForServer(const std
   for (int old = 0; old < m->servers; ++old) {
     auto file = ReadServerCheckpoint(dir, old, m->servers, m->clock);
     if (!file.ok()) return file.status();
-    for (auto& [name, t] : *file) {
+    // Each table's old rows are let go once this server's are copied out.
+    for (auto it = file->begin(); it != file->end(); it = file->erase(it)) {
+      const std::string& name = it->first;
+      TableCheckpoint& t = it->second;
       const TableInfo now = TableInfo::Make(t.info.id, t.info.spec, num_servers);
       TableCheckpoint& mine = out[name];
+      if (old == 0 && !t.info.spec.sparse) {  // the rows this server will own, known up front
+        const size_t rows = now.row_offsets[rank + 1] - now.row_offsets[rank], dim = t.info.spec.dim;
+        mine.rows.params.reserve(rows * dim);
+        mine.rows.slots.assign(t.rows.slots.size(), {});
+        for (auto& sl : mine.rows.slots) sl.reserve(rows * dim);
+        mine.rows.steps.reserve(rows);
+      }
       mine.info = now;
       // BSP: the clock, the same in every file. SSP/ASP count pushes per server: the most of them.
       mine.table_step = std::max(mine.table_step, t.table_step);

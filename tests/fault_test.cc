@@ -206,13 +206,17 @@ TEST(MultiProcess, SigkilledServerEndsTheJobNamingIt) {
   EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;  // the rest stop cleanly
 }
 
-// "final_loss=X" of worker 0's summary line ("" when missing).
+// "final_loss=X params_crc=Y" of worker 0's summary line: its loss and the exact final
+// parameters ("" when missing).
 std::string FinalLoss(const std::string& out) {
   auto at = out.find("linreg summary: worker 0 ");
   if (at == std::string::npos) return "";
-  at = out.find("final_loss=", at);
-  if (at == std::string::npos) return "";
-  return out.substr(at, out.find(' ', at) - at);
+  auto field = [&](const std::string& name) {
+    auto f = out.find(name, at);
+    return f == std::string::npos ? std::string() : out.substr(f, out.find(' ', f) - f);
+  };
+  const std::string loss = field("final_loss="), crc = field("params_crc=");
+  return loss.empty() || crc.empty() ? "" : loss + " " + crc;
 }
 
 // The checkpoint tests below: a BSP linreg job over real processes (every epoch's end is a clock
@@ -270,7 +274,9 @@ TEST(MultiProcess, LauncherRestartsAJobFromItsCheckpointWhenAServerDies) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("restart 1 of 1: from the newest checkpoint in " + j.dir), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("resuming after epoch 2 (clock 160)"), std::string::npos) << r.output;
-  EXPECT_EQ(FinalLoss(r.output.substr(r.output.find("restart 1 of 1"))), j.whole_loss) << r.output;
+  const size_t restart = r.output.find("restart 1 of 1");
+  ASSERT_NE(restart, std::string::npos) << r.output;
+  EXPECT_EQ(FinalLoss(r.output.substr(restart)), j.whole_loss) << r.output;
 }
 
 // A worker that misses its target is no crash: no restart.

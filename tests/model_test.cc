@@ -140,8 +140,8 @@ TEST_P(ModelTest, RandomOperationsMatchTheModelBitForBit) {
   std::vector<Expect> open;
   auto settle = [&] {
     for (auto& e : open) {
-      ASSERT_TRUE(e.f.Wait().ok()) << e.what;
-      ASSERT_EQ(*e.got, e.want) << e.what;
+      EXPECT_TRUE(e.f.Wait().ok()) << e.what;
+      EXPECT_EQ(*e.got, e.want) << e.what;
     }
     open.clear();
   };
@@ -178,7 +178,7 @@ TEST_P(ModelTest, RandomOperationsMatchTheModelBitForBit) {
       settle();
       ASSERT_TRUE(c.Clock().ok());
     }
-    if (HasFatalFailure()) return;
+    if (HasFailure()) break;  // one mismatch says enough; every pull in flight still lands first
   }
   settle();
   EXPECT_GT(pulls, 100);
