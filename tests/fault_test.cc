@@ -288,5 +288,34 @@ TEST(MultiProcess, LauncherDoesNotRestartAJobThatFailedOnItsOwn) {
   EXPECT_EQ(out.find("restart"), std::string::npos) << out;
 }
 
+// Neither is a worker that --on_worker_death=continue let go, when the job later fails on its own.
+TEST(MultiProcess, LauncherDoesNotRestartForAToleratedWorkerDeath) {
+  KillRun r = LaunchAndKill("--servers=1 --workers=2 --on_worker_death=continue --max_restarts=1 -- --app=linreg "
+                            "--epochs=40 --examples=4000 --progress_s=0 --target=1e-9",
+                            "worker 1");
+  ASSERT_TRUE(r.killed) << r.output;
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_EQ(r.output.find("restart 1"), std::string::npos) << r.output;
+}
+
+// A restart uses only checkpoints its own job wrote: one an earlier job left in the directory is
+// not resumed (here the server dies before this job's first checkpoint).
+TEST(MultiProcess, LauncherRestartIgnoresAnEarlierJobsCheckpoint) {
+  CheckpointedJob j;
+  ASSERT_FALSE(j.dir.empty());
+  std::string earlier;
+  ASSERT_EQ(RunCommand(BinDir() + "/pushpull-launch " + j.job + " --checkpoint_dir=" + j.dir + j.app +
+                           " --checkpoint_every_epochs=2", 120, &earlier), 0) << earlier;
+  KillRun r = LaunchAndKill(j.job + " --max_restarts=1 --checkpoint_dir=" + j.dir + j.app + " --checkpoint_every_epochs=4",
+                            "server 1", "linreg epoch 1/");
+  ASSERT_TRUE(r.killed) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("restart 1 of 1: from the start (no checkpoint of this job)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("resuming after"), std::string::npos) << r.output;
+  const size_t restart = r.output.find("restart 1 of 1");
+  ASSERT_NE(restart, std::string::npos) << r.output;
+  EXPECT_EQ(FinalLoss(r.output.substr(restart)), j.whole_loss) << r.output;
+}
+
 }  // namespace
 }  // namespace pushpull
