@@ -34,8 +34,9 @@ DEFINE_int32(grace_ms, 5000, "after the job ends or fails, how long children get
 DEFINE_string(bin_dir, "", "where the pushpull binaries are (default: beside this one)");
 DEFINE_string(checkpoint_dir, "", "scheduler: where checkpoints go (workers take them with --checkpoint_every_epochs)");
 DEFINE_string(restore_from, "", "scheduler: resume from the newest complete checkpoint under this directory");
-DEFINE_int32(max_restarts, 0, "when a process dies (killed, or a node declared dead), start the job again this "
-             "many times at most: from the newest checkpoint in --checkpoint_dir when there is one");
+DEFINE_int32(max_restarts, 0, "when a process dies or fails (not for bad flags, exit 2, or a missed target, "
+             "exit 3), start the job again this many times at most: from the newest checkpoint this job "
+             "wrote in --checkpoint_dir when there is one");
 
 namespace {
 
@@ -189,8 +190,9 @@ int main(int argc, char** argv) {
 
 namespace {
 
-// One run of the job: scheduler, servers, workers, until they have all exited. *crashed: a
-// process died (a signal not sent here) or the scheduler ended the job, before any stop of ours.
+// One run of the job: scheduler, servers, workers, until they have all exited. *crashed: before
+// any stop of ours, a process died (a signal not sent here), exited 1, or the scheduler ended the
+// job (a node declared dead): what a restart may get past.
 int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, const std::string& restore_from,
            bool* crashed) {
   char tmpl[] = "/tmp/pushpull-launch-XXXXXX";
@@ -294,7 +296,10 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
         if (c.role == "worker" && FLAGS_on_worker_death == "continue" && WIFSIGNALED(st)) {
           Say(c.name + " died; the job goes on without it (--on_worker_death=continue)");
         } else {
-          if (WIFSIGNALED(st)) *crashed = true;  // killed from outside
+          // Killed from outside, or exit 1: a worker's calls fail that way when a node dies, and
+          // it may notice before the scheduler declares the node dead. Not exit 2 (bad flags)
+          // nor 3 (a missed target): those would fail again.
+          if (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1)) *crashed = true;
           // A worker's own exit status says why (3: it missed its target).
           stop_all(c.name + " failed", c.role == "worker" && WIFEXITED(st) ? WEXITSTATUS(st) : 1);
         }
