@@ -51,7 +51,8 @@ objs_of = $(patsubst %.cc,$(BUILD)/obj/%.o,$(call lib_srcs,$(1))) \
 LIBS := $(foreach d,$(LIBDIRS),$(BUILD)/lib/lib$(d).a)
 
 BINS := $(BUILD)/bin/pushpull-scheduler $(BUILD)/bin/pushpull-server \
-        $(BUILD)/bin/pushpull-worker $(BUILD)/bin/pushpull-launch $(BUILD)/bin/pushpull-bench
+        $(BUILD)/bin/pushpull-worker $(BUILD)/bin/pushpull-launch $(BUILD)/bin/pushpull-bench \
+        $(BUILD)/bin/pushpull-checkpoint
 TEST_SRCS := $(wildcard tests/*.cc)
 TEST_BIN  := $(BUILD)/bin/pushpull-tests
 
@@ -76,6 +77,7 @@ $(BUILD)/bin/pushpull-scheduler: $(BUILD)/obj/server/scheduler_main.o $(LIBS)
 $(BUILD)/bin/pushpull-server:    $(BUILD)/obj/server/server_main.o $(LIBS)
 $(BUILD)/bin/pushpull-worker:    $(BUILD)/obj/worker/worker_main.o $(LIBS)
 $(BUILD)/bin/pushpull-launch:    $(BUILD)/obj/deploy/launch_main.o $(LIBS)
+$(BUILD)/bin/pushpull-checkpoint: $(BUILD)/obj/server/checkpoint_main.o $(LIBS)
 $(BUILD)/bin/pushpull-bench:     $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard apps/bench/*.cc)) $(LIBS)
 $(BINS):
 	@mkdir -p $(dir $@)

@@ -220,6 +220,90 @@ TEST(Checkpoint, LatestNamesTheNewestCompleteOneAndOldOnesArePruned) {
   EXPECT_EQ(ReadLatestCheckpoint(root.path()).status().code(), Code::kNotFound);
 }
 
+// A .npy file's shape (from its header) and float32 or uint64 payload.
+struct Npy {
+  std::string header;
+  std::string data;
+};
+Npy ReadNpy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), {});
+  Npy n;
+  if (all.size() < 10 || all.compare(0, 6, "\x93NUMPY") != 0) return n;
+  const size_t len = static_cast<uint8_t>(all[8]) | (static_cast<uint8_t>(all[9]) << 8);
+  n.header = all.substr(10, len);
+  n.data = all.substr(10 + len);
+  return n;
+}
+
+// pushpull-checkpoint lists a checkpoint's tables and writes one out as .npy, gathered from
+// every server's file in row order (sparse: keys beside), parameters or an optimizer slot.
+TEST(Checkpoint, ToolListsTablesAndExportsThemAsNpy) {
+  TempDir root;
+  TableInfo dense = TableInfo::Make(0, Spec("dense", false, opt::Kind::kAdam), 2);
+  TableInfo sparse = TableInfo::Make(1, Spec("sparse", true, opt::Kind::kAdam), 2);
+  std::vector<std::unique_ptr<TableShard>> d, sp;
+  std::vector<Key> skeys{3, 99, 123456789, 42, 7};
+  CheckpointManifest m;
+  m.clock = 6;
+  m.servers = 2;
+  m.workers = 1;
+  m.dir = CheckpointDir(root.path(), 6);
+  for (int s = 0; s < 2; ++s) {
+    d.push_back(std::make_unique<TableShard>(dense, s, 1));
+    sp.push_back(std::make_unique<TableShard>(sparse, s, 2));
+    std::vector<Key> rows, mine;
+    for (Key k = dense.row_offsets[s]; k < dense.row_offsets[s + 1]; ++k) rows.push_back(k);
+    for (Key k : skeys)
+      if (sparse.OwnerOf(k) == s) mine.push_back(k);
+    PushSome(*d[s], rows, 1.0f + s);
+    if (!mine.empty()) PushSome(*sp[s], mine, 0.5f);
+    ASSERT_TRUE(WriteServerCheckpoint(m.dir, s, 2, 6, {d[s].get(), sp[s].get()}, nullptr).ok());
+  }
+  ASSERT_TRUE(CommitCheckpoint(root.path(), m, 2).ok());
+  const std::string tool = BinDir() + "/pushpull-checkpoint --dir=" + root.path();
+  std::string out;
+  ASSERT_EQ(RunCommand(tool, 30, &out), 0) << out;
+  EXPECT_NE(out.find("clock 6, written by 2 servers"), std::string::npos) << out;
+  EXPECT_NE(out.find("dense, 10 rows x 4, adam (2 slots)"), std::string::npos) << out;
+  EXPECT_NE(out.find("sparse, 5 rows x 4"), std::string::npos) << out;
+
+  // Dense parameters: both servers' rows, in row order.
+  const std::string npy = root.path() + "/dense.npy";
+  ASSERT_EQ(RunCommand(tool + " --export_table=dense --out=" + npy, 30, &out), 0) << out;
+  Npy n = ReadNpy(npy);
+  EXPECT_NE(n.header.find("'descr': '<f4'"), std::string::npos) << n.header;
+  EXPECT_NE(n.header.find("'shape': (10, 4)"), std::string::npos) << n.header;
+  std::vector<float> want;
+  for (int s = 0; s < 2; ++s) {
+    std::vector<Key> rows;
+    for (Key k = dense.row_offsets[s]; k < dense.row_offsets[s + 1]; ++k) rows.push_back(k);
+    std::vector<float> v = Dump(*d[s], rows);
+    want.insert(want.end(), v.begin(), v.begin() + rows.size() * 4);  // parameters come first
+  }
+  ASSERT_EQ(n.data.size(), want.size() * sizeof(float));
+  EXPECT_EQ(std::memcmp(n.data.data(), want.data(), n.data.size()), 0);
+
+  // Sparse slot 0 (Adam's m): rows in some order, keys beside them in the same order.
+  const std::string snpy = root.path() + "/sparse_m.npy";
+  ASSERT_EQ(RunCommand(tool + " --export_table=sparse --slot=0 --out=" + snpy, 30, &out), 0) << out;
+  Npy v = ReadNpy(snpy), k = ReadNpy(snpy + ".keys.npy");
+  EXPECT_NE(k.header.find("'descr': '<u8'"), std::string::npos) << k.header;
+  EXPECT_NE(k.header.find("'shape': (5,)"), std::string::npos) << k.header;
+  ASSERT_EQ(k.data.size(), 5 * sizeof(Key));
+  ASSERT_EQ(v.data.size(), 5 * 4 * sizeof(float));
+  for (size_t i = 0; i < 5; ++i) {
+    Key key;
+    std::memcpy(&key, &k.data[i * sizeof(Key)], sizeof key);
+    const int s = sparse.OwnerOf(key);
+    std::vector<float> slot = Dump(*sp[s], {key});  // params, then m, then v
+    EXPECT_EQ(std::memcmp(&v.data[i * 16], &slot[4], 16), 0) << "key " << key;
+  }
+
+  EXPECT_NE(RunCommand(tool + " --export_table=nope --out=" + npy, 30, &out), 0);
+  EXPECT_NE(out.find("no table 'nope'"), std::string::npos) << out;
+}
+
 // One worker's part of a small BSP job from its current clock to `until`: a dense Adam table over
 // both servers and a sparse AdaGrad one; gradients depend on the pulled parameters, so any
 // difference in restored state would show in the end. Checkpoints at clock `ckpt_at`.

@@ -1,0 +1,105 @@
+// pushpull-checkpoint: what a checkpoint holds, and its tables out as NumPy .npy files (the
+// trained parameters for whatever comes next: inference, analysis, another framework).
+#include <gflags/gflags.h>
+
+#include <cstdio>
+#include <string>
+
+#include "common/flags.h"
+#include "common/log.h"
+#include "server/checkpoint.h"
+
+DEFINE_string(dir, "", "a checkpoint root (its LATEST is read) or one checkpoint's directory (ckpt-N)");
+DEFINE_string(export_table, "", "table to write out (default: list the checkpoint's tables)");
+DEFINE_int32(slot, -1, "with --export_table: -1 the parameters, N >= 0 optimizer slot N (e.g. Adam's m is 0)");
+DEFINE_string(out, "", "with --export_table: the .npy file (float32, rows x dim, in row order; a sparse "
+              "table's keys go to OUT.keys.npy, uint64, in the same order)");
+
+namespace {
+
+using pushpull::Status;
+
+// NumPy's format 1.0: magic, version, a little-endian header length, a Python dict literal
+// padded with spaces to a multiple of 64 bytes, then the raw little-endian data.
+Status WriteNpy(const std::string& path, const char* descr, uint64_t rows, uint64_t cols, const void* data,
+                size_t bytes) {
+  std::string dict = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" +
+                     std::to_string(rows) + (cols ? ", " + std::to_string(cols) : std::string(",")) + "), }";
+  const size_t unpadded = 10 + dict.size() + 1;
+  dict.append((64 - unpadded % 64) % 64, ' ');
+  dict += '\n';
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return Status::Unavailable("cannot create " + path);
+  const uint16_t len = static_cast<uint16_t>(dict.size());
+  bool ok = std::fwrite("\x93NUMPY\x01\x00", 1, 8, f) == 8 && std::fwrite(&len, 2, 1, f) == 1 &&
+            std::fwrite(dict.data(), 1, dict.size(), f) == dict.size() &&
+            (bytes == 0 || std::fwrite(data, 1, bytes, f) == bytes);
+  ok = std::fclose(f) == 0 && ok;
+  return ok ? Status::OK() : Status::Unavailable("writing " + path + " failed");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pushpull::ParseFlagsOrHelp(&argc, &argv,
+                             "what a pushpull checkpoint holds; a table out as .npy.\n"
+                             "usage: pushpull-checkpoint --dir=DIR                      list the tables\n"
+                             "       pushpull-checkpoint --dir=DIR --export_table=NAME --out=FILE.npy [--slot=N]",
+                             "checkpoint_main");
+  if (FLAGS_dir.empty()) {
+    std::fprintf(stderr, "pushpull-checkpoint: --dir is required (see --help)\n");
+    return 2;
+  }
+  if (!FLAGS_export_table.empty() && FLAGS_out.empty()) {
+    std::fprintf(stderr, "pushpull-checkpoint: --export_table needs --out\n");
+    return 2;
+  }
+  auto m = pushpull::ReadLatestCheckpoint(FLAGS_dir);
+  if (m.status().code() == pushpull::Code::kNotFound) m = pushpull::ReadManifest(FLAGS_dir);
+  if (!m.ok()) {
+    std::fprintf(stderr, "pushpull-checkpoint: %s\n", m.status().ToString().c_str());
+    return 1;
+  }
+  // Every server's rows of every table, gathered as one server would own them all.
+  auto tables = pushpull::ReadCheckpointForServer(m->dir, 0, 1);
+  if (!tables.ok()) {
+    std::fprintf(stderr, "pushpull-checkpoint: %s\n", tables.status().ToString().c_str());
+    return 1;
+  }
+  if (FLAGS_export_table.empty()) {
+    std::printf("%s: clock %lld, written by %d servers and %d workers; checksums verified\n", m->dir.c_str(),
+                static_cast<long long>(m->clock), m->servers, m->workers);
+    for (const auto& [name, t] : *tables)
+      std::printf("  %-24s %s, %llu rows x %u, %s (%zu slots), step %lld\n", name.c_str(),
+                  t.info.spec.sparse ? "sparse" : "dense", static_cast<unsigned long long>(t.rows.rows()),
+                  t.info.spec.dim, pushpull::opt::KindName(t.info.spec.optimizer.kind), t.rows.slots.size(),
+                  static_cast<long long>(t.table_step));
+    return 0;
+  }
+  auto it = tables->find(FLAGS_export_table);
+  if (it == tables->end()) {
+    std::fprintf(stderr, "pushpull-checkpoint: no table '%s' in %s\n", FLAGS_export_table.c_str(), m->dir.c_str());
+    return 1;
+  }
+  const pushpull::TableCheckpoint& t = it->second;
+  if (FLAGS_slot < -1 || FLAGS_slot >= static_cast<int>(t.rows.slots.size())) {
+    std::fprintf(stderr, "pushpull-checkpoint: table '%s' has %zu optimizer slots; --slot=%d\n",
+                 FLAGS_export_table.c_str(), t.rows.slots.size(), FLAGS_slot);
+    return 2;
+  }
+  const float* values = FLAGS_slot < 0 ? t.rows.params.data() : t.rows.slots[FLAGS_slot].data();
+  const uint64_t rows = t.rows.rows(), dim = t.info.spec.dim;
+  Status st = WriteNpy(FLAGS_out, "<f4", rows, dim, values, rows * dim * sizeof(float));
+  if (st.ok() && t.info.spec.sparse)
+    st = WriteNpy(FLAGS_out + ".keys.npy", "<u8", rows, 0, t.rows.keys.data(), rows * sizeof(uint64_t));
+  if (!st.ok()) {
+    std::fprintf(stderr, "pushpull-checkpoint: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  std::printf("wrote %s: %llu x %llu float32 (%s of '%s' at clock %lld)%s\n", FLAGS_out.c_str(),
+              static_cast<unsigned long long>(rows), static_cast<unsigned long long>(dim),
+              FLAGS_slot < 0 ? "parameters" : ("slot " + std::to_string(FLAGS_slot)).c_str(),
+              FLAGS_export_table.c_str(), static_cast<long long>(m->clock),
+              t.info.spec.sparse ? (", keys in " + FLAGS_out + ".keys.npy").c_str() : "");
+  return 0;
+}
