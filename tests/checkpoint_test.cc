@@ -388,6 +388,88 @@ TEST(Checkpoint, RestoredBspJobContinuesExactlyOnAnyNumberOfServers) {
   }
 }
 
+// Under SSP and ASP too a checkpoint is an exact cut: what every worker reads right after it (the
+// others held at a barrier) is exactly what a job restored from it reads first, tables and
+// optimizer state alike, even with workers running at different speeds before it.
+class CheckpointCutTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CheckpointCutTest, RestoredStateIsWhatWorkersSawAtTheCheckpoint) {
+  TempDir root;
+  const Consistency model = *ParseConsistency(GetParam());
+  auto tables = [&](Client& c, Table* d, Table* sp) {
+    TableSpec ds = Spec("dense", false, opt::Kind::kAdam), ss = Spec("sparse", true, opt::Kind::kAdaGrad);
+    ds.consistency = ss.consistency = model;
+    auto a = c.CreateTable(ds);
+    auto b = c.CreateTable(ss);
+    ASSERT_TRUE(a.ok() && b.ok());
+    *d = *a;
+    *sp = *b;
+  };
+  const std::vector<Key> keys{1, 77, 5000000000ull, 31, 2};
+  auto read = [&](Client& c, const Table& d, const Table& sp) {
+    std::vector<float> w(10 * 4), e(keys.size() * 4), m(10 * 4);
+    EXPECT_TRUE(c.PullDense(d, w.data()).Wait().ok());
+    EXPECT_TRUE(c.Pull(sp, keys, e.data()).Wait().ok());
+    EXPECT_TRUE(c.PullSlot(d, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 1, m.data()).Wait().ok());
+    w.insert(w.end(), e.begin(), e.end());
+    w.insert(w.end(), m.begin(), m.end());
+    return w;
+  };
+  std::vector<std::vector<float>> seen(3), restored(3);
+  {
+    LocalClusterConfig cfg;
+    cfg.servers = 2;
+    cfg.workers = 3;
+    cfg.checkpoint_dir = root.path();
+    LocalCluster cluster(cfg);
+    ASSERT_TRUE(cluster.Start().ok());
+    cluster.RunWorkers([&](Client& c, int w) {
+      Table d, sp;
+      tables(c, &d, &sp);
+      std::vector<float> buf(40);
+      for (int it = 0; it < 6; ++it) {
+        // Worker 2 lags; workers race ahead as far as the model lets them.
+        if (w == 2) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        ASSERT_TRUE(c.PullDense(d, buf.data()).Wait().ok());
+        std::vector<float> g(40), ge(keys.size() * 4);
+        for (size_t i = 0; i < g.size(); ++i) g[i] = 0.1f * buf[i] + std::sin(float(it * 7 + w + i));
+        for (size_t i = 0; i < ge.size(); ++i) ge[i] = std::cos(float(it + w * 3 + i));
+        c.PushDense(d, g);
+        c.Push(sp, keys, ge);
+        ASSERT_TRUE(c.Clock().ok());
+      }
+      ASSERT_TRUE(c.Checkpoint().ok());
+      seen[w] = read(c, d, sp);
+      ASSERT_TRUE(c.Barrier().ok());  // nobody pushes before everyone has read
+      c.PushDense(d, std::vector<float>(40, 1.0f));
+      ASSERT_TRUE(c.Clock().ok());
+    });
+    ASSERT_TRUE(cluster.FinishAndJoin().ok());
+  }
+  {
+    LocalClusterConfig cfg;
+    cfg.servers = 2;
+    cfg.workers = 3;
+    cfg.restore_from = root.path();
+    LocalCluster cluster(cfg);
+    ASSERT_TRUE(cluster.Start().ok());
+    cluster.RunWorkers([&](Client& c, int w) {
+      Table d, sp;
+      tables(c, &d, &sp);
+      EXPECT_EQ(c.clock(), 6);
+      restored[w] = read(c, d, sp);
+    });
+    ASSERT_TRUE(cluster.FinishAndJoin().ok());
+  }
+  for (int w = 0; w < 3; ++w) {
+    ASSERT_FALSE(seen[w].empty());
+    EXPECT_EQ(seen[w], seen[0]) << "worker " << w;
+    EXPECT_EQ(restored[w], seen[0]) << "worker " << w;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(, CheckpointCutTest, ::testing::Values("ssp:2", "asp"));
+
 TEST(Checkpoint, MisuseGetsClearErrors) {
   {  // No --checkpoint_dir.
     LocalCluster cluster(LocalClusterConfig{});
