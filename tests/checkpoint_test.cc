@@ -416,6 +416,14 @@ TEST_P(CheckpointCutTest, RestoredStateIsWhatWorkersSawAtTheCheckpoint) {
     return w;
   };
   std::vector<std::vector<float>> seen(3), restored(3);
+  // A 16 MB table worker 0 pushes to just before the checkpoint: the servers are still busy with
+  // it, and the others' last pushes and clocks wait behind it, when the scheduler's request comes.
+  TableSpec big;
+  big.name = "big";
+  big.rows = 1 << 16;
+  big.dim = 64;
+  big.optimizer.lr = 1e-3f;
+  big.consistency = model;
   {
     LocalClusterConfig cfg;
     cfg.servers = 2;
@@ -427,9 +435,12 @@ TEST_P(CheckpointCutTest, RestoredStateIsWhatWorkersSawAtTheCheckpoint) {
       Table d, sp;
       tables(c, &d, &sp);
       std::vector<float> buf(40);
+      auto b = c.CreateTable(big);
+      ASSERT_TRUE(b.ok());
       for (int it = 0; it < 6; ++it) {
         // Worker 2 lags; workers race ahead as far as the model lets them.
         if (w == 2) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        if (w == 0 && it == 5) c.PushDense(*b, std::vector<float>(big.rows * big.dim, 1e-3f));
         ASSERT_TRUE(c.PullDense(d, buf.data()).Wait().ok());
         std::vector<float> g(40), ge(keys.size() * 4);
         for (size_t i = 0; i < g.size(); ++i) g[i] = 0.1f * buf[i] + std::sin(float(it * 7 + w + i));
