@@ -55,7 +55,8 @@ void RunCheckpointBench(Reporter& rep, const Options& o) {
   spec.optimizer.kind = opt::Kind::kAdam;
   const TableInfo info = TableInfo::Make(0, spec, 1);
   const std::string root = (fs::temp_directory_path() / ("pushpull-ckpt-bench-" + std::to_string(getpid()))).string();
-  const std::string size = std::to_string(rows * dim / (1 << 20)) + "M";
+  const uint64_t floats = rows * dim;
+  const std::string size = floats >= (1 << 20) ? std::to_string(floats >> 20) + "M" : std::to_string(floats >> 10) + "K";
   for (int threads : {1, 3}) {
     TableShard shard(info, 0, threads);
     // One update, so that m, v and the steps hold something.
