@@ -42,7 +42,7 @@ Status MakeDirs(const std::string& dir) {
   return Status::OK();
 }
 
-// Writes a file under a temporary name with a running CRC-32; Commit() appends the trailer,
+// Writes a file under a temporary name with a running CRC-32C; Commit() appends the trailer,
 // fsyncs and renames it into place.
 class FileWriter {
  public:
@@ -92,7 +92,7 @@ class FileWriter {
   bool committed_ = false;
 };
 
-// Reads a file written by FileWriter in one pass, the CRC-32 running along; Verify() at the end
+// Reads a file written by FileWriter in one pass, the CRC-32C running along; Verify() at the end
 // says whether it matched. Reads stay inside the payload the trailer declares, so a damaged
 // length can make a read fail but never an allocation beyond the file's size (the caller bounds
 // counts by left() first); nothing read is used before Verify().

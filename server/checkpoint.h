@@ -34,7 +34,7 @@ std::string ServerCheckpointFile(const std::string& dir, int rank);
 // One table as a server's checkpoint file holds it.
 struct TableCheckpoint {
   TableInfo info;
-  int64_t table_step = 0;  // updates applied to the table (the learning-rate schedule's step)
+  int64_t table_step = 0;  // the schedule's step: SSP/ASP pushes applied; BSP the clock, one past the last applied
   ShardRows rows;
 };
 

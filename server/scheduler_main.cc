@@ -22,7 +22,8 @@ DEFINE_string(on_worker_death, "abort", "abort: end the job naming the dead work
 DEFINE_string(checkpoint_dir, "", "directory servers write checkpoints into when the workers call Checkpoint() "
               "(a filesystem every server and the scheduler share; empty: checkpoints off)");
 DEFINE_int32(checkpoint_keep, 2, "complete checkpoints to keep; older ones are deleted");
-DEFINE_int32(checkpoint_timeout_s, 600, "servers must have written a checkpoint by then");
+DEFINE_int32(checkpoint_timeout_s, 600, "deadline of each checkpoint phase: every live worker asking, then every "
+             "server writing");
 DEFINE_string(restore_from, "", "resume the job from the newest complete checkpoint under this directory "
               "(tables, optimizer state, clocks; any number of servers)");
 DEFINE_bool(verbose, false, "debug logging");

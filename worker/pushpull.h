@@ -45,8 +45,9 @@ struct ClientOptions {
   int register_timeout_ms = 120000;   // how long Connect waits for the whole job to register
   int requested_rank = -1;            // >= 0: ask for this worker rank (if free)
   int send_latency_ms = 0;            // experiments: hold every outgoing message this long
-  // Checkpoint() waits this long: more than the scheduler's two deadlines (every worker asking,
-  // then every server writing: --checkpoint_timeout_s each), which answer it first.
+  // Checkpoint() waits this long: more than two of the scheduler's default deadlines (every worker
+  // asking, then every server writing: --checkpoint_timeout_s, 600 s each), which answer it
+  // first; raise it if the scheduler's is above 900 s.
   int checkpoint_timeout_ms = 1800000;
 };
 
@@ -146,15 +147,16 @@ class Client {
 
   // Ends this worker's current iteration: the clock advances on every server.
   virtual Status Clock() = 0;
-  // This worker's clock: 0 in a fresh job; in a job restored from a checkpoint (the scheduler's
-  // --restore_from), the checkpoint's clock, where the app resumes.
+  // This worker's clock: starts at 0 (in a job restored from a checkpoint, the scheduler's
+  // --restore_from, at the checkpoint's clock, where the app resumes) and grows by one per Clock().
   virtual int64_t clock() const = 0;
   // Collective: every live worker calls it at the same clock (after that clock's Clock()). Waits
   // until every server has written its shards of every table, with optimizer state, as of this
   // clock, and the scheduler has committed the checkpoint (server/checkpoint.h); a job started
   // with --restore_from resumes there. FailedPrecondition when the scheduler has no
-  // --checkpoint_dir; InvalidArgument when workers call it at different clocks; DeadlineExceeded
-  // naming the workers or servers that missed the scheduler's deadline.
+  // --checkpoint_dir, a checkpoint is already in progress or a server refuses (live workers not
+  // all at the clock); InvalidArgument when workers call it at different clocks; DeadlineExceeded
+  // naming the workers or servers that missed the scheduler's deadline; Aborted when the job ends.
   virtual Status Checkpoint() = 0;
   // Waits for every live worker to reach the barrier.
   virtual Status Barrier() = 0;

@@ -1,8 +1,8 @@
 // bench "checkpoint": how long a server's checkpoint stalls the job, and how long a restore takes.
 // One dense Adam table of N floats (parameters, m, v, per-row steps), one server with 1 and with
-// 3 update threads. Write: WriteServerCheckpoint (CRC-32, fsync, rename); baseline: the same bytes
+// 3 update threads. Write: WriteServerCheckpoint (CRC-32C, fsync, rename); baseline: the same bytes
 // from one buffer with fwrite and fsync. Read: ReadServerCheckpoint plus TableShard::Restore;
-// baseline: fread of the same bytes into one buffer. Both sides alternate, best of 3 (the page
+// baseline: fread of the same bytes into one buffer. Both sides alternate, best of 4 (the page
 // cache is warm for both reads: a restore right after a crash finds the file there, or on the
 // shared filesystem's own cache; both read into fresh memory, as a starting server must).
 #include <unistd.h>
