@@ -123,7 +123,9 @@ Result<int> FirstEpoch(const Client& client, int epochs, const std::function<int
 }
 
 Status CheckpointIfDue(Client& client, const AppOptions& app, int epoch, const char* app_name) {
-  if (app.checkpoint_every_epochs <= 0 || epoch % app.checkpoint_every_epochs != 0) return Status::OK();
+  // Every N epochs, and after the last: the trained model is always in the newest checkpoint.
+  if (app.checkpoint_every_epochs <= 0 || (epoch % app.checkpoint_every_epochs != 0 && epoch != app.epochs))
+    return Status::OK();
   const int64_t t0 = NowMs();
   PP_RETURN_IF_ERROR(client.Checkpoint().Annotate(std::string(app_name) + " checkpoint after epoch " +
                                                    std::to_string(epoch)));

@@ -45,7 +45,7 @@ struct AppOptions {
   int eval_subset = 1000;
   bool staleness_aware = false;   // tables divide the step by the push's staleness (Zhang et al.)         // ... of this many examples (traced as the metric column)
   InjectionOptions inject;
-  int checkpoint_every_epochs = 0;  // checkpoint after every this many epochs (0: never)
+  int checkpoint_every_epochs = 0;  // checkpoint after every this many epochs and the last (0: never)
 };
 
 // Checkpoints at epoch ends, and resuming from one. A job restored from a checkpoint starts at the
@@ -55,7 +55,8 @@ struct AppOptions {
 // or worker count) or no epoch is left.
 Result<int> FirstEpoch(const Client& client, int epochs, const std::function<int64_t(int)>& clock_after,
                        const char* app_name);
-// After epoch `epoch` (its last Clock() done): a checkpoint when AppOptions asks for one.
+// After epoch `epoch` (its last Clock() done): a checkpoint when AppOptions asks for one, every
+// checkpoint_every_epochs epochs and after the last.
 Status CheckpointIfDue(Client& client, const AppOptions& app, int epoch, const char* app_name);
 
 // Applies InjectionOptions after each step of one worker.

@@ -33,6 +33,7 @@ Status LocalCluster::Start() {
   so.checkpoint_dir = config_.checkpoint_dir;
   so.restore_from = config_.restore_from;
   so.checkpoint_timeout_ms = config_.checkpoint_timeout_ms;
+  so.checkpoint_keep = config_.checkpoint_keep;
   auto s = Scheduler::Create(so);
   if (!s.ok()) return s.status();
   scheduler_ = std::move(s.value());

@@ -26,6 +26,7 @@ struct LocalClusterConfig {
   std::string checkpoint_dir;  // the scheduler's --checkpoint_dir (empty: checkpoints off)
   std::string restore_from;    // the scheduler's --restore_from (empty: a fresh job)
   int checkpoint_timeout_ms = 600000;
+  int checkpoint_keep = 2;
 };
 
 class LocalCluster {

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include "apps/linreg.h"
 #include "common/crc32c.h"
 #include "deploy/local_cluster.h"
 #include "server/checkpoint.h"
@@ -480,6 +481,47 @@ TEST_P(CheckpointCutTest, RestoredStateIsWhatWorkersSawAtTheCheckpoint) {
 }
 
 INSTANTIATE_TEST_SUITE_P(, CheckpointCutTest, ::testing::Values("ssp:2", "asp"));
+
+// An app checkpoints every N epochs and after its last, so the trained model is in the newest
+// checkpoint; a job restored from that one has nothing left to train and says so.
+TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
+  TempDir root;
+  AppOptions app;
+  app.consistency = *ParseConsistency("bsp");
+  app.epochs = 4;
+  app.progress_interval_s = 0;
+  app.checkpoint_every_epochs = 3;
+  LinregOptions o;
+  o.examples_per_worker = 1000;  // 10 clocks an epoch
+  {
+    LocalClusterConfig cfg;
+    cfg.workers = 2;
+    cfg.checkpoint_dir = root.path();
+    cfg.checkpoint_keep = 5;
+    LocalCluster cluster(cfg);
+    ASSERT_TRUE(cluster.Start().ok());
+    cluster.RunWorkers([&](Client& c, int) {
+      AppResult r;
+      EXPECT_TRUE(RunLinreg(c, app, o, &r).ok());
+    });
+    ASSERT_TRUE(cluster.FinishAndJoin().ok());
+  }
+  EXPECT_TRUE(fs::exists(CheckpointDir(root.path(), 30) + "/MANIFEST"));  // after epoch 3
+  EXPECT_FALSE(fs::exists(CheckpointDir(root.path(), 20)));
+  EXPECT_EQ(ReadLatestCheckpoint(root.path())->clock, 40);  // after the last, epoch 4
+  LocalClusterConfig cfg;
+  cfg.workers = 2;
+  cfg.restore_from = root.path();
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  cluster.RunWorkers([&](Client& c, int) {
+    AppResult r;
+    Status st = RunLinreg(c, app, o, &r);
+    EXPECT_EQ(st.code(), Code::kFailedPrecondition) << st.ToString();
+    EXPECT_NE(st.message().find("nothing left to train"), std::string::npos) << st.ToString();
+  });
+  cluster.FinishAndJoin().IgnoreError();
+}
 
 TEST(Checkpoint, MisuseGetsClearErrors) {
   {  // No --checkpoint_dir.
