@@ -137,6 +137,9 @@ class ServerImpl final : public Server {
     uint64_t bytes = 0;
     int64_t started_ms = 0;
   } ckpt_;
+  struct {
+    int64_t clock = 0, at_ms = 0;  // the last checkpoint this server wrote (at_ms 0: none)
+  } ckpt_last_;
   // LogStats: the counters when it last logged.
   struct {
     int64_t at = 0;
@@ -305,7 +308,11 @@ void ServerImpl::LogStats(int64_t now) {
                 static_cast<unsigned long long>(stats_.bad_messages.load()),
                 static_cast<unsigned long long>(stats_.rejected.load()),
                 static_cast<unsigned long long>(stats_.duplicates.load()), ResidentBytes() / 1e6);
-  PP_LOG(Info) << line;
+  std::string ckpt;
+  if (ckpt_last_.at_ms > 0)
+    ckpt = "; last checkpoint at clock " + std::to_string(ckpt_last_.clock) + ", " +
+           std::to_string((now - ckpt_last_.at_ms) / 1000) + " s ago";
+  PP_LOG(Info) << line << ckpt;
   logged_ = {now, pushes, pulls, clocks, in, out};
 }
 
@@ -788,6 +795,7 @@ void ServerImpl::StartCheckpointWhenReady() {
 
 void ServerImpl::FinishCheckpoint() {
   if (ckpt_.writer.joinable()) ckpt_.writer.join();
+  if (ckpt_.status.ok()) ckpt_last_ = {ckpt_.clock, NowMs()};
   if (ckpt_.status.ok())
     PP_LOG(Info) << "checkpoint at clock " << ckpt_.clock << " written: " << ServerCheckpointFile(ckpt_.dir, rank_)
                  << ", " << (ckpt_.bytes >= 1000000 ? ckpt_.bytes / 1e6 : ckpt_.bytes / 1e3)

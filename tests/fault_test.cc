@@ -30,6 +30,9 @@ TEST(Operations, ServersLogRatesAndStatePeriodically) {
   cfg.servers = 1;
   cfg.workers = 1;
   cfg.stats_every_ms = 100;
+  char tmpl[] = "/tmp/pushpull-stats-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  cfg.checkpoint_dir = tmpl;
   testing::internal::CaptureStderr();
   {
     LocalCluster cluster(cfg);
@@ -38,11 +41,16 @@ TEST(Operations, ServersLogRatesAndStatePeriodically) {
     auto t = c.CreateTable(Dense("w", 8));
     ASSERT_TRUE(t.ok());
     std::vector<float> v(32);
-    const int64_t until = NowMs() + 450;
+    const int64_t start = NowMs(), until = start + 450;
+    bool checkpointed = false;
     while (NowMs() < until) {
       ASSERT_TRUE(c.PushDense(*t, std::vector<float>(32, 0.5f)).Wait().ok());
       ASSERT_TRUE(c.Clock().ok());
       ASSERT_TRUE(c.PullDense(*t, v.data()).Wait().ok());
+      if (!checkpointed && NowMs() > start + 150) {
+        ASSERT_TRUE(c.Checkpoint().ok());
+        checkpointed = true;
+      }
     }
     EXPECT_TRUE(cluster.FinishAndJoin().ok());
   }
@@ -60,6 +68,10 @@ TEST(Operations, ServersLogRatesAndStatePeriodically) {
   }
   EXPECT_GE(lines, 2u) << err.substr(0, 2000);
   EXPECT_GE(busy, 1u) << err.substr(0, 2000);
+  // Lines after the checkpoint say when it was.
+  EXPECT_NE(err.find("; last checkpoint at clock "), std::string::npos) << err.substr(0, 4000);
+  std::error_code ec;
+  std::filesystem::remove_all(tmpl, ec);
 }
 
 // Worker 1 disappears (no Finish, no more heartbeats) while worker 0 waits at a BSP pull.
