@@ -263,7 +263,8 @@ void ServerImpl::Execute(Request* r, int k) {
       break;
     case Request::kRead:
       if (r->out) s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get());
-      else r->shared[k] = s.ShareRows(sel->range_begin);
+      else if (sel->is_range) r->shared[k] = s.ShareRows(sel->range_begin);
+      else r->shared[k] = s.ReadOrShare(*sel, r->msg.key_data(), &r->out);  // one stripe: see ServePull
       break;
     case Request::kApplyBsp:
       s.ApplyAccumulated(r->clock, r->ctx);
@@ -516,12 +517,15 @@ void ServerImpl::ServePull(Request* r, int64_t min_live) {
   r->staleness = static_cast<int32_t>(s);
   // A dense pull of parameters is sent from the parameters themselves, a values frame per
   // stripe, without a copy (copy-on-write: the pull still sees exactly the updates applied
-  // before it). Keyed pulls and optimizer slots are gathered into one buffer, and so are small
-  // pulls that span stripes (one small copied frame rather than several).
+  // before it). So is a keyed pull whose rows one stripe holds as one run, which its update
+  // thread finds out (Stripe::ReadOrShare; else it gathers them). Other keyed pulls and optimizer
+  // slots are gathered into one buffer, and so are small pulls that span stripes (one small
+  // copied frame rather than several).
   int stripes = 0;
   for (const RowSelection& sel : r->sel) stripes += sel.size() > 0;
-  const bool in_place = (h.flags & kFlagRange) && h.slot < 0 &&
-                        (stripes <= 1 || h.row_count() * h.dim * sizeof(float) > kInlineBytes);
+  const bool range = h.flags & kFlagRange;
+  const bool in_place = h.slot < 0 && (range ? (stripes <= 1 || h.row_count() * h.dim * sizeof(float) > kInlineBytes)
+                                             : stripes == 1);
   if (in_place) r->shared.resize(r->sel.size());
   else r->out = NewFloatBuffer(h.row_count() * h.dim);
   Dispatch(r);
@@ -543,7 +547,8 @@ void ServerImpl::Dispatch(Request* r) {
   // touches no stripe until this thread hands it work, and its last writes are visible through
   // the acquire below.
   // (Sharing a stripe's rows for an in-place pull costs nothing, whatever their size.)
-  const uint64_t bytes = whole || !r->shared.empty() ? 0 : r->msg.header.row_count() * r->msg.header.dim * sizeof(float);
+  const bool shares = !r->shared.empty() && (r->msg.header.flags & kFlagRange);  // costs nothing
+  const uint64_t bytes = whole || shares ? 0 : r->msg.header.row_count() * r->msg.header.dim * sizeof(float);
   if (!whole && (K == 1 || bytes <= kInlineBytes)) {
     bool run_here = true;
     for (int k = 0; k < K && run_here; ++k) run_here = inflight_[k].load(std::memory_order_acquire) == 0;

@@ -295,6 +295,34 @@ Status TableShard::Restore(ShardRows in) {
   return Status::OK();
 }
 
+std::shared_ptr<const float> Stripe::ReadOrShare(const RowSelection& sel, const Key* keys,
+                                                 std::shared_ptr<float[]>* out) {
+  size_t runs = 0;
+  uint32_t first_row = 0;
+  uint64_t first_pos = 0;
+  size_t first_len = 0;
+  const size_t row_floats = dim_;
+  ForEachRun(sel, keys, false, [&](uint32_t r, uint64_t pos, size_t len) {
+    if (runs++ == 0) {  // maybe the only one: copied only once a second run shows up
+      first_row = r;
+      first_pos = pos;
+      first_len = len;
+      return;
+    }
+    // Read from the array as it is now: a lookup may have added rows, and so moved it.
+    const float* src = params_->data();
+    if (runs == 2) {
+      *out = NewFloatBuffer(sel.size() * row_floats);
+      std::memcpy(out->get() + first_pos * row_floats, src + size_t(first_row) * row_floats,
+                  first_len * row_floats * sizeof(float));
+    }
+    std::memcpy(out->get() + pos * row_floats, src + size_t(r) * row_floats, len * row_floats * sizeof(float));
+  });
+  if (runs == 1) return std::shared_ptr<const float>(params_, params_->data() + size_t(first_row) * row_floats);
+  if (runs == 0) *out = NewFloatBuffer(0);
+  return nullptr;
+}
+
 TableShard::TableShard(const TableInfo& info, int server_rank, int num_stripes, bool fill)
     : info_(info), server_rank_(server_rank) {
   optimizer_ = opt::Optimizer::Create(info.spec.optimizer);

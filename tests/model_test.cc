@@ -114,6 +114,7 @@ TEST_P(ModelTest, RandomOperationsMatchTheModelBitForBit) {
   for (auto& k : sparse_ids) k = rng() >> (rng() % 60);  // small and huge ids alike
   std::sort(sparse_ids.begin(), sparse_ids.end());
   sparse_ids.erase(std::unique(sparse_ids.begin(), sparse_ids.end()), sparse_ids.end());
+  Key next_fresh = Key(1) << 62;  // keys no push or pull has used yet
 
   // A random set of distinct keys, in random order.
   auto pick = [&](const std::vector<Key>& from) {
@@ -165,6 +166,19 @@ TEST_P(ModelTest, RandomOperationsMatchTheModelBitForBit) {
       const int slot = m.num_slots() > 0 && rng() % 4 == 0 ? int(rng() % m.num_slots()) : -1;
       const bool whole = !on_sparse && slot < 0 && rng() % 3 == 0;
       std::vector<Key> ks = whole ? all_dense : pick(on_sparse ? sparse_ids : all_dense);
+      // Keys whose rows a stripe holds as one run, so the pull is sent from the rows in place
+      // (Stripe::ReadOrShare), over 4 KB so that ZeroMQ does not copy it: ascending dense rows,
+      // or fresh sparse keys (their rows are made in the pull's order) that later pushes use.
+      if (!whole && slot < 0 && rng() % 3 == 0) {
+        ks.clear();
+        if (on_sparse) {
+          for (int i = 0; i < 250; ++i) ks.push_back(next_fresh++);
+          sparse_ids.insert(sparse_ids.end(), ks.begin(), ks.begin() + 20);
+        } else {
+          const Key first = rng() % (dense.rows - 60), n = 60 + rng() % (dense.rows - first - 59);
+          for (Key k = first; k < first + n; ++k) ks.push_back(k);
+        }
+      }
       Expect e;
       e.got = std::make_shared<std::vector<float>>(ks.size() * dim, -1.0f);
       e.want = m.Pull(ks, slot);
