@@ -523,6 +523,30 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
   cluster.FinishAndJoin().IgnoreError();
 }
 
+// A worker that dies while the others wait in Checkpoint() (the job going on without it) no longer
+// counts: the checkpoint completes with the live ones.
+TEST(Checkpoint, ADeadWorkerDoesNotHoldACheckpointUp) {
+  TempDir root;
+  LocalClusterConfig cfg;
+  cfg.workers = 3;
+  cfg.continue_on_worker_death = true;
+  cfg.checkpoint_dir = root.path();
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  for (int w = 0; w < 3; ++w) ASSERT_TRUE(cluster.client(w).Clock().ok());
+  std::vector<Status> st(2);
+  std::vector<std::thread> t;
+  for (int w = 0; w < 2; ++w) t.emplace_back([&, w] { st[w] = cluster.client(w).Checkpoint(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  cluster.KillClient(2);  // never asks; declared dead after the heartbeat timeout
+  for (auto& th : t) th.join();
+  for (int w = 0; w < 2; ++w) EXPECT_TRUE(st[w].ok()) << st[w].ToString();
+  auto latest = ReadLatestCheckpoint(root.path());
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_EQ(latest->clock, 1);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 TEST(Checkpoint, MisuseGetsClearErrors) {
   {  // No --checkpoint_dir.
     LocalCluster cluster(LocalClusterConfig{});
