@@ -42,8 +42,8 @@ Status MakeDirs(const std::string& dir) {
   return Status::OK();
 }
 
-// Writes a file under a temporary name with a running CRC-32C; Commit() appends the trailer,
-// fsyncs and renames it into place.
+// Writes a file under a temporary name with a running CRC-32C; Commit() appends the trailer
+// (server files; the text files go without), fsyncs and renames it into place.
 class FileWriter {
  public:
   explicit FileWriter(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
@@ -66,11 +66,13 @@ class FileWriter {
     static_assert(std::is_trivially_copyable_v<T>, "plain values only");
     Put(&v, sizeof v);
   }
-  Status Commit(uint64_t* total) {
-    const uint64_t payload = bytes_;
-    const uint32_t crc = static_cast<uint32_t>(crc_);
-    Pod(payload);
-    Pod(crc);
+  Status Commit(uint64_t* total, bool trailer = true) {
+    if (trailer) {
+      const uint64_t payload = bytes_;
+      const uint32_t crc = crc_;
+      Pod(payload);
+      Pod(crc);
+    }
     if (error_.empty() && (std::fflush(f_) != 0 || ::fsync(fileno(f_)) != 0)) error_ = "syncing " + tmp_ + ": " + ErrnoText();
     if (std::fclose(f_) != 0 && error_.empty()) error_ = "closing " + tmp_ + ": " + ErrnoText();
     f_ = nullptr;
@@ -141,7 +143,7 @@ class FileReader {
   // After the last read: the whole payload was read and its CRC matches.
   Status Verify() const {
     if (left_ != 0) return Bad(std::to_string(left_) + " bytes left over after the last table");
-    if (static_cast<uint32_t>(crc_) != crc_want_) return Bad("checksum mismatch (corrupted)");
+    if (crc_ != crc_want_) return Bad("checksum mismatch (corrupted)");
     return Status::OK();
   }
   // An error found part way: a damaged file is reported as such (the rest is read for the CRC),
@@ -150,7 +152,7 @@ class FileReader {
     std::vector<unsigned char> buf(std::min<uint64_t>(left_, kIoChunk));
     while (left_ > 0)
       if (!Get(buf.data(), std::min<uint64_t>(left_, buf.size()))) return Bad(error_);  // a read error
-    if (static_cast<uint32_t>(crc_) != crc_want_) return Bad("checksum mismatch (corrupted)");
+    if (crc_ != crc_want_) return Bad("checksum mismatch (corrupted)");
     return Bad(why);
   }
   uint64_t left() const { return left_; }
@@ -281,19 +283,9 @@ namespace {
 
 // Writes text to path through a temporary file, fsync and rename.
 Status WriteTextFile(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) return Status::Unavailable("cannot create " + tmp + ": " + ErrnoText());
-    bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
-              ::fsync(fileno(f)) == 0;
-    ok = (std::fclose(f) == 0) && ok;
-    if (!ok) return Status::Unavailable("writing " + tmp + ": " + ErrnoText());
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return Status::Unavailable("renaming " + tmp + " to " + path + ": " + ErrnoText());
-  SyncDir(fs::path(path).parent_path().string());
-  return Status::OK();
+  FileWriter w(path);
+  w.Put(text.data(), text.size());
+  return w.Commit(nullptr, /*trailer=*/false);
 }
 
 }  // namespace

@@ -800,13 +800,14 @@ void ServerImpl::StartCheckpointWhenReady() {
 
 void ServerImpl::FinishCheckpoint() {
   if (ckpt_.writer.joinable()) ckpt_.writer.join();
-  if (ckpt_.status.ok()) ckpt_last_ = {ckpt_.clock, NowMs()};
-  if (ckpt_.status.ok())
+  if (ckpt_.status.ok()) {
+    ckpt_last_ = {ckpt_.clock, NowMs()};
     PP_LOG(Info) << "checkpoint at clock " << ckpt_.clock << " written: " << ServerCheckpointFile(ckpt_.dir, rank_)
                  << ", " << (ckpt_.bytes >= 1000000 ? ckpt_.bytes / 1e6 : ckpt_.bytes / 1e3)
                  << (ckpt_.bytes >= 1000000 ? " MB" : " KB") << " in " << NowMs() - ckpt_.started_ms << " ms";
-  else
+  } else {
     PP_LOG(Error) << "checkpoint at clock " << ckpt_.clock << " failed: " << ckpt_.status.ToString();
+  }
   Header reply;
   reply.type = MsgType::kCheckpointReply;
   reply.request_id = ckpt_.request_id;
