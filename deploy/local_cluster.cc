@@ -48,6 +48,8 @@ Status LocalCluster::Start() {
     o.control.requested_rank = i;
     o.update_threads = config_.update_threads;
     o.stats_every_ms = config_.stats_every_ms;
+    o.copy_on_write_budget_bytes = config_.copy_on_write_budget_bytes;
+    o.copy_on_write_wait_ms = config_.copy_on_write_wait_ms;
     auto srv = Server::Create(o);
     if (!srv.ok()) return srv.status();
     servers_.push_back(std::move(srv.value()));

@@ -27,6 +27,8 @@ struct LocalClusterConfig {
   std::string restore_from;    // the scheduler's --restore_from (empty: a fresh job)
   int checkpoint_timeout_ms = 600000;
   int checkpoint_keep = 2;
+  size_t copy_on_write_budget_bytes = ServerOptions().copy_on_write_budget_bytes;  // per server
+  int64_t copy_on_write_wait_ms = ServerOptions().copy_on_write_wait_ms;
 };
 
 class LocalCluster {

@@ -107,6 +107,9 @@ class ServerImpl final : public Server {
   std::atomic<bool> stop_{false};
   std::atomic<int> rank_{-1};
   ServerStats stats_;
+  // Memory for arrays that pull replies hold while their stripe moved on (every table's).
+  const std::shared_ptr<CopyOnWriteBudget> cow_budget_ =
+      std::make_shared<CopyOnWriteBudget>(options_.copy_on_write_budget_bytes, options_.copy_on_write_wait_ms);
 
   // I/O thread state.
   std::vector<std::unique_ptr<TableShard>> tables_;  // by table id
@@ -205,6 +208,8 @@ Status ServerImpl::Run() {
     }
     if ((now = NowMs()) >= next_control) {
       HandleControl();
+      stats_.copy_on_write_waits = cow_budget_->waits.load();
+      stats_.copy_on_write_overdrafts = cow_budget_->overdrafts.load();
       next_control = now + kControlEveryMs;
       if (now >= next_stats) {
         LogStats(now);
@@ -243,6 +248,8 @@ Status ServerImpl::Run() {
     delete r;
   }
   parked_.clear();
+  stats_.copy_on_write_waits = cow_budget_->waits.load();
+  stats_.copy_on_write_overdrafts = cow_budget_->overdrafts.load();
   PP_LOG(Info) << "stopped: " << stats_.pushes << " pushes, " << stats_.pulls << " pulls, "
                << stats_.clocks << " clocks, " << stats_.bad_messages << " malformed, "
                << stats_.rejected << " rejected, " << stats_.duplicates << " duplicates; "
@@ -313,7 +320,16 @@ void ServerImpl::LogStats(int64_t now) {
   if (ckpt_last_.at_ms > 0)
     ckpt = "; last checkpoint at clock " + std::to_string(ckpt_last_.clock) + ", " +
            std::to_string((now - ckpt_last_.at_ms) / 1000) + " s ago";
-  PP_LOG(Info) << line << ckpt;
+  const CopyOnWriteBudget& cow = *cow_budget_;
+  std::string spare;
+  if (cow.used() > 0 || cow.waits > 0) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "; copy-on-write %.1f of %.1f MB, %llu writes waited for a reply (%llu over budget)",
+                  cow.used() / 1e6, cow.limit() / 1e6, static_cast<unsigned long long>(cow.waits.load()),
+                  static_cast<unsigned long long>(cow.overdrafts.load()));
+    spare = buf;
+  }
+  PP_LOG(Info) << line << spare << ckpt;
   logged_ = {now, pushes, pulls, clocks, in, out};
 }
 
@@ -555,6 +571,13 @@ void ServerImpl::Dispatch(Request* r) {
     // A small push to a stripe that a pull reply still holds first copies the stripe
     // (copy-on-write); with several update threads that copy is theirs to make, not this
     // thread's, which would stop receiving meanwhile.
+    // Nor may this thread wait for a pull reply to let go of a stripe's parameters (the
+    // copy-on-write budget spent): a push, or any request that may add rows, that would goes to
+    // the update threads.
+    if (run_here && (r->op == Request::kApply || r->shard->spec().sparse)) {
+      for (int k = 0; k < K && run_here; ++k)
+        run_here = r->sel[k].size() == 0 || !r->shard->stripe(k).WriteMayWait();
+    }
     if (run_here && K > 1 && r->op == Request::kApply) {
       uint64_t copy = 0;
       for (int k = 0; k < K; ++k)
@@ -734,7 +757,7 @@ void ServerImpl::CreateTable(const Message& m) {
     if (info.id >= tables_.size()) tables_.resize(info.id + 1);
     if (!tables_[info.id]) {
       auto saved = restore_.find(info.spec.name);
-      auto shard = std::make_unique<TableShard>(info, rank_, options_.update_threads, saved == restore_.end());
+      auto shard = std::make_unique<TableShard>(info, rank_, options_.update_threads, saved == restore_.end(), cow_budget_);
       if (saved != restore_.end()) {
         // The checkpoint's table must be this one: same spec, same partition over this job's
         // servers (ReadCheckpointForServer re-partitions a checkpoint of another server count).

@@ -26,6 +26,11 @@ struct ServerOptions {
   int update_threads = 1;                   // stripes per table
   int64_t max_message_bytes = int64_t(2) << 30;  // larger messages are dropped by ZeroMQ
   int64_t stats_every_ms = 0;               // log a line of rates and state this often (0: never)
+  // Copy-on-write (server/table_shard.h): memory for parameter arrays that pull replies still
+  // hold while pushes go on to another array. Over it, a push waits for a reply to be sent, at
+  // most copy_on_write_wait_ms, then copies anyway (logged).
+  size_t copy_on_write_budget_bytes = size_t(64) << 20;
+  int64_t copy_on_write_wait_ms = 10000;
 };
 
 struct ServerStats {
@@ -37,6 +42,9 @@ struct ServerStats {
   std::atomic<uint64_t> parked_now{0};       // pulls waiting right now
   std::atomic<uint64_t> bytes_in{0}, bytes_out{0};
   std::atomic<int64_t> max_staleness{0};
+  // Copy-on-write budget (ServerOptions): pushes that waited for a pull reply to be sent, and
+  // those that then copied over the budget. Brought up to date every few ms and at the end.
+  std::atomic<uint64_t> copy_on_write_waits{0}, copy_on_write_overdrafts{0};
 };
 
 class Server {

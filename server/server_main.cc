@@ -22,6 +22,11 @@ DEFINE_int32(register_timeout_ms, 120000, "how long to wait for the whole job to
 DEFINE_int32(max_message_mb, 2048, "larger messages are dropped");
 DEFINE_int32(rank, -1, "ask the scheduler for this rank (-1: any free one)");
 DEFINE_int32(stats_every_s, 30, "log a line of rates (pushes, pulls, MB/s), the slowest worker's clock, parked pulls and memory this often (0: never)");
+DEFINE_int32(copy_on_write_budget_mb, 64,
+             "memory for parameters that pull replies still hold while pushes go on (copy-on-write); "
+             "over it, a push waits for the reply to be sent instead (0: always wait)");
+DEFINE_int32(copy_on_write_wait_ms, 10000,
+             "a push waits at most this long for a pull reply to be sent, then copies over the budget (logged)");
 DEFINE_bool(verbose, false, "debug logging");
 
 int main(int argc, char** argv) {
@@ -48,6 +53,8 @@ int main(int argc, char** argv) {
                                               : std::clamp(cores - 1, 1, static_cast<int>(pushpull::kMaxValueFrames));
   o.max_message_bytes = int64_t(FLAGS_max_message_mb) << 20;
   o.stats_every_ms = int64_t(std::max(0, FLAGS_stats_every_s)) * 1000;
+  o.copy_on_write_budget_bytes = size_t(std::max(0, FLAGS_copy_on_write_budget_mb)) << 20;
+  o.copy_on_write_wait_ms = std::max(1, FLAGS_copy_on_write_wait_ms);
   auto s = pushpull::Server::Create(o);
   if (!s.ok()) {
     PP_LOG(Error) << s.status().ToString();

@@ -4,11 +4,59 @@
 #include <atomic>
 #include <cstring>
 
+#include "common/log.h"
+#include "common/time.h"
+
 namespace pushpull {
 
+bool CopyOnWriteBudget::TryTake(size_t bytes) {
+  size_t u = used_.load(std::memory_order_relaxed);
+  do {
+    if (bytes > limit_ || u > limit_ - bytes) return false;
+  } while (!used_.compare_exchange_weak(u, u + bytes, std::memory_order_relaxed));
+  return true;
+}
+
+void CopyOnWriteBudget::Give(size_t bytes) {
+  used_.fetch_sub(bytes, std::memory_order_relaxed);
+  Released();
+}
+
+void CopyOnWriteBudget::Released() {
+  // Seen by a waiter that registered before its last look at the arrays; one that registers
+  // later looks after this release. (A missed wake-up would cost one slice of WaitUntil.)
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (waiters_.load(std::memory_order_relaxed) == 0) return;
+  { std::lock_guard<std::mutex> l(mu_); }
+  cv_.notify_all();
+}
+
+template <typename Ready>
+bool CopyOnWriteBudget::WaitUntil(int64_t until_ms, Ready&& ready) {
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  std::unique_lock<std::mutex> l(mu_);
+  bool ok = true;
+  while (!ready()) {
+    const int64_t left = until_ms - NowMs();
+    if (left <= 0) {
+      ok = false;
+      break;
+    }
+    cv_.wait_for(l, std::chrono::milliseconds(std::min<int64_t>(left, 10)));
+  }
+  l.unlock();
+  waiters_.fetch_sub(1, std::memory_order_relaxed);
+  return ok;
+}
+
 Stripe::Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t row_begin,
-               uint64_t row_end, bool fill)
-    : spec_(spec), optimizer_(optimizer), dim_(spec.dim), row_begin_(row_begin) {
+               uint64_t row_end, bool fill, std::shared_ptr<CopyOnWriteBudget> budget)
+    : spec_(spec),
+      optimizer_(optimizer),
+      dim_(spec.dim),
+      row_begin_(row_begin),
+      budget_(budget ? std::move(budget) : std::make_shared<CopyOnWriteBudget>()),
+      params_(std::make_shared<ParamArray>()) {
   slots_.resize(optimizer_->num_slots());
   if (!spec.sparse && fill) AppendRows(row_begin, row_end - row_begin, nullptr);
 }
@@ -22,7 +70,7 @@ size_t Stripe::bytes() const {
 
 void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
   size_t old = steps_.size();
-  std::shared_ptr<FloatArray> held;
+  std::shared_ptr<ParamArray> held;
   BeginWrite(0, 0, &held);
   params_->resize((old + n) * dim_);
   for (size_t i = 0; i < n; ++i) {
@@ -39,25 +87,72 @@ void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
   steps_.resize(old + n, 0);
 }
 
-const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::shared_ptr<FloatArray>* held_array) {
-  if (params_.use_count() == 1) {
-    // Nothing else holds it: any reply that did has been sent, and the acquire fence orders
-    // its sender's reads (ZeroMQ released its reference with an acq_rel decrement) before
-    // the writes that follow.
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (spare_ && ++writes_without_spare_ >= kSpareIdleWrites) spare_.reset();  // pulls stopped overlapping
-    return params_->data();
+bool Stripe::SpareFree() const {
+  return spare_ && spare_.use_count() == 1 && spare_->size() == params_->size();
+}
+
+bool Stripe::WriteMayWait() const {
+  if (params_.use_count() == 1 || SpareFree()) return false;
+  const size_t bytes = params_->capacity() * sizeof(float);
+  return bytes > budget_->limit() || budget_->used() > budget_->limit() - bytes;
+}
+
+const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::shared_ptr<ParamArray>* held_array) {
+  // Another array: the spare when no reply holds it any more (warm: a fresh array of 64 MB or
+  // more is a fresh mmap that page-faults on every touch), else a new one if the budget allows
+  // the held array to stay beside it; else wait for a reply to let go of one of them.
+  std::shared_ptr<ParamArray> next;
+  const size_t held_bytes = params_->capacity() * sizeof(float);
+  int64_t until = 0;
+  bool took = false;  // by done(): the bytes for a new array
+  auto done = [&] { return params_.use_count() == 1 || SpareFree() || (took = budget_->TryTake(held_bytes)); };
+  while (true) {
+    if (params_.use_count() == 1) {
+      // Nothing else holds it: any reply that did has been sent, and the acquire fence orders
+      // its sender's reads (ZeroMQ released its reference with an acq_rel decrement) before
+      // the writes that follow.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (spare_ && ++writes_without_spare_ >= kSpareIdleWrites) spare_.reset();  // pulls stopped overlapping
+      return params_->data();
+    }
+    if (SpareFree()) {
+      std::atomic_thread_fence(std::memory_order_acquire);
+      next = std::move(spare_);
+      // The spare becomes current and the held array the spare: what counts moves with it.
+      std::swap(next->counted, params_->counted);
+      break;
+    }
+    if (budget_->TryTake(held_bytes)) {
+      next = std::make_shared<ParamArray>(params_->size());
+      params_->counted = held_bytes;
+      break;
+    }
+    if (until == 0) {
+      ++budget_->waits;
+      until = NowMs() + budget_->wait_ms();
+    }
+    if (!budget_->WaitUntil(until, done)) {
+      if (params_.use_count() == 1 || SpareFree()) continue;
+      // Only a reader that does not read its replies holds an array this long.
+      ++budget_->overdrafts;
+      PP_LOG(Warning) << "table '" << spec_.name << "': a pull reply has held " << held_bytes / 1e6
+                      << " MB of parameters for " << budget_->wait_ms() << " ms (a worker not reading its replies?); "
+                      << "copying them over the copy-on-write budget (" << budget_->used() / 1e6 << " of "
+                      << budget_->limit() / 1e6 << " MB in use)";
+      budget_->Take(held_bytes);
+      next = std::make_shared<ParamArray>(params_->size());
+      params_->counted = held_bytes;
+      break;
+    }
+    if (took) {
+      next = std::make_shared<ParamArray>(params_->size());
+      params_->counted = held_bytes;
+      break;
+    }
   }
   writes_without_spare_ = 0;
-  // Another array: the spare when no reply holds it any more (warm: a fresh array of 64 MB or
-  // more is a fresh mmap that page-faults on every touch), else a new one.
-  std::shared_ptr<FloatArray> next;
-  if (spare_ && spare_.use_count() == 1 && spare_->size() == params_->size()) {
-    std::atomic_thread_fence(std::memory_order_acquire);
-    next = std::move(spare_);
-  } else {
-    next = std::make_shared<FloatArray>(params_->size());
-  }
+  next->budget = budget_;
+  params_->budget = budget_;
   const float* held = params_->data();
   float* out = next->data();
   const size_t n = params_->size(), b = std::min(n, keep_begin * dim_), e = std::max(b, std::min(n, keep_end * dim_));
@@ -67,6 +162,13 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::sha
   *held_array = std::move(params_);
   params_ = std::move(next);
   return held;
+}
+
+std::shared_ptr<const float> Stripe::Lend(const float* p) {
+  return std::shared_ptr<const float>(p, [keep = params_, budget = budget_](const float*) mutable {
+    keep.reset();
+    budget->Released();
+  });
 }
 
 std::pair<uint64_t, uint64_t> Stripe::OutOfPlaceRows(const RowSelection& sel) const {
@@ -81,7 +183,7 @@ size_t Stripe::CopyOnWriteBytes(const RowSelection& sel) const {
 }
 
 std::shared_ptr<const float> Stripe::ShareRows(uint64_t row) {
-  return std::shared_ptr<const float>(params_, params_->data() + (row - row_begin_) * dim_);
+  return Lend(params_->data() + (row - row_begin_) * dim_);
 }
 
 uint32_t Stripe::LocalRow(Key key) {
@@ -137,7 +239,7 @@ void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* gr
                        const opt::StepContext& ctx_in) {
   // A row range is written out of place when a reply holds the array; keyed rows (sparse tables
   // may also add rows) in place, after a full copy in that case.
-  std::shared_ptr<FloatArray> held;  // keeps `in` alive through the loop
+  std::shared_ptr<ParamArray> held;  // keeps `in` alive through the loop
   const auto [keep_begin, keep_end] = OutOfPlaceRows(sel);
   const float* in = BeginWrite(keep_begin, keep_end, &held);
   float* slot_ptrs[8];
@@ -193,7 +295,7 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
   // The rows written are in [rows.front(), rows.back()]: out of place there when a reply holds
   // the array (rows in that span not written are copied, below).
   const uint32_t lo = rows.empty() ? 0 : rows.front(), hi = rows.empty() ? 0 : rows.back() + 1;
-  std::shared_ptr<FloatArray> held;  // keeps `in` alive through the loop
+  std::shared_ptr<ParamArray> held;  // keeps `in` alive through the loop
   const float* in = BeginWrite(contiguous ? lo : 0, contiguous ? hi : 0, &held);
   float* slot_ptrs[8];
   size_t n = rows.size(), i = 0;
@@ -223,7 +325,7 @@ void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out
 
 Status Stripe::Restore(std::vector<Key> keys, FloatArray params, std::vector<std::vector<float>> slots,
                        std::vector<uint32_t> steps) {
-  params_ = std::make_shared<FloatArray>(std::move(params));
+  params_ = std::make_shared<ParamArray>(std::move(params));
   spare_.reset();
   writes_without_spare_ = 0;
   slots_ = std::move(slots);
@@ -318,12 +420,13 @@ std::shared_ptr<const float> Stripe::ReadOrShare(const RowSelection& sel, const 
     }
     std::memcpy(out->get() + pos * row_floats, src + size_t(r) * row_floats, len * row_floats * sizeof(float));
   });
-  if (runs == 1) return std::shared_ptr<const float>(params_, params_->data() + size_t(first_row) * row_floats);
+  if (runs == 1) return Lend(params_->data() + size_t(first_row) * row_floats);
   if (runs == 0) *out = NewFloatBuffer(0);
   return nullptr;
 }
 
-TableShard::TableShard(const TableInfo& info, int server_rank, int num_stripes, bool fill)
+TableShard::TableShard(const TableInfo& info, int server_rank, int num_stripes, bool fill,
+                       std::shared_ptr<CopyOnWriteBudget> budget)
     : info_(info), server_rank_(server_rank) {
   optimizer_ = opt::Optimizer::Create(info.spec.optimizer);
   if (!info.spec.sparse) {
@@ -334,10 +437,10 @@ TableShard::TableShard(const TableInfo& info, int server_rank, int num_stripes, 
     for (int i = 0; i <= num_stripes; ++i) stripe_offsets_[i] = row_begin_ + rows * i / num_stripes;
     for (int i = 0; i < num_stripes; ++i)
       stripes_.push_back(std::make_unique<Stripe>(info.spec, optimizer_.get(), stripe_offsets_[i],
-                                                  stripe_offsets_[i + 1], fill));
+                                                  stripe_offsets_[i + 1], fill, budget));
   } else {
     for (int i = 0; i < num_stripes; ++i)
-      stripes_.push_back(std::make_unique<Stripe>(info.spec, optimizer_.get(), 0, 0));
+      stripes_.push_back(std::make_unique<Stripe>(info.spec, optimizer_.get(), 0, 0, true, budget));
   }
 }
 

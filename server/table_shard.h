@@ -8,8 +8,12 @@
 // touch with their deterministic initial value.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <map>
+#include <mutex>
 #include <stdexcept>
 #include <memory>
 #include <unordered_map>
@@ -33,12 +37,65 @@ struct RowSelection {
   size_t size() const { return is_range ? range_end - range_begin : positions.size(); }
 };
 
+// The memory copy-on-write may take: parameter arrays that pull replies still hold after their
+// stripe moved on to another array (Stripe::BeginWrite), over every stripe of a server. A write
+// that would take more waits for a reply to let go of an array (it is being sent), so a server
+// holds its tables plus at most `limit` bytes, however large they are; after `wait_ms` (a worker
+// that does not read its replies) it copies anyway and says so. Thread-safe: update threads take
+// and give, ZeroMQ's threads give when they free a reply.
+class CopyOnWriteBudget {
+ public:
+  explicit CopyOnWriteBudget(size_t limit = std::numeric_limits<size_t>::max(), int64_t wait_ms = 10000)
+      : limit_(limit), wait_ms_(wait_ms) {}
+  size_t limit() const { return limit_; }
+  int64_t wait_ms() const { return wait_ms_; }
+  size_t used() const { return used_.load(std::memory_order_relaxed); }
+  // Takes `bytes` if they fit under the limit.
+  bool TryTake(size_t bytes);
+  // Takes them regardless (a write that waited its deadline).
+  void Take(size_t bytes) { used_.fetch_add(bytes, std::memory_order_relaxed); }
+  void Give(size_t bytes);
+  // A reply let go of an array: wakes writes waiting for one.
+  void Released();
+  // Sleeps until `ready()` holds or `until_ms` (NowMs() clock) passes; false on the deadline.
+  // `ready` is evaluated under the budget's lock, after every Released().
+  template <typename Ready>
+  bool WaitUntil(int64_t until_ms, Ready&& ready);
+
+  // Counters for the server's stats line.
+  std::atomic<uint64_t> waits{0};       // writes that waited for a reply
+  std::atomic<uint64_t> overdrafts{0};  // writes that copied over the limit after wait_ms
+
+ private:
+  const size_t limit_;
+  const int64_t wait_ms_;
+  std::atomic<size_t> used_{0};
+  std::atomic<int> waiters_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+// A stripe's parameter array. One that is not the stripe's current array (a pull reply holds it,
+// or it is the spare) counts `counted` bytes against the budget until it is freed.
+struct ParamArray : FloatArray {
+  ParamArray() = default;
+  explicit ParamArray(size_t n) : FloatArray(n) {}
+  explicit ParamArray(FloatArray&& v) : FloatArray(std::move(v)) {}
+  ParamArray(const ParamArray&) = delete;
+  ParamArray& operator=(const ParamArray&) = delete;
+  ~ParamArray() {
+    if (counted) budget->Give(counted);
+  }
+  std::shared_ptr<CopyOnWriteBudget> budget;
+  size_t counted = 0;
+};
+
 class Stripe {
  public:
   // A dense stripe starts with its rows at their initial values, unless `fill` is false (a stripe
   // about to be restored from a checkpoint: no rows until Restore()).
   Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t row_begin, uint64_t row_end,
-         bool fill = true);
+         bool fill = true, std::shared_ptr<CopyOnWriteBudget> budget = nullptr);
 
   // Applies gradients now (SSP/ASP). grads holds dim floats per message row.
   void ApplyPush(const RowSelection& sel, const Key* keys, const float* grads,
@@ -66,6 +123,10 @@ class Stripe {
   // parameters (copy-on-write: every row outside a range selection, all of them for keys).
   // Read only while no update thread works on this stripe.
   size_t CopyOnWriteBytes(const RowSelection& sel) const;
+  // Would a write now wait for a pull reply to let go of the parameters (one holds them, the
+  // spare is held too, and another array would go over the copy-on-write budget)? The I/O
+  // thread, which must not wait, hands such writes to the update threads. Same caveat.
+  bool WriteMayWait() const;
 
   size_t num_rows() const { return steps_.size(); }
   size_t bytes() const;
@@ -90,7 +151,11 @@ class Stripe {
   // where rows in that range are to be read from (the held array: the caller writes them out of
   // place), or the current array when nothing holds it. `held` keeps the held array alive until
   // the caller is done reading it (the reply may release it meanwhile).
-  const float* BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::shared_ptr<FloatArray>* held);
+  // With the budget spent, it first waits for a reply to let go of the current array or the spare.
+  const float* BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::shared_ptr<ParamArray>* held);
+  // A pull reply's reference to the current array at `p`: letting go of it wakes a waiting write.
+  std::shared_ptr<const float> Lend(const float* p);
+  bool SpareFree() const;
   // The local rows [first, second) an ApplyPush of `sel` writes out of place under copy-on-write
   // (its range; none for keys, written in place after a full copy).
   std::pair<uint64_t, uint64_t> OutOfPlaceRows(const RowSelection& sel) const;
@@ -105,11 +170,13 @@ class Stripe {
   // Parameters: shared with pull replies in flight (copy-on-write, see BeginWrite). While pushes
   // land during pull replies, the array last written before is kept as the spare for the next
   // switch; it is dropped after kSpareIdleWrites writes that did not need it, so a stripe holds
-  // the extra copy only while pulls and pushes overlap.
+  // the extra copy only while pulls and pushes overlap. Arrays other than the current one count
+  // against the server's copy-on-write budget.
   static constexpr uint32_t kSpareIdleWrites = 8;
   static constexpr size_t kPrefetchAhead = 16;  // ForEachRun: index slots asked for ahead
-  std::shared_ptr<FloatArray> params_ = std::make_shared<FloatArray>();
-  std::shared_ptr<FloatArray> spare_;
+  const std::shared_ptr<CopyOnWriteBudget> budget_;
+  std::shared_ptr<ParamArray> params_;
+  std::shared_ptr<ParamArray> spare_;
   uint32_t writes_without_spare_ = 0;
   std::vector<std::vector<float>> slots_;
   std::vector<uint32_t> steps_;            // per row: updates applied (lazy Adam bias correction)
@@ -137,7 +204,9 @@ class TableShard {
  public:
   // fill false: the stripes stay empty until Restore() (no pass initialising rows a checkpoint
   // is about to replace).
-  TableShard(const TableInfo& info, int server_rank, int num_stripes, bool fill = true);
+  // budget: shared by the server's shards (nullptr: unbounded).
+  TableShard(const TableInfo& info, int server_rank, int num_stripes, bool fill = true,
+             std::shared_ptr<CopyOnWriteBudget> budget = nullptr);
 
   const TableInfo& info() const { return info_; }
   const TableSpec& spec() const { return info_.spec; }

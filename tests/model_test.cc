@@ -71,10 +71,13 @@ class ModelTable {
 struct ModelCase {
   int servers, update_threads;
   opt::Kind kind;
+  // Per server; small ones make pushes wait for pull replies to let go of the parameters.
+  size_t copy_on_write_budget = ServerOptions().copy_on_write_budget_bytes;
 };
 
 void PrintTo(const ModelCase& c, std::ostream* os) {
-  *os << c.servers << " servers, " << c.update_threads << " update threads, " << opt::KindName(c.kind);
+  *os << c.servers << " servers, " << c.update_threads << " update threads, " << opt::KindName(c.kind)
+      << ", copy-on-write budget " << c.copy_on_write_budget;
 }
 
 class ModelTest : public ::testing::TestWithParam<ModelCase> {};
@@ -84,6 +87,7 @@ TEST_P(ModelTest, RandomOperationsMatchTheModelBitForBit) {
   LocalClusterConfig cfg;
   cfg.servers = mc.servers;
   cfg.update_threads = mc.update_threads;
+  cfg.copy_on_write_budget_bytes = mc.copy_on_write_budget;
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
   Client& c = cluster.client(0);
@@ -197,11 +201,23 @@ TEST_P(ModelTest, RandomOperationsMatchTheModelBitForBit) {
   settle();
   EXPECT_GT(pulls, 100);
   ASSERT_TRUE(cluster.FinishAndJoin().ok());
+  uint64_t waits = 0, overdrafts = 0;
+  for (int s = 0; s < mc.servers; ++s) {
+    waits += cluster.server(s).stats().copy_on_write_waits;
+    overdrafts += cluster.server(s).stats().copy_on_write_overdrafts;
+  }
+  if (mc.copy_on_write_budget == 0) {
+    EXPECT_GT(waits, 0u);  // the budget was in play
+  }
+  EXPECT_EQ(overdrafts, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(, ModelTest,
                          ::testing::Values(ModelCase{1, 1, opt::Kind::kSgd}, ModelCase{2, 3, opt::Kind::kAdam},
-                                           ModelCase{3, 2, opt::Kind::kAdaGrad}, ModelCase{2, 1, opt::Kind::kFtrl}));
+                                           ModelCase{3, 2, opt::Kind::kAdaGrad}, ModelCase{2, 1, opt::Kind::kFtrl},
+                                           // No copy-on-write at all, and room for some of it.
+                                           ModelCase{1, 1, opt::Kind::kSgd, 0},
+                                           ModelCase{2, 3, opt::Kind::kAdam, 30000}));
 
 }  // namespace
 }  // namespace pushpull

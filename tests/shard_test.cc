@@ -3,8 +3,11 @@
 // (lazy Adam).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <sstream>
+#include <thread>
 
 #include "server/table_shard.h"
 #include "deploy/local_cluster.h"
@@ -120,6 +123,98 @@ TEST(Shard, SharedRowsAreASnapshotUnderCopyOnWrite) {
   for (int i = 0; i < 8; ++i) s.ApplyPush(all[0], nullptr, minus1.data(), ctx);
   EXPECT_EQ(s.bytes(), with_spare - 16 * sizeof(float));
   EXPECT_EQ(read()[0], 12.0f);
+}
+
+// The copy-on-write budget bounds the arrays pull replies hold beside the current one: over it,
+// a write waits for a reply to let go (then writes in place, or reuses the freed spare), and
+// after the deadline copies anyway. What counts against it is given back when replies let go.
+TEST(Shard, CopyOnWriteStaysWithinItsBudget) {
+  TableSpec spec;
+  spec.name = "w";
+  spec.rows = 8;
+  spec.dim = 2;
+  spec.optimizer.kind = opt::Kind::kSgd;
+  TableInfo info = TableInfo::Make(0, spec, 1);
+  const size_t array = 16 * sizeof(float);
+  opt::StepContext ctx;
+  ctx.lr = 1.0f;
+  const std::vector<float> minus1(16, -1.0f);  // SGD, lr 1: each push adds 1
+  std::vector<RowSelection> all;
+
+  {  // Budget 0: no copy at all; the write waits for the reply, then writes in place.
+    auto budget = std::make_shared<CopyOnWriteBudget>(0, 60000);
+    TableShard t(info, 0, 1, true, budget);
+    t.SplitRange(0, 8, &all);
+    Stripe& s = t.stripe(0);
+    std::shared_ptr<const float> v1 = s.ShareRows(0);
+    const float before = v1.get()[3];
+    EXPECT_TRUE(s.WriteMayWait());
+    std::atomic<bool> applied{false};
+    std::thread writer([&] {
+      s.ApplyPush(all[0], nullptr, minus1.data(), ctx);
+      applied = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(applied);             // still waiting for the reply
+    EXPECT_EQ(v1.get()[3], before);    // which still reads what it was sent with
+    const float* where = v1.get();
+    v1.reset();                        // the reply is sent
+    writer.join();
+    EXPECT_TRUE(applied);
+    std::vector<float> out(16);
+    s.Read(all[0], nullptr, -1, out.data());
+    EXPECT_EQ(out[3], before + 1.0f);
+    EXPECT_EQ(s.params(), where);      // in place: no second array was made
+    EXPECT_EQ(budget->used(), 0u);
+    EXPECT_EQ(budget->waits, 1u);
+    EXPECT_EQ(budget->overdrafts, 0u);
+  }
+  {  // Room for one array beside the current one.
+    auto budget = std::make_shared<CopyOnWriteBudget>(array, 60000);
+    TableShard t(info, 0, 1, true, budget);
+    t.SplitRange(0, 8, &all);
+    Stripe& s = t.stripe(0);
+    std::shared_ptr<const float> v1 = s.ShareRows(0);
+    EXPECT_FALSE(s.WriteMayWait());
+    s.ApplyPush(all[0], nullptr, minus1.data(), ctx);  // copy-on-write, no wait
+    EXPECT_EQ(budget->used(), array);
+    EXPECT_EQ(budget->waits, 0u);
+    std::shared_ptr<const float> v2 = s.ShareRows(0);  // both arrays held now
+    EXPECT_TRUE(s.WriteMayWait());
+    std::thread writer([&] { s.ApplyPush(all[0], nullptr, minus1.data(), ctx); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const float first = v1.get()[0];
+    v1.reset();  // the spare (v1's array) is free: the write goes there
+    writer.join();
+    EXPECT_EQ(budget->used(), array);  // v2's array, held, counts now
+    EXPECT_EQ(budget->waits, 1u);
+    EXPECT_EQ(v2.get()[0], first + 1.0f);
+    std::vector<float> out(16);
+    s.Read(all[0], nullptr, -1, out.data());
+    EXPECT_EQ(out[0], first + 2.0f);
+    v2.reset();
+    EXPECT_EQ(budget->used(), array);  // the stripe keeps it as its spare ...
+    for (int i = 0; i < 8; ++i) s.ApplyPush(all[0], nullptr, minus1.data(), ctx);
+    EXPECT_EQ(budget->used(), 0u);     // ... until 8 writes needed none
+  }
+  {  // A reply that is never let go: after the deadline the write copies over the budget.
+    auto budget = std::make_shared<CopyOnWriteBudget>(0, 50);
+    TableShard t(info, 0, 1, true, budget);
+    t.SplitRange(0, 8, &all);
+    Stripe& s = t.stripe(0);
+    std::shared_ptr<const float> v1 = s.ShareRows(0);
+    const float before = v1.get()[5];
+    s.ApplyPush(all[0], nullptr, minus1.data(), ctx);
+    EXPECT_EQ(budget->overdrafts, 1u);
+    EXPECT_EQ(budget->used(), array);
+    EXPECT_EQ(v1.get()[5], before);
+    std::vector<float> out(16);
+    s.Read(all[0], nullptr, -1, out.data());
+    EXPECT_EQ(out[5], before + 1.0f);
+    v1.reset();
+    for (int i = 0; i < 8; ++i) s.ApplyPush(all[0], nullptr, minus1.data(), ctx);
+    EXPECT_EQ(budget->used(), 0u);
+  }
 }
 
 // Through a running server: Adam's m and v are readable, and a row touched later gets its own
