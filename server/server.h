@@ -30,7 +30,7 @@ struct ServerOptions {
   // hold while pushes go on to another array. Over it, a push waits for a reply to be sent, at
   // most copy_on_write_wait_ms, then copies anyway (logged).
   size_t copy_on_write_budget_bytes = size_t(64) << 20;
-  int64_t copy_on_write_wait_ms = 10000;
+  int64_t copy_on_write_wait_ms = 1000;
 };
 
 struct ServerStats {

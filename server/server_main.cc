@@ -25,7 +25,7 @@ DEFINE_int32(stats_every_s, 30, "log a line of rates (pushes, pulls, MB/s), the 
 DEFINE_int32(copy_on_write_budget_mb, 64,
              "memory for parameters that pull replies still hold while pushes go on (copy-on-write); "
              "over it, a push waits for the reply to be sent instead (0: always wait)");
-DEFINE_int32(copy_on_write_wait_ms, 10000,
+DEFINE_int32(copy_on_write_wait_ms, 1000,
              "a push waits at most this long for a pull reply to be sent, then copies over the budget (logged)");
 DEFINE_bool(verbose, false, "debug logging");
 

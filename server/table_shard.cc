@@ -136,7 +136,7 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::sha
       // Only a reader that does not read its replies holds an array this long.
       ++budget_->overdrafts;
       PP_LOG(Warning) << "table '" << spec_.name << "': a pull reply has held " << held_bytes / 1e6
-                      << " MB of parameters for " << budget_->wait_ms() << " ms (a worker not reading its replies?); "
+                      << " MB of parameters for " << budget_->wait_ms() << " ms (a slow or stalled reader); "
                       << "copying them over the copy-on-write budget (" << budget_->used() / 1e6 << " of "
                       << budget_->limit() / 1e6 << " MB in use)";
       budget_->Take(held_bytes);

@@ -45,7 +45,7 @@ struct RowSelection {
 // and give, ZeroMQ's threads give when they free a reply.
 class CopyOnWriteBudget {
  public:
-  explicit CopyOnWriteBudget(size_t limit = std::numeric_limits<size_t>::max(), int64_t wait_ms = 10000)
+  explicit CopyOnWriteBudget(size_t limit = std::numeric_limits<size_t>::max(), int64_t wait_ms = 1000)
       : limit_(limit), wait_ms_(wait_ms) {}
   size_t limit() const { return limit_; }
   int64_t wait_ms() const { return wait_ms_; }

@@ -201,14 +201,14 @@ TEST_P(ModelTest, RandomOperationsMatchTheModelBitForBit) {
   settle();
   EXPECT_GT(pulls, 100);
   ASSERT_TRUE(cluster.FinishAndJoin().ok());
+  // With a small budget some pushes wait for a reply to reach the kernel's socket buffers (a
+  // race here: these replies are small; tests/shard_test.cc makes writes wait deterministically).
   uint64_t waits = 0, overdrafts = 0;
   for (int s = 0; s < mc.servers; ++s) {
     waits += cluster.server(s).stats().copy_on_write_waits;
     overdrafts += cluster.server(s).stats().copy_on_write_overdrafts;
   }
-  if (mc.copy_on_write_budget == 0) {
-    EXPECT_GT(waits, 0u);  // the budget was in play
-  }
+  RecordProperty("copy_on_write_waits", static_cast<int>(waits));
   EXPECT_EQ(overdrafts, 0u);
 }
 
