@@ -546,6 +546,30 @@ TEST(Stripes, DensePullIsSentFromEveryStripeInPlace) {
   for (size_t i = 0; i < back.size(); ++i)
     for (uint32_t d = 0; d < sp.dim; ++d)
       ASSERT_FLOAT_EQ(sv[i * sp.dim + d], -0.01f * sg[(skeys.size() - 1 - i) * sp.dim + d]) << i << "," << d;
+
+  // The same pulls read in place (PullView): row(i) is key i's values, as the copying pull put
+  // them, whichever server, stripe and frame holds them; a key asked twice is there twice. Rows
+  // of dense views are found by row(i) too.
+  std::vector<Key> twice_asked = back;
+  twice_asked.push_back(back[17]);
+  twice_asked.push_back(back[0]);
+  PulledRows sview;
+  ASSERT_TRUE(c.PullView(*st, twice_asked, &sview).Wait().ok());
+  ASSERT_EQ(sview.num_rows(), twice_asked.size());
+  for (size_t i = 0; i < back.size(); ++i)
+    ASSERT_EQ(std::memcmp(sview.row(i), &sv[i * sp.dim], sp.dim * sizeof(float)), 0) << i;
+  EXPECT_EQ(std::memcmp(sview.row(back.size()), &sv[17 * sp.dim], sp.dim * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(sview.row(back.size() + 1), &sv[0], sp.dim * sizeof(float)), 0);
+  std::vector<float> scopied(twice_asked.size() * sp.dim);
+  sview.CopyTo(scopied.data());
+  EXPECT_EQ(std::vector<float>(scopied.begin(), scopied.begin() + sv.size()), sv);
+  EXPECT_THROW(sview.row(twice_asked.size()), std::out_of_range);
+  PulledRows dview;
+  ASSERT_TRUE(c.PullView(*t, keys, &dview).Wait().ok());
+  for (size_t i = 0; i < keys.size(); ++i)
+    EXPECT_EQ(std::memcmp(dview.row(i), &rows[i * spec.dim], spec.dim * sizeof(float)), 0) << keys[i];
+  for (size_t r : {size_t(0), size_t(1), size_t(2047), size_t(2048), spec.rows - 1})
+    EXPECT_EQ(std::memcmp(view.row(r), &once[r * spec.dim], spec.dim * sizeof(float)), 0) << r;  // the old version
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 

@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <algorithm>
 #include <stdexcept>
 #include <thread>
 
@@ -87,7 +88,11 @@ struct FutureState {
 // reply (one per stripe of the server's rows, in row order).
 struct PulledParts {
   std::vector<std::vector<zmq::message_t>> frames;  // [server part][frame]
-  std::vector<uint64_t> first_row;                  // [server part]
+  std::vector<uint64_t> first_row;                  // dense: [server part] its first table row
+  // Keyed: [server part] the key index of each row it holds (empty: rows 0, 1, ...: one part).
+  std::vector<std::vector<uint32_t>> positions;
+  bool keyed = false;
+  size_t rows = 0;
   uint32_t dim = 0;
 
   // Every frame in row order with the first row it holds, listed on first use (the pull is done
@@ -99,7 +104,7 @@ struct PulledParts {
   const std::vector<Part>& Parts() const {
     std::call_once(listed_, [this] {
       for (size_t s = 0; s < frames.size(); ++s) {
-        uint64_t r = first_row[s];
+        uint64_t r = keyed ? 0 : first_row[s];
         for (const zmq::message_t& f : frames[s]) {
           parts_.push_back({&f, r});
           r += f.size() / sizeof(float) / dim;
@@ -108,22 +113,56 @@ struct PulledParts {
     });
     return parts_;
   }
+  // Where each row is: keyed pulls, listed on first use (one pointer per key).
+  const float* Row(size_t i) const {
+    if (!keyed) {
+      const std::vector<Part>& p = Parts();
+      auto it = std::upper_bound(p.begin(), p.end(), i, [](size_t r, const Part& x) { return r < x.first_row; });
+      if (it == p.begin()) return nullptr;
+      --it;
+      return static_cast<const float*>(it->frame->data()) + (i - it->first_row) * dim;
+    }
+    std::call_once(indexed_, [this] {
+      rows_.assign(rows, nullptr);
+      for (size_t s = 0; s < frames.size(); ++s) {
+        size_t j = 0;  // row within this server's reply
+        for (const zmq::message_t& f : frames[s]) {
+          const float* src = static_cast<const float*>(f.data());
+          const size_t n = dim ? f.size() / sizeof(float) / dim : 0;
+          for (size_t k = 0; k < n; ++k, ++j)
+            rows_[positions[s].empty() ? j : positions[s][j]] = src + k * dim;
+        }
+      }
+    });
+    return rows_[i];
+  }
 
  private:
-  mutable std::once_flag listed_;
+  mutable std::once_flag listed_, indexed_;
   mutable std::vector<Part> parts_;
+  mutable std::vector<const float*> rows_;
 };
 
 }  // namespace internal
 
 using internal::FutureState;
 
+size_t PulledRows::num_rows() const { return p_ ? p_->rows : 0; }
+const float* PulledRows::row(size_t i) const {
+  if (!p_ || i >= p_->rows) throw std::out_of_range("PulledRows::row(" + std::to_string(i) + ") of " +
+                                                    std::to_string(num_rows()));
+  return p_->Row(i);
+}
 size_t PulledRows::num_parts() const { return p_ ? p_->Parts().size() : 0; }
 const float* PulledRows::part(size_t i) const { return static_cast<const float*>(p_->Parts().at(i).frame->data()); }
 size_t PulledRows::part_floats(size_t i) const { return p_->Parts().at(i).frame->size() / sizeof(float); }
 uint64_t PulledRows::part_first_row(size_t i) const { return p_->Parts().at(i).first_row; }
 void PulledRows::CopyTo(float* out) const {
   if (!p_) return;
+  if (p_->keyed) {
+    for (size_t i = 0; i < p_->rows; ++i) std::memcpy(out + i * p_->dim, p_->Row(i), p_->dim * sizeof(float));
+    return;
+  }
   for (size_t s = 0; s < p_->frames.size(); ++s) {
     float* to = out + p_->first_row[s] * p_->dim;
     for (const zmq::message_t& f : p_->frames[s]) {
@@ -201,7 +240,7 @@ struct Part {
   std::shared_ptr<FutureState> fs;
   int target = 0;                  // server rank, or kScheduler
   MsgType reply_type = MsgType::kPushReply;
-  std::shared_ptr<internal::PulledParts> view;  // PullDenseView: keep the frame here, at view_index
+  std::shared_ptr<internal::PulledParts> view;  // PullDenseView, PullView: keep the frames here, at view_index
   size_t view_index = 0;
   float* out = nullptr;            // pulls: where row i of the reply goes ...
   std::vector<uint32_t> positions; // ... out + positions[i]*dim, or out + i*dim when empty
@@ -310,12 +349,15 @@ class ClientImpl final : public Client, private internal::Receiver {
   Result<Table> CreateTable(const TableSpec& spec) override;
   Future Push(const Table& t, std::vector<Key> keys, std::shared_ptr<const std::vector<float>> grads) override;
   Future Pull(const Table& t, std::vector<Key> keys, float* out) override {
-    return PullImpl(t, std::move(keys), -1, out);
+    return PullImpl(t, std::move(keys), -1, out, nullptr);
   }
   Future PullSlot(const Table& t, std::vector<Key> keys, int slot, float* out) override {
-    return PullImpl(t, std::move(keys), slot, out);
+    return PullImpl(t, std::move(keys), slot, out, nullptr);
   }
   Future PushDense(const Table& t, std::shared_ptr<const std::vector<float>> grads) override;
+  Future PullView(const Table& t, std::vector<Key> keys, PulledRows* out) override {
+    return PullImpl(t, std::move(keys), -1, nullptr, out);
+  }
   Future PullDense(const Table& t, float* out) override { return PullDenseImpl(t, out, nullptr); }
   Future PullDenseView(const Table& t, PulledRows* out) override { return PullDenseImpl(t, nullptr, out); }
   Future PullDenseImpl(const Table& t, float* out, PulledRows* view);
@@ -341,7 +383,8 @@ class ClientImpl final : public Client, private internal::Receiver {
   void Post(std::vector<std::unique_ptr<Command>> cmds);
   // timeout_ms < 0: the client's request_timeout_ms.
   Result<Header> ControlCall(Header h, const std::string& what, int64_t timeout_ms = -1);
-  Future PullImpl(const Table& t, std::vector<Key> keys, int slot, float* out);
+  // Into out, or kept in view (no copy).
+  Future PullImpl(const Table& t, std::vector<Key> keys, int slot, float* out, PulledRows* view);
   Status CheckTable(const Table& t, const TableInfo** info);
 
   void IoLoop();
@@ -590,7 +633,7 @@ Future ClientImpl::Push(const Table& t, std::vector<Key> keys, std::shared_ptr<c
   return Future(fs);
 }
 
-Future ClientImpl::PullImpl(const Table& t, std::vector<Key> keys, int slot, float* out) {
+Future ClientImpl::PullImpl(const Table& t, std::vector<Key> keys, int slot, float* out, PulledRows* view) {
   const TableInfo* info;
   Status st = CheckTable(t, &info);
   if (!st.ok()) return Failed(st);
@@ -616,6 +659,14 @@ Future ClientImpl::PullImpl(const Table& t, std::vector<Key> keys, int slot, flo
       pos[s].push_back(static_cast<uint32_t>(i));
     }
   }
+  std::shared_ptr<internal::PulledParts> parts;
+  if (view) {
+    parts = std::make_shared<internal::PulledParts>();
+    parts->keyed = true;
+    parts->rows = total_keys;
+    parts->dim = dim;
+    ClientAccess::parts(view) = parts;
+  }
   std::vector<std::unique_ptr<Command>> cmds;
   for (int s = 0; s < S; ++s) {
     if (ks[s].empty()) continue;
@@ -634,6 +685,12 @@ Future ClientImpl::PullImpl(const Table& t, std::vector<Key> keys, int slot, flo
     c->part.rows = kk->size();
     c->part.dim = dim;
     if (kk->size() != total_keys) c->part.positions = std::move(pos[s]);
+    if (parts) {
+      c->part.view = parts;
+      c->part.view_index = parts->frames.size();
+      parts->frames.emplace_back();
+      parts->positions.push_back(std::move(c->part.positions));
+    }
     cmds.push_back(std::move(c));
   }
   auto fs = NewState(slot < 0 ? "pull from table" : "pull of optimizer slot from", t.name,
@@ -694,6 +751,7 @@ Future ClientImpl::PullDenseImpl(const Table& t, float* out, PulledRows* view) {
   std::shared_ptr<internal::PulledParts> parts;
   if (view) {
     parts = std::make_shared<internal::PulledParts>();
+    parts->rows = info->spec.rows;
     parts->dim = dim;
     ClientAccess::parts(view) = parts;
   }

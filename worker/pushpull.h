@@ -66,19 +66,27 @@ struct FutureState;
 struct PulledParts;
 }
 
-// The values of a dense pull, read in place from the messages the servers sent: no copy. Parts
-// are contiguous runs of whole rows in row order, one per frame the servers sent: a server with
-// K update threads sends a frame per stripe holding rows of the table (one when the pull is
-// small), so num_parts() is not the number of servers. Valid once the pull's Future is done
-// (and succeeded), for as long as this object lives (it keeps the messages).
+// The values of a pull, read in place from the messages the servers sent: no copy. Valid once
+// the pull's Future is done (and succeeded), for as long as this object lives (it keeps the
+// messages).
+//
+// row(i) is the i-th row: of the table for a dense pull (PullDenseView), of the key list for a
+// keyed one (PullView), dim floats. Dense pulls also list their parts: contiguous runs of whole
+// rows in row order, one per frame the servers sent (a server with K update threads sends a frame
+// per stripe holding rows of the table, one when the pull is small), so num_parts() is not the
+// number of servers.
 class PulledRows {
  public:
+  size_t num_rows() const;
+  const float* row(size_t i) const;
+  // Copies every row to out (num_rows() * dim floats) in order.
+  void CopyTo(float* out) const;
+
+  // Dense pulls.
   size_t num_parts() const;
   const float* part(size_t i) const;
   size_t part_floats(size_t i) const;
   uint64_t part_first_row(size_t i) const;
-  // Copies every part to out (rows * dim floats) in row order.
-  void CopyTo(float* out) const;
 
  private:
   friend class ClientAccess;
@@ -133,6 +141,9 @@ class Client {
     return Push(t, std::move(keys), std::make_shared<const std::vector<float>>(std::move(grads)));
   }
   virtual Future Pull(const Table& t, std::vector<Key> keys, float* out) = 0;
+  // The same without copying into a buffer of the caller's: out->row(i) is keys[i]'s values,
+  // read in place from the servers' replies (see PulledRows).
+  virtual Future PullView(const Table& t, std::vector<Key> keys, PulledRows* out) = 0;
   // Whole dense table: rows * dim floats.
   virtual Future PushDense(const Table& t, std::shared_ptr<const std::vector<float>> grads) = 0;
   Future PushDense(const Table& t, std::vector<float> grads) {

@@ -6,8 +6,8 @@
 // thread each, W clients). Tables are ASP with SGD so that neither consistency waits nor a heavy
 // optimizer dominate. Dense cases PushDense/PullDense a whole table of the payload's size
 // (dim 256 up to 1 MB, dim 1024 above); sparse cases Push/Pull fixed random u64 keys (dim 64)
-// of a sparse table. Dense pushes send one warm shared buffer zero-copy and dense pulls are read
-// in place (PullDenseView); sparse pulls land in reused, warm destination buffers.
+// of a sparse table. Pushes send one warm shared buffer zero-copy and pulls are read in place
+// (PullDenseView, PullView).
 //
 // Raw baseline: per server one thread with its own context and one ROUTER bound to
 // tcp://127.0.0.1 (ephemeral port); per worker one thread with its own context and one DEALER
@@ -15,8 +15,7 @@
 // 8-byte ack; "pull" sends [op][keys?] and gets [op][payload] zero-copy from the server's
 // preallocated buffer; "pushpull" does both. The payload is split over the S servers like
 // pushpull splits it. Socket buffers are set as pushpull sets them (4 MiB SO_SNDBUF/RCVBUF).
-// The received payload is not copied anywhere (neither is a dense pushpull pull; a sparse one is
-// scattered into the caller's buffer in key order).
+// The received payload is not copied anywhere (neither is a pushpull pull).
 //
 // Both sides: warm-up iterations first; latency runs wait for each op before the next (p50/p99
 // over all workers' samples); throughput runs keep up to `depth` ops in flight per worker
@@ -212,9 +211,9 @@ class PushPullDriver {
                  int64_t wait_ms)
       : c_(c), t_(t), keys_(keys), wait_ms_(wait_ms),
         src_(std::make_shared<const std::vector<float>>(floats, 1e-3f)),
-        out_(bufs, std::vector<float>(floats, 0.0f)) {}
-  // A pull still in flight must not land in out_ after it is gone: a Future whose wait expires
-  // is abandoned (the client then drops its reply).
+        views_(std::max(bufs, 8)) {}
+  // Pulls still in flight land in views_: wait for them (a Future whose wait expires is
+  // abandoned: the client then drops its reply).
   ~PushPullDriver() {
     for (auto& fs : q_)
       for (auto& f : fs) f.WaitFor(100).IgnoreError();
@@ -227,11 +226,10 @@ class PushPullDriver {
       fs.push_back(keys_ ? c_.Push(t_, *keys_, src_) : c_.PushDense(t_, src_));
     }
     if (op != Op::kPush) {
-      float* dst = out_[slot_].data();
-      PulledRows* view = &views_[slot_ % views_.size()];
-      slot_ = (slot_ + 1) % out_.size();
-      // Dense: the zero-copy view (values read in place, as the raw baseline reads its frames).
-      fs.push_back(keys_ ? c_.Pull(t_, *keys_, dst) : c_.PullDenseView(t_, view));
+      PulledRows* view = &views_[slot_];
+      slot_ = (slot_ + 1) % views_.size();
+      // The zero-copy views (values read in place, as the raw baseline reads its frames).
+      fs.push_back(keys_ ? c_.PullView(t_, *keys_, view) : c_.PullDenseView(t_, view));
     }
     q_.push_back(std::move(fs));
     return true;
@@ -259,8 +257,7 @@ class PushPullDriver {
   const std::vector<Key>* keys_;
   const int64_t wait_ms_;
   std::shared_ptr<const std::vector<float>> src_;
-  std::vector<PulledRows> views_ = std::vector<PulledRows>(8);
-  std::vector<std::vector<float>> out_;
+  std::vector<PulledRows> views_;
   size_t slot_ = 0;
   std::deque<std::vector<Future>> q_;
   std::string error_;
@@ -753,7 +750,7 @@ class TransportBench {
     const std::string suffix = "/" + SizeName(bytes) + "/" + ShapeName(S, W);
     const std::string pre = sparse ? "sparse_" : "";
     const std::string what =
-        sparse ? "sparse table dim 64, " + std::to_string(rows) + " random keys"
+        sparse ? "sparse table dim 64, " + std::to_string(rows) + " random keys (Push of a shared buffer, PullView)"
                : "dense table " + std::to_string(rows) + "x" + std::to_string(dim) + " (PushDense of a shared buffer, PullDenseView)";
     auto fail_note = [](const RunResult& a, const RunResult& b) {
       std::string e = !a.ok ? "pushpull FAILED: " + a.error : "";
