@@ -281,6 +281,7 @@ void ServerImpl::Execute(Request* r, int k) {
 
 void ServerImpl::UpdateLoop(int k) {
   SetThreadName("pp-update-" + std::to_string(k));
+  CopyOnWriteBudget::SetThisThreadMayWait(true);  // a write over the budget waits for a reply here
   zmq::socket_t done(ctx_, zmq::socket_type::push);
   done.set(zmq::sockopt::linger, 0);
   done.connect(done_endpoint_);
@@ -571,12 +572,14 @@ void ServerImpl::Dispatch(Request* r) {
     // A small push to a stripe that a pull reply still holds first copies the stripe
     // (copy-on-write); with several update threads that copy is theirs to make, not this
     // thread's, which would stop receiving meanwhile.
-    // Nor may this thread wait for a pull reply to let go of a stripe's parameters (the
-    // copy-on-write budget spent): a push, or any request that may add rows, that would goes to
-    // the update threads.
+    // Nor may this thread wait for a pull reply to let go of a stripe's parameters: a push, or
+    // any request that may add rows, whose copy-on-write copies would not fit the budget all
+    // together goes to the update threads, which may wait.
     if (run_here && (r->op == Request::kApply || r->shard->spec().sparse)) {
-      for (int k = 0; k < K && run_here; ++k)
-        run_here = r->sel[k].size() == 0 || !r->shard->stripe(k).WriteMayWait();
+      size_t need = 0;
+      for (int k = 0; k < K; ++k)
+        if (r->sel[k].size() > 0) need += r->shard->stripe(k).WriteBudgetBytes();
+      run_here = need == 0 || !cow_budget_->WouldExceed(need);
     }
     if (run_here && K > 1 && r->op == Request::kApply) {
       uint64_t copy = 0;

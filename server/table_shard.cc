@@ -31,9 +31,16 @@ void CopyOnWriteBudget::Released() {
   cv_.notify_all();
 }
 
+namespace {
+thread_local bool this_thread_may_wait = false;
+}
+void CopyOnWriteBudget::SetThisThreadMayWait(bool may) { this_thread_may_wait = may; }
+bool CopyOnWriteBudget::ThisThreadMayWait() { return this_thread_may_wait; }
+
 template <typename Ready>
 bool CopyOnWriteBudget::WaitUntil(int64_t until_ms, Ready&& ready) {
   waiters_.fetch_add(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with Released()'s
   std::unique_lock<std::mutex> l(mu_);
   bool ok = true;
   while (!ready()) {
@@ -91,10 +98,9 @@ bool Stripe::SpareFree() const {
   return spare_ && spare_.use_count() == 1 && spare_->size() == params_->size();
 }
 
-bool Stripe::WriteMayWait() const {
-  if (params_.use_count() == 1 || SpareFree()) return false;
-  const size_t bytes = params_->capacity() * sizeof(float);
-  return bytes > budget_->limit() || budget_->used() > budget_->limit() - bytes;
+size_t Stripe::WriteBudgetBytes() const {
+  if (params_.use_count() == 1 || SpareFree()) return 0;
+  return params_->capacity() * sizeof(float);
 }
 
 const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::shared_ptr<ParamArray>* held_array) {
@@ -115,6 +121,9 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::sha
       if (spare_ && ++writes_without_spare_ >= kSpareIdleWrites) spare_.reset();  // pulls stopped overlapping
       return params_->data();
     }
+    if (spare_ && spare_.use_count() == 1 && spare_->size() != params_->size()) {
+      spare_.reset();  // sparse rows were added since: of no use, and it counts against the budget
+    }
     if (SpareFree()) {
       std::atomic_thread_fence(std::memory_order_acquire);
       next = std::move(spare_);
@@ -128,16 +137,17 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::sha
       break;
     }
     if (until == 0) {
-      ++budget_->waits;
-      until = NowMs() + budget_->wait_ms();
+      if (CopyOnWriteBudget::ThisThreadMayWait()) ++budget_->waits;
+      until = CopyOnWriteBudget::ThisThreadMayWait() ? NowMs() + budget_->wait_ms() : -1;
     }
-    if (!budget_->WaitUntil(until, done)) {
+    if (until < 0 || !budget_->WaitUntil(until, done)) {
       if (params_.use_count() == 1 || SpareFree()) continue;
-      // Only a reader that does not read its replies holds an array this long.
+      // Only a slow or stalled reader holds an array this long.
       ++budget_->overdrafts;
-      PP_LOG(Warning) << "table '" << spec_.name << "': a pull reply has held " << held_bytes / 1e6
-                      << " MB of parameters for " << budget_->wait_ms() << " ms (a slow or stalled reader); "
-                      << "copying them over the copy-on-write budget (" << budget_->used() / 1e6 << " of "
+      PP_LOG(Warning) << "table '" << spec_.name << "': a pull reply holds " << held_bytes / 1e6 << " MB of parameters"
+                      << (until < 0 ? " (on a thread that does not wait)"
+                                    : " after " + std::to_string(budget_->wait_ms()) + " ms (a slow or stalled reader)")
+                      << "; copying them over the copy-on-write budget (" << budget_->used() / 1e6 << " of "
                       << budget_->limit() / 1e6 << " MB in use)";
       budget_->Take(held_bytes);
       next = std::make_shared<ParamArray>(params_->size());

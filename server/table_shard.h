@@ -57,10 +57,18 @@ class CopyOnWriteBudget {
   void Give(size_t bytes);
   // A reply let go of an array: wakes writes waiting for one.
   void Released();
+  // Would taking `bytes` go over the limit?
+  bool WouldExceed(size_t bytes) const { return bytes > limit_ || used() > limit_ - bytes; }
   // Sleeps until `ready()` holds or `until_ms` (NowMs() clock) passes; false on the deadline.
   // `ready` is evaluated under the budget's lock, after every Released().
   template <typename Ready>
   bool WaitUntil(int64_t until_ms, Ready&& ready);
+  // Only threads that say so wait (the server's update threads); on any other a write that does
+  // not fit copies over the limit at once (counted as an overdraft). The server's I/O thread
+  // runs no write that would not fit (TableShard callers check WriteBudgetBytes first), so this
+  // is a safety net there.
+  static void SetThisThreadMayWait(bool may);
+  static bool ThisThreadMayWait();
 
   // Counters for the server's stats line.
   std::atomic<uint64_t> waits{0};       // writes that waited for a reply
@@ -123,10 +131,11 @@ class Stripe {
   // parameters (copy-on-write: every row outside a range selection, all of them for keys).
   // Read only while no update thread works on this stripe.
   size_t CopyOnWriteBytes(const RowSelection& sel) const;
-  // Would a write now wait for a pull reply to let go of the parameters (one holds them, the
-  // spare is held too, and another array would go over the copy-on-write budget)? The I/O
-  // thread, which must not wait, hands such writes to the update threads. Same caveat.
-  bool WriteMayWait() const;
+  // Bytes a write now takes from the copy-on-write budget: the current array's when a pull reply
+  // holds it and no free spare of the same size is there to write to (0 otherwise). The I/O
+  // thread, which must not wait, adds them up over the stripes a request writes to and hands the
+  // request to the update threads when they do not fit. Same caveat.
+  size_t WriteBudgetBytes() const;
 
   size_t num_rows() const { return steps_.size(); }
   size_t bytes() const;

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/time.h"
 #include "server/table_shard.h"
 #include "deploy/local_cluster.h"
 
@@ -127,7 +128,8 @@ TEST(Shard, SharedRowsAreASnapshotUnderCopyOnWrite) {
 
 // The copy-on-write budget bounds the arrays pull replies hold beside the current one: over it,
 // a write waits for a reply to let go (then writes in place, or reuses the freed spare), and
-// after the deadline copies anyway. What counts against it is given back when replies let go.
+// after the deadline copies anyway; on a thread that may not wait (the server's I/O thread) it
+// copies at once. What counts against it is given back when replies let go.
 TEST(Shard, CopyOnWriteStaysWithinItsBudget) {
   TableSpec spec;
   spec.name = "w";
@@ -140,6 +142,18 @@ TEST(Shard, CopyOnWriteStaysWithinItsBudget) {
   ctx.lr = 1.0f;
   const std::vector<float> minus1(16, -1.0f);  // SGD, lr 1: each push adds 1
   std::vector<RowSelection> all;
+  // Starts a push on a thread that may wait (as the server's update threads) and returns once it
+  // waits: the budget counts it.
+  auto waiting_push = [&](Stripe& s, CopyOnWriteBudget& b, std::atomic<bool>* applied) {
+    const uint64_t before = b.waits;
+    std::thread t([&s, &all, &minus1, &ctx, applied] {
+      CopyOnWriteBudget::SetThisThreadMayWait(true);
+      s.ApplyPush(all[0], nullptr, minus1.data(), ctx);
+      *applied = true;
+    });
+    for (int i = 0; i < 10000 && b.waits == before; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return t;
+  };
 
   {  // Budget 0: no copy at all; the write waits for the reply, then writes in place.
     auto budget = std::make_shared<CopyOnWriteBudget>(0, 60000);
@@ -148,13 +162,12 @@ TEST(Shard, CopyOnWriteStaysWithinItsBudget) {
     Stripe& s = t.stripe(0);
     std::shared_ptr<const float> v1 = s.ShareRows(0);
     const float before = v1.get()[3];
-    EXPECT_TRUE(s.WriteMayWait());
+    EXPECT_EQ(s.WriteBudgetBytes(), array);
+    EXPECT_TRUE(budget->WouldExceed(s.WriteBudgetBytes()));
     std::atomic<bool> applied{false};
-    std::thread writer([&] {
-      s.ApplyPush(all[0], nullptr, minus1.data(), ctx);
-      applied = true;
-    });
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::thread writer = waiting_push(s, *budget, &applied);
+    ASSERT_EQ(budget->waits, 1u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
     EXPECT_FALSE(applied);             // still waiting for the reply
     EXPECT_EQ(v1.get()[3], before);    // which still reads what it was sent with
     const float* where = v1.get();
@@ -166,7 +179,6 @@ TEST(Shard, CopyOnWriteStaysWithinItsBudget) {
     EXPECT_EQ(out[3], before + 1.0f);
     EXPECT_EQ(s.params(), where);      // in place: no second array was made
     EXPECT_EQ(budget->used(), 0u);
-    EXPECT_EQ(budget->waits, 1u);
     EXPECT_EQ(budget->overdrafts, 0u);
   }
   {  // Room for one array beside the current one.
@@ -175,19 +187,19 @@ TEST(Shard, CopyOnWriteStaysWithinItsBudget) {
     t.SplitRange(0, 8, &all);
     Stripe& s = t.stripe(0);
     std::shared_ptr<const float> v1 = s.ShareRows(0);
-    EXPECT_FALSE(s.WriteMayWait());
+    EXPECT_FALSE(budget->WouldExceed(s.WriteBudgetBytes()));
     s.ApplyPush(all[0], nullptr, minus1.data(), ctx);  // copy-on-write, no wait
     EXPECT_EQ(budget->used(), array);
     EXPECT_EQ(budget->waits, 0u);
     std::shared_ptr<const float> v2 = s.ShareRows(0);  // both arrays held now
-    EXPECT_TRUE(s.WriteMayWait());
-    std::thread writer([&] { s.ApplyPush(all[0], nullptr, minus1.data(), ctx); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(budget->WouldExceed(s.WriteBudgetBytes()));
+    std::atomic<bool> applied{false};
+    std::thread writer = waiting_push(s, *budget, &applied);
+    ASSERT_EQ(budget->waits, 1u);
     const float first = v1.get()[0];
     v1.reset();  // the spare (v1's array) is free: the write goes there
     writer.join();
     EXPECT_EQ(budget->used(), array);  // v2's array, held, counts now
-    EXPECT_EQ(budget->waits, 1u);
     EXPECT_EQ(v2.get()[0], first + 1.0f);
     std::vector<float> out(16);
     s.Read(all[0], nullptr, -1, out.data());
@@ -196,22 +208,36 @@ TEST(Shard, CopyOnWriteStaysWithinItsBudget) {
     EXPECT_EQ(budget->used(), array);  // the stripe keeps it as its spare ...
     for (int i = 0; i < 8; ++i) s.ApplyPush(all[0], nullptr, minus1.data(), ctx);
     EXPECT_EQ(budget->used(), 0u);     // ... until 8 writes needed none
+    EXPECT_EQ(budget->overdrafts, 0u);
   }
-  {  // A reply that is never let go: after the deadline the write copies over the budget.
+  {  // Replies that are never let go: a thread that may not wait copies over the budget at once;
+     // one that may, after the deadline.
     auto budget = std::make_shared<CopyOnWriteBudget>(0, 50);
     TableShard t(info, 0, 1, true, budget);
     t.SplitRange(0, 8, &all);
     Stripe& s = t.stripe(0);
     std::shared_ptr<const float> v1 = s.ShareRows(0);
     const float before = v1.get()[5];
-    s.ApplyPush(all[0], nullptr, minus1.data(), ctx);
+    s.ApplyPush(all[0], nullptr, minus1.data(), ctx);  // this thread: no waiting
+    EXPECT_EQ(budget->waits, 0u);
     EXPECT_EQ(budget->overdrafts, 1u);
     EXPECT_EQ(budget->used(), array);
+    std::shared_ptr<const float> v2 = s.ShareRows(0);
+    CopyOnWriteBudget::SetThisThreadMayWait(true);
+    const int64_t t0 = NowMs();
+    s.ApplyPush(all[0], nullptr, minus1.data(), ctx);  // waits 50 ms, then copies
+    CopyOnWriteBudget::SetThisThreadMayWait(false);
+    EXPECT_GE(NowMs() - t0, 50);
+    EXPECT_EQ(budget->waits, 1u);
+    EXPECT_EQ(budget->overdrafts, 2u);
+    EXPECT_EQ(budget->used(), 2 * array);
     EXPECT_EQ(v1.get()[5], before);
+    EXPECT_EQ(v2.get()[5], before + 1.0f);
     std::vector<float> out(16);
     s.Read(all[0], nullptr, -1, out.data());
-    EXPECT_EQ(out[5], before + 1.0f);
+    EXPECT_EQ(out[5], before + 2.0f);
     v1.reset();
+    v2.reset();
     for (int i = 0; i < 8; ++i) s.ApplyPush(all[0], nullptr, minus1.data(), ctx);
     EXPECT_EQ(budget->used(), 0u);
   }

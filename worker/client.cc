@@ -94,6 +94,14 @@ struct PulledParts {
   bool keyed = false;
   size_t rows = 0;
   uint32_t dim = 0;
+  std::atomic<size_t> landed{0};  // server parts whose reply is in `frames`
+
+  // Read only once every part landed (the pull succeeded): the lists below are made once.
+  void CheckComplete() const {
+    if (landed.load(std::memory_order_acquire) != frames.size())
+      throw std::logic_error("PulledRows read before its pull succeeded (" + std::to_string(landed.load()) + " of " +
+                             std::to_string(frames.size()) + " server replies in)");
+  }
 
   // Every frame in row order with the first row it holds, listed on first use (the pull is done
   // by then: PulledRows is read only after its Future).
@@ -102,6 +110,7 @@ struct PulledParts {
     uint64_t first_row;
   };
   const std::vector<Part>& Parts() const {
+    CheckComplete();
     std::call_once(listed_, [this] {
       for (size_t s = 0; s < frames.size(); ++s) {
         uint64_t r = keyed ? 0 : first_row[s];
@@ -114,14 +123,17 @@ struct PulledParts {
     return parts_;
   }
   // Where each row is: keyed pulls, listed on first use (one pointer per key).
+  // nullptr when no frame holds it.
   const float* Row(size_t i) const {
     if (!keyed) {
       const std::vector<Part>& p = Parts();
       auto it = std::upper_bound(p.begin(), p.end(), i, [](size_t r, const Part& x) { return r < x.first_row; });
       if (it == p.begin()) return nullptr;
       --it;
+      if (i - it->first_row >= it->frame->size() / sizeof(float) / dim) return nullptr;
       return static_cast<const float*>(it->frame->data()) + (i - it->first_row) * dim;
     }
+    CheckComplete();
     std::call_once(indexed_, [this] {
       rows_.assign(rows, nullptr);
       for (size_t s = 0; s < frames.size(); ++s) {
@@ -151,7 +163,9 @@ size_t PulledRows::num_rows() const { return p_ ? p_->rows : 0; }
 const float* PulledRows::row(size_t i) const {
   if (!p_ || i >= p_->rows) throw std::out_of_range("PulledRows::row(" + std::to_string(i) + ") of " +
                                                     std::to_string(num_rows()));
-  return p_->Row(i);
+  const float* r = p_->Row(i);
+  if (!r) throw std::logic_error("PulledRows::row(" + std::to_string(i) + "): no server reply holds it");
+  return r;
 }
 size_t PulledRows::num_parts() const { return p_ ? p_->Parts().size() : 0; }
 const float* PulledRows::part(size_t i) const { return static_cast<const float*>(p_->Parts().at(i).frame->data()); }
@@ -159,8 +173,9 @@ size_t PulledRows::part_floats(size_t i) const { return p_->Parts().at(i).frame-
 uint64_t PulledRows::part_first_row(size_t i) const { return p_->Parts().at(i).first_row; }
 void PulledRows::CopyTo(float* out) const {
   if (!p_) return;
+  p_->CheckComplete();
   if (p_->keyed) {
-    for (size_t i = 0; i < p_->rows; ++i) std::memcpy(out + i * p_->dim, p_->Row(i), p_->dim * sizeof(float));
+    for (size_t i = 0; i < p_->rows; ++i) std::memcpy(out + i * p_->dim, row(i), p_->dim * sizeof(float));
     return;
   }
   for (size_t s = 0; s < p_->frames.size(); ++s) {
@@ -634,6 +649,7 @@ Future ClientImpl::Push(const Table& t, std::vector<Key> keys, std::shared_ptr<c
 }
 
 Future ClientImpl::PullImpl(const Table& t, std::vector<Key> keys, int slot, float* out, PulledRows* view) {
+  if (view) ClientAccess::parts(view).reset();  // nothing of an earlier pull stays readable
   const TableInfo* info;
   Status st = CheckTable(t, &info);
   if (!st.ok()) return Failed(st);
@@ -743,6 +759,7 @@ std::unique_ptr<Command> ClientImpl::RangeCommand(MsgType type, const TableInfo&
 }
 
 Future ClientImpl::PullDenseImpl(const Table& t, float* out, PulledRows* view) {
+  if (view) ClientAccess::parts(view).reset();
   const TableInfo* info;
   Status st = CheckTable(t, &info);
   if (!st.ok()) return Failed(st);
@@ -1020,6 +1037,7 @@ void ClientImpl::HandleReply(Message& m, int from) {
           std::vector<zmq::message_t>& keep = part.view->frames[part.view_index];
           keep.clear();
           for (size_t fi = 0; fi < m.num_value_frames(); ++fi) keep.push_back(std::move(m.value_frame(fi)));
+          part.view->landed.fetch_add(1, std::memory_order_acq_rel);
         } else {
           // Row i of the reply (counted over its frames, each whole rows) goes to
           // out + positions[i] * dim, or out + i * dim.

@@ -66,9 +66,10 @@ struct FutureState;
 struct PulledParts;
 }
 
-// The values of a pull, read in place from the messages the servers sent: no copy. Valid once
-// the pull's Future is done (and succeeded), for as long as this object lives (it keeps the
-// messages).
+// The values of a pull, read in place from the messages the servers sent: no copy. Readable
+// once the pull's Future succeeded (before that, or after it failed, the accessors throw
+// std::logic_error), for as long as this object lives (it keeps the messages); a new pull into
+// it drops the old one's at once.
 //
 // row(i) is the i-th row: of the table for a dense pull (PullDenseView), of the key list for a
 // keyed one (PullView), dim floats. Dense pulls also list their parts: contiguous runs of whole
@@ -82,7 +83,7 @@ class PulledRows {
   // Copies every row to out (num_rows() * dim floats) in order.
   void CopyTo(float* out) const;
 
-  // Dense pulls.
+  // Dense pulls (a keyed pull's parts are its servers' replies, first row 0).
   size_t num_parts() const;
   const float* part(size_t i) const;
   size_t part_floats(size_t i) const;

@@ -211,7 +211,7 @@ class PushPullDriver {
                  int64_t wait_ms)
       : c_(c), t_(t), keys_(keys), wait_ms_(wait_ms),
         src_(std::make_shared<const std::vector<float>>(floats, 1e-3f)),
-        views_(std::max(bufs, 8)) {}
+        views_(std::max(bufs, 1)) {}  // one per op in flight: a slot is reused once its op is done
   // Pulls still in flight land in views_: wait for them (a Future whose wait expires is
   // abandoned: the client then drops its reply).
   ~PushPullDriver() {
