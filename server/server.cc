@@ -401,7 +401,7 @@ Status ServerImpl::Validate(const Message& m, TableShard** shard) {
                                      std::to_string(h.num_rows) + ") are outside this server's [" +
                                      std::to_string(t->row_begin()) + ", " +
                                      std::to_string(t->row_end()) + ") of '" + spec.name + "'");
-  } else {
+  } else if (!t->OwnsEveryKey()) {
     const Key* keys = m.key_data();
     for (uint64_t i = 0; i < h.num_keys; ++i) {
       if (!t->Owns(keys[i])) {

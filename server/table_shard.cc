@@ -451,6 +451,8 @@ TableShard::TableShard(const TableInfo& info, int server_rank, int num_stripes, 
   } else {
     for (int i = 0; i < num_stripes; ++i)
       stripes_.push_back(std::make_unique<Stripe>(info.spec, optimizer_.get(), 0, 0, true, budget));
+    owns_every_key_ = std::all_of(info.bucket_owner.begin(), info.bucket_owner.end(),
+                                  [&](uint16_t o) { return o == server_rank; });
   }
 }
 

@@ -229,6 +229,8 @@ class TableShard {
 
   // Is this key this server's? (dense: in range; sparse: bucket owned here)
   bool Owns(Key key) const;
+  // Sparse: every key is (a job with one server), so a message's keys need no check.
+  bool OwnsEveryKey() const { return owns_every_key_; }
   int StripeOf(Key key) const;
   // Splits a message's rows into per-stripe selections (empty ones included).
   void Split(const Key* keys, uint64_t n, std::vector<RowSelection>* out) const;
@@ -250,6 +252,7 @@ class TableShard {
   const TableInfo info_;
   const int server_rank_;
   uint64_t row_begin_ = 0, row_end_ = 0;
+  bool owns_every_key_ = false;
   std::unique_ptr<opt::Optimizer> optimizer_;
   std::vector<uint64_t> stripe_offsets_;  // dense: stripe i owns [offsets[i], offsets[i+1])
   std::vector<std::unique_ptr<Stripe>> stripes_;
