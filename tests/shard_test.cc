@@ -61,13 +61,18 @@ TEST(Shard, SparseReadOfNewKeysGrowsTheStripe) {
 // A pull reply sent from the parameters in place (ShareRows) keeps seeing the version it was
 // taken at: later updates (a whole-range push written out of place, a partial one, a keyed one)
 // go to another array, and rows they do not touch carry over. Held arrays are reused once free.
-TEST(Shard, SharedRowsAreASnapshotUnderCopyOnWrite) {
+// 8 rows of dim 2 with SGD: with ctx.lr 1, a push of -1 adds 1 to every value it touches.
+TableSpec EightBySgd() {
   TableSpec spec;
   spec.name = "w";
   spec.rows = 8;
   spec.dim = 2;
   spec.optimizer.kind = opt::Kind::kSgd;
-  spec.optimizer.lr = 1.0f;
+  return spec;
+}
+
+TEST(Shard, SharedRowsAreASnapshotUnderCopyOnWrite) {
+  const TableSpec spec = EightBySgd();
   TableInfo info = TableInfo::Make(0, spec, 1);
   TableShard t(info, 0, 1);
   Stripe& s = t.stripe(0);
@@ -131,12 +136,7 @@ TEST(Shard, SharedRowsAreASnapshotUnderCopyOnWrite) {
 // after the deadline copies anyway; on a thread that may not wait (the server's I/O thread) it
 // copies at once. What counts against it is given back when replies let go.
 TEST(Shard, CopyOnWriteStaysWithinItsBudget) {
-  TableSpec spec;
-  spec.name = "w";
-  spec.rows = 8;
-  spec.dim = 2;
-  spec.optimizer.kind = opt::Kind::kSgd;
-  TableInfo info = TableInfo::Make(0, spec, 1);
+  TableInfo info = TableInfo::Make(0, EightBySgd(), 1);
   const size_t array = 16 * sizeof(float);
   opt::StepContext ctx;
   ctx.lr = 1.0f;
