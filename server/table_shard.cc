@@ -111,7 +111,11 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::sha
   const size_t held_bytes = params_->capacity() * sizeof(float);
   int64_t until = 0;
   bool took = false;  // by done(): the bytes for a new array
-  auto done = [&] { return params_.use_count() == 1 || SpareFree() || (took = budget_->TryTake(held_bytes)); };
+  // Under the budget's lock: so it must not free an array (that gives bytes back, which takes the
+  // lock); a spare let go of, of whatever size, is for the loop to use or drop.
+  auto done = [&] {
+    return params_.use_count() == 1 || (spare_ && spare_.use_count() == 1) || (took = budget_->TryTake(held_bytes));
+  };
   while (true) {
     if (params_.use_count() == 1) {
       // Nothing else holds it: any reply that did has been sent, and the acquire fence orders

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -241,6 +242,61 @@ TEST(Shard, CopyOnWriteStaysWithinItsBudget) {
     for (int i = 0; i < 8; ++i) s.ApplyPush(all[0], nullptr, minus1.data(), ctx);
     EXPECT_EQ(budget->used(), 0u);
   }
+}
+
+// A sparse stripe's spare stops matching once rows are added; it is dropped (its bytes given
+// back) before the next copy-on-write takes from the budget, rather than kept counting against it.
+TEST(Shard, CopyOnWriteDropsASparseSpareThatNoLongerFits) {
+  const TableSpec spec = AdamSparse();
+  const TableInfo info = TableInfo::Make(0, spec, 1);
+  struct Run {
+    size_t first = 0, second = 0;  // bytes the two copy-on-write writes take
+    uint64_t overdrafts = 0;
+    size_t used_after = 0;
+  };
+  // The same writes every time: a dry run with no limit finds the sizes, then one with room for
+  // the second array only.
+  auto run = [&](size_t limit) {
+    Run out;
+    auto budget = std::make_shared<CopyOnWriteBudget>(limit, 60000);
+    TableShard t(info, 0, 1, true, budget);
+    Stripe& s = t.stripe(0);
+    opt::StepContext ctx;
+    ctx.lr = 0.1f;
+    auto push = [&](Key first, size_t n) {
+      std::vector<Key> keys;
+      for (size_t i = 0; i < n; ++i) keys.push_back(first + i);
+      std::vector<RowSelection> sel;
+      t.Split(keys.data(), keys.size(), &sel);
+      const std::vector<float> g(n * spec.dim, 0.5f);
+      s.ApplyPush(sel[0], keys.data(), g.data(), ctx);
+    };
+    push(0, 100);
+    std::vector<Key> some{3};
+    std::vector<RowSelection> sel;
+    t.Split(some.data(), 1, &sel);
+    std::shared_ptr<float[]> copied;
+    std::shared_ptr<const float> v1 = s.ReadOrShare(sel[0], some.data(), &copied);  // one run: in place
+    EXPECT_NE(v1, nullptr);
+    out.first = s.WriteBudgetBytes();
+    // New rows: copy-on-write, then the arrays grow; v1's array is the spare (kept: fewer than 8
+    // writes follow that need none).
+    push(1000, 3);
+    v1.reset();  // free now, but smaller than the parameters
+    std::shared_ptr<const float> v2 = s.ReadOrShare(sel[0], some.data(), &copied);
+    out.second = s.WriteBudgetBytes();
+    push(0, 100);
+    out.used_after = budget->used();
+    out.overdrafts = budget->overdrafts;
+    return out;
+  };
+  const Run dry = run(std::numeric_limits<size_t>::max());
+  ASSERT_GT(dry.first, 0u);
+  ASSERT_GT(dry.second, dry.first);
+  EXPECT_EQ(dry.used_after, dry.second);  // only v2's array counts
+  const Run tight = run(dry.second);
+  EXPECT_EQ(tight.overdrafts, 0u);         // the old spare made room (this thread cannot wait)
+  EXPECT_EQ(tight.used_after, dry.second);
 }
 
 // Through a running server: Adam's m and v are readable, and a row touched later gets its own
