@@ -67,6 +67,9 @@ class ServerImpl final : public Server {
     if (!addr.ok()) return addr.status();
     address_ = addr.value();
     done_endpoint_ = "inproc://pp-done-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+    // No limit on "done" messages in flight (8 bytes each): an update thread must never block on
+    // one while the I/O thread is blocked handing it more work, or joining it at shutdown.
+    done_.set(zmq::sockopt::rcvhwm, 0);
     done_.bind(done_endpoint_);
     return Status::OK();
   }
@@ -193,18 +196,25 @@ Status ServerImpl::Run() {
   while (!stop_) {
     int64_t now = NowMs();
     const int64_t timeout = std::max<int64_t>(0, std::min({control_.MsUntilTick(), next_control - now, int64_t{100}}));
-    if (ckpt_.writer.joinable()) {
-      zmq::pollitem_t item{static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0};
-      Poll(&item, 1, std::min<int64_t>(timeout, 5));
-      if (ckpt_.written) FinishCheckpoint();
-    } else if (awaiting_done_ > 0) {
-      zmq::pollitem_t items[] = {{static_cast<void*>(router_), 0, ZMQ_POLLIN, 0},
-                                 {static_cast<void*>(done_), 0, ZMQ_POLLIN, 0}};
-      Poll(items, 2, timeout);
-      if (items[1].revents & ZMQ_POLLIN) HandleDone();
-      if (items[0].revents & ZMQ_POLLIN) HandleRouter();
-    } else {
-      ReceiveRequest(timeout);
+    try {
+      if (ckpt_.writer.joinable()) {
+        zmq::pollitem_t item{static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0};
+        Poll(&item, 1, std::min<int64_t>(timeout, 5));
+        if (ckpt_.written) FinishCheckpoint();
+      } else if (awaiting_done_ > 0) {
+        zmq::pollitem_t items[] = {{static_cast<void*>(router_), 0, ZMQ_POLLIN, 0},
+                                   {static_cast<void*>(done_), 0, ZMQ_POLLIN, 0}};
+        Poll(items, 2, timeout);
+        if (items[1].revents & ZMQ_POLLIN) HandleDone();
+        if (items[0].revents & ZMQ_POLLIN) HandleRouter();
+      } else {
+        ReceiveRequest(timeout);
+      }
+    } catch (const std::exception& e) {
+      // A request this server could not handle (out of memory for it, a socket error): say so and
+      // go on serving everyone else; its sender's call runs into its deadline.
+      PP_LOG(Error) << "request loop: " << e.what() << " (request dropped)";
+      ++stats_.bad_messages;
     }
     if ((now = NowMs()) >= next_control) {
       HandleControl();
@@ -248,6 +258,7 @@ Status ServerImpl::Run() {
     delete r;
   }
   parked_.clear();
+  stats_.parked_now = 0;
   stats_.copy_on_write_waits = cow_budget_->waits.load();
   stats_.copy_on_write_overdrafts = cow_budget_->overdrafts.load();
   PP_LOG(Info) << "stopped: " << stats_.pushes << " pushes, " << stats_.pulls << " pulls, "
@@ -284,6 +295,7 @@ void ServerImpl::UpdateLoop(int k) {
   CopyOnWriteBudget::SetThisThreadMayWait(true);  // a write over the budget waits for a reply here
   zmq::socket_t done(ctx_, zmq::socket_type::push);
   done.set(zmq::sockopt::linger, 0);
+  done.set(zmq::sockopt::sndhwm, 0);
   done.connect(done_endpoint_);
   SpscQueue<Request>& q = *queues_[k];
   while (Request* r = q.Pop()) {
@@ -422,6 +434,12 @@ Status ServerImpl::Validate(const Message& m, TableShard** shard) {
                                       std::to_string(h.sender_rank) + " is at clock " +
                                       std::to_string(own));
   if (h.type == MsgType::kPull) {
+    // The reply is row_count x dim floats, whatever the request's size (keys may repeat).
+    const uint64_t max_rows = uint64_t(options_.max_message_bytes) / (uint64_t(spec.dim) * sizeof(float));
+    if (h.row_count() > max_rows)
+      return Status::InvalidArgument("pull of " + std::to_string(h.row_count()) + " rows of dim " +
+                                     std::to_string(spec.dim) + " from '" + spec.name + "' would be over the " +
+                                     std::to_string(options_.max_message_bytes >> 20) + " MB message limit");
     if (h.slot < -1 || h.slot >= t->optimizer()->num_slots())
       return Status::InvalidArgument("slot " + std::to_string(h.slot) + " does not exist for optimizer " +
                                      opt::KindName(spec.optimizer.kind));
@@ -460,13 +478,13 @@ void ServerImpl::HandleData(Message& m) {
     return;
   }
   if (h.type == MsgType::kClock) {
-    ++stats_.clocks;
     st = clocks_.Advance(h.sender_rank, h.clock);
     if (!st.ok()) {
       ++stats_.rejected;
       ReplyError(m, st);
       return;
     }
+    ++stats_.clocks;
     Header rh;
     rh.type = MsgType::kClockReply;
     rh.request_id = h.request_id;
@@ -581,7 +599,7 @@ void ServerImpl::Dispatch(Request* r) {
         if (r->sel[k].size() > 0) need += r->shard->stripe(k).WriteBudgetBytes();
       run_here = need == 0 || !cow_budget_->WouldExceed(need);
     }
-    if (run_here && K > 1 && r->op == Request::kApply) {
+    if (run_here && K > 1 && (r->op == Request::kApply || r->shard->spec().sparse)) {  // sparse: may add rows
       uint64_t copy = 0;
       for (int k = 0; k < K; ++k)
         if (r->sel[k].size() > 0) copy += r->shard->stripe(k).CopyOnWriteBytes(r->sel[k]);
@@ -680,35 +698,47 @@ void ServerImpl::ReplyError(const Message& m, const Status& st) {
 }
 
 void ServerImpl::AdvanceMinClock() {
-  int64_t m = clocks_.MinLive();
+  const int64_t m = clocks_.MinLive();
   if (m <= min_live_ && m != std::numeric_limits<int64_t>::max()) return;
-  min_live_ = m;
-  // BSP: every clock below the new minimum is complete; apply its mean once, in clock order,
-  // before any pull released below can read.
-  for (auto& t : tables_) {
-    if (!t || t->spec().consistency.model != Consistency::kBsp) continue;
-    auto& open = t->bsp_contributors;
-    while (!open.empty() && open.begin()->first < min_live_) {
-      int contributors = 0;
-      for (auto w : open.begin()->second) contributors += w;
-      auto* r = new Request;
-      r->op = Request::kApplyBsp;
-      r->shard = t.get();
-      r->clock = open.begin()->first;
-      // BSP's schedule step is the clock: the same on every server, whether or not a clock
-      // brought this server any push (sparse tables), and so after a restore onto other servers.
-      r->ctx.lr = opt::ScheduledLr(t->spec().optimizer, r->clock);
-      t->table_step = std::max(t->table_step, r->clock + 1);
-      r->ctx.grad_scale = contributors > 0 ? 1.0f / contributors : 0.0f;
-      open.erase(open.begin());
-      Dispatch(r);
+  // The minimum may jump several clocks (a slow worker dies or finishes). It is stepped up to each
+  // point where something happens, in order, so that a pull parked until the minimum reaches k
+  // is served after BSP's clocks below k are applied and before clock k is: it sees exactly the
+  // updates tagged below its own clock.
+  while (true) {
+    int64_t next = m;
+    for (auto& t : tables_)
+      if (t && t->spec().consistency.model == Consistency::kBsp && !t->bsp_contributors.empty())
+        next = std::min(next, t->bsp_contributors.begin()->first + 1);
+    if (!parked_.empty()) next = std::min(next, parked_.begin()->first);
+    min_live_ = std::max(min_live_, next);
+    // BSP: every clock below the minimum is complete; apply its mean once, in clock order,
+    // before any pull released below can read.
+    for (auto& t : tables_) {
+      if (!t || t->spec().consistency.model != Consistency::kBsp) continue;
+      auto& open = t->bsp_contributors;
+      while (!open.empty() && open.begin()->first < min_live_) {
+        int contributors = 0;
+        for (auto w : open.begin()->second) contributors += w;
+        auto* r = new Request;
+        r->op = Request::kApplyBsp;
+        r->shard = t.get();
+        r->clock = open.begin()->first;
+        // BSP's schedule step is the clock: the same on every server, whether or not a clock
+        // brought this server any push (sparse tables), and so after a restore onto other servers.
+        r->ctx.lr = opt::ScheduledLr(t->spec().optimizer, r->clock);
+        t->table_step = std::max(t->table_step, r->clock + 1);
+        r->ctx.grad_scale = contributors > 0 ? 1.0f / contributors : 0.0f;
+        open.erase(open.begin());
+        Dispatch(r);
+      }
     }
-  }
-  while (!parked_.empty() && parked_.begin()->first <= min_live_) {
-    Request* r = parked_.begin()->second;
-    parked_.erase(parked_.begin());
-    --stats_.parked_now;
-    ServePull(r, min_live_);
+    while (!parked_.empty() && parked_.begin()->first <= min_live_) {
+      Request* r = parked_.begin()->second;
+      parked_.erase(parked_.begin());
+      --stats_.parked_now;
+      ServePull(r, min_live_);
+    }
+    if (min_live_ >= m) break;
   }
 }
 

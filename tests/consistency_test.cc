@@ -305,6 +305,42 @@ TEST(ConsistencyFinish, LastPushesOfAFinishingWorkerCount) {
   }
 }
 
+// When the slowest worker finishes, the minimum clock may jump several clocks at once. A BSP pull
+// parked until the minimum reaches its clock must still see exactly the clocks below its own:
+// here clocks 1 and 2 close together, and a pull at clock 2 must not see clock 2's update.
+TEST(ConsistencyFinish, MinimumJumpingSeveralClocksKeepsBspPullsExact) {
+  LocalClusterConfig cfg;
+  cfg.servers = 1;
+  cfg.workers = 2;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& a = cluster.client(0);
+  Client& b = cluster.client(1);
+  TableSpec spec = CounterTable(1, Consistency{Consistency::kBsp, 0});
+  auto ta = a.CreateTable(spec);
+  auto tb = b.CreateTable(spec);
+  ASSERT_TRUE(ta.ok() && tb.ok());
+  // SGD, lr 1: a clock's mean gradient g moves the row by -g.
+  ASSERT_TRUE(a.PushDense(*ta, std::vector<float>(2, -1.0f)).Wait().ok());  // clock 0: mean 1
+  ASSERT_TRUE(b.PushDense(*tb, std::vector<float>(2, -1.0f)).Wait().ok());
+  ASSERT_TRUE(a.Clock().ok());
+  ASSERT_TRUE(b.Clock().ok());  // both at 1: clock 0 applied
+  ASSERT_TRUE(a.PushDense(*ta, std::vector<float>(2, -10.0f)).Wait().ok());  // clock 1: A alone
+  ASSERT_TRUE(a.Clock().ok());  // A at 2, B at 1
+  std::vector<float> seen(2, -1.0f);
+  Future pull = a.PullDense(*ta, seen.data());  // clock 2: parked until B reaches 2
+  ASSERT_TRUE(a.PushDense(*ta, std::vector<float>(2, -100.0f)).Wait().ok());  // clock 2
+  ASSERT_TRUE(a.Clock().ok());  // A at 3
+  ASSERT_FALSE(pull.Ready());
+  ASSERT_TRUE(b.Finish().ok());  // the minimum jumps from 1 to 3: clocks 1 and 2 close
+  ASSERT_TRUE(pull.Wait().ok());
+  EXPECT_EQ(seen[0], 11.0f) << "111: the pull saw clock 2's update too";
+  std::vector<float> after(2);
+  ASSERT_TRUE(a.PullDense(*ta, after.data()).Wait().ok());  // clock 3: everything
+  EXPECT_EQ(after[0], 111.0f);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 TEST(ConsistencyRules, PullRule) {
   EXPECT_TRUE(PullReady(5, 0, 5));
   EXPECT_FALSE(PullReady(5, 0, 4));

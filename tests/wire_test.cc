@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "common/time.h"
 #include "common/wire.h"
@@ -395,6 +396,59 @@ TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
   // Malformed: 2 dropped + 4 answered; refused: the 8 well-formed but invalid ones.
   EXPECT_EQ(stats.bad_messages.load(), 6u);
   EXPECT_EQ(stats.rejected.load(), 8u);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+// A small request for a reply the server would not send (keys may repeat) is refused with a
+// clear error, before the server allocates it; the server goes on serving.
+TEST(ClientErrors, PullOfAReplyOverTheMessageLimitIsRefused) {
+  LocalClusterConfig cfg;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  TableSpec spec;
+  spec.name = "wide";
+  spec.rows = 2;
+  spec.dim = 1024;
+  spec.consistency.model = Consistency::kAsp;
+  auto t = c.CreateTable(spec);
+  ASSERT_TRUE(t.ok());
+  // 600k keys (4.8 MB) asking for 600k rows of 4 KB: 2.4 GB, over the 2 GiB default limit.
+  std::vector<Key> keys(600000, 1);
+  std::vector<float> out(1);  // never written: refused
+  Status st = c.Pull(*t, keys, out.data()).Wait();
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("message limit"), std::string::npos) << st.ToString();
+  std::vector<float> row(2 * 1024);
+  EXPECT_TRUE(c.PullDense(*t, row.data()).Wait().ok());
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+// A pull whose wait expired never turns OK afterwards, even when its reply comes (it is not
+// written anywhere): here a BSP pull parked until the other worker's clock.
+TEST(ClientErrors, AGivenUpPullNeverTurnsOk) {
+  LocalClusterConfig cfg;
+  cfg.workers = 2;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& a = cluster.client(0);
+  Client& b = cluster.client(1);
+  TableSpec spec;
+  spec.name = "bsp";
+  spec.rows = 4;
+  spec.dim = 2;
+  auto ta = a.CreateTable(spec);
+  auto tb = b.CreateTable(spec);
+  ASSERT_TRUE(ta.ok() && tb.ok());
+  ASSERT_TRUE(a.Clock().ok());
+  std::vector<float> out(8, 42.0f);
+  Future pull = a.PullDense(*ta, out.data());  // clock 1: waits for b
+  EXPECT_EQ(pull.WaitFor(50).code(), Code::kDeadlineExceeded);
+  ASSERT_TRUE(b.Clock().ok());                 // now the server answers it
+  for (int i = 0; i < 2000 && !pull.Ready(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(pull.Ready());
+  EXPECT_EQ(pull.Wait().code(), Code::kDeadlineExceeded);
+  EXPECT_EQ(out[0], 42.0f);  // not written after the wait gave up
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 

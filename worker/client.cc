@@ -75,6 +75,10 @@ struct FutureState {
   void Complete(int target, const Status& st, int32_t stale = 0) {
     std::lock_guard<std::mutex> l(mu);
     if (!st.ok() && status.ok()) status = st;
+    // A waiter that gave up was told DeadlineExceeded and nothing was written for it since: the
+    // call must not turn OK later (a pull's values are not in its destination).
+    if (abandoned && status.ok())
+      status = Status::DeadlineExceeded(What() + ": a reply came after the wait expired; its values were not written");
     if (stale > staleness) staleness = stale;
     if (target >= 0 && target < static_cast<int>(waiting_on.size())) waiting_on[target] = 0;
     if (--remaining == 0) {
@@ -168,9 +172,15 @@ const float* PulledRows::row(size_t i) const {
   return r;
 }
 size_t PulledRows::num_parts() const { return p_ ? p_->Parts().size() : 0; }
-const float* PulledRows::part(size_t i) const { return static_cast<const float*>(p_->Parts().at(i).frame->data()); }
-size_t PulledRows::part_floats(size_t i) const { return p_->Parts().at(i).frame->size() / sizeof(float); }
-uint64_t PulledRows::part_first_row(size_t i) const { return p_->Parts().at(i).first_row; }
+namespace {
+const internal::PulledParts::Part& PartAt(const std::shared_ptr<internal::PulledParts>& p, size_t i) {
+  if (!p) throw std::out_of_range("PulledRows::part(" + std::to_string(i) + ") of an empty PulledRows");
+  return p->Parts().at(i);
+}
+}  // namespace
+const float* PulledRows::part(size_t i) const { return static_cast<const float*>(PartAt(p_, i).frame->data()); }
+size_t PulledRows::part_floats(size_t i) const { return PartAt(p_, i).frame->size() / sizeof(float); }
+uint64_t PulledRows::part_first_row(size_t i) const { return PartAt(p_, i).first_row; }
 void PulledRows::CopyTo(float* out) const {
   if (!p_) return;
   p_->CheckComplete();
@@ -309,6 +319,10 @@ class ClientImpl final : public Client, private internal::Receiver {
     for (const auto& s : cm.servers) {
       tx_.emplace_back(ctx_, zmq::socket_type::dealer);
       ConfigureSocket(tx_.back(), false, -1);
+      // A server that takes nothing (its queue full: stalled, or dead and not declared yet) fails
+      // the send after the request deadline instead of blocking the caller, and every caller
+      // behind it on the send lock, for good.
+      tx_.back().set(zmq::sockopt::sndtimeo, options_.request_timeout_ms);
       try {
         rx_.connect(s.address);
         tx_.back().connect(s.address);
@@ -471,8 +485,18 @@ Future ClientImpl::Failed(const Status& st) {
 
 void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
   // One lock around id assignment and sending: a server sees each worker's push ids increase.
+  // Pushes, pulls and clocks are stamped with this worker's clock here too, so that with several
+  // threads a push sent after a Clock() carries the new clock (the server refuses stale ones).
   std::lock_guard<std::mutex> send_lock(send_mu_);
+  const bool ticks = !cmds.empty() && cmds[0]->header.type == MsgType::kClock;
+  const int64_t clock = ticks ? clock_.load() + 1 : clock_.load();
+  if (ticks) {
+    std::lock_guard<std::mutex> l(cmds[0]->part.fs->mu);
+    cmds[0]->part.fs->what = "clock " + std::to_string(clock);
+  }
   for (auto& c : cmds) {
+    const MsgType type = c->header.type;
+    if (type == MsgType::kPush || type == MsgType::kPull || type == MsgType::kClock) c->header.clock = clock;
     {
       std::lock_guard<std::mutex> l(mu_);
       c->header.request_id = next_request_id_++;
@@ -483,8 +507,11 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
     c->header.sender_role = Role::kWorker;
     c->header.sender_rank = control_.rank();
     int t = c->part.target;
-    c->part.fs->waiting_on[t == kScheduler ? c->part.fs->waiting_on.size() - 1 : t] = 1;
-    if (t != kScheduler) c->part.fs->receiver = receiver_;  // before the Future is returned
+    {
+      std::lock_guard<std::mutex> l(c->part.fs->mu);  // another thread may wait on it (Finish)
+      c->part.fs->waiting_on[t == kScheduler ? c->part.fs->waiting_on.size() - 1 : t] = 1;
+      if (t != kScheduler) c->part.fs->receiver = receiver_;  // before the Future is returned
+    }
     if (t != kScheduler && options_.send_latency_ms == 0) {
       SendToServer(std::move(c));  // straight from the calling thread
       continue;
@@ -496,6 +523,7 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
     std::lock_guard<std::mutex> l(mu_);
     cmd_out_.send(m, zmq::send_flags::none);
   }
+  if (ticks) clock_ = clock;
 }
 
 // Registers the request, then sends it on tx_. Caller holds send_mu_.
@@ -508,13 +536,22 @@ void ClientImpl::SendToServer(std::unique_ptr<Command> c) {
     std::lock_guard<std::mutex> l(pending_mu_);
     pending_.emplace(id, std::move(c->part));
   }
-  Status st = SendMessage(tx_[s], nullptr, c->header, std::move(c->keys), std::move(c->values));
+  // A failure (a dead server, an aborted job) sets the sticky error before it fails what is
+  // pending: one that came in between the caller's check and the line above has not seen this
+  // request, so it is failed here. Whoever takes it out of pending_ completes it, once.
+  Status st = Sticky();
+  if (st.ok()) st = SendMessage(tx_[s], nullptr, c->header, std::move(c->keys), std::move(c->values));
   if (!st.ok()) {
+    bool mine;
     {
       std::lock_guard<std::mutex> l(pending_mu_);
-      pending_.erase(id);
+      mine = pending_.erase(id) > 0;
     }
-    fs->Complete(s, st);
+    if (mine) fs->Complete(s, st.code() == Code::kUnavailable && st.message().find("would block") != std::string::npos
+                                  ? Status::Unavailable("server " + std::to_string(s) + " took no message for " +
+                                                        std::to_string(options_.request_timeout_ms) +
+                                                        " ms (its send queue is full)")
+                                  : st);
   }
 }
 
@@ -557,6 +594,16 @@ Result<Table> ClientImpl::CreateTable(const TableSpec& spec) {
   auto r = ControlCall(h, "create table '" + spec.name + "'");
   if (!r.ok()) return r.status();
   const TableInfo& info = r->info;
+  // The scheduler's partition indexes this client's per-server arrays: check it first.
+  const size_t S = static_cast<size_t>(num_servers());
+  bool fits = info.spec.sparse ? info.bucket_owner.size() == TableInfo::kBuckets
+                               : info.row_offsets.size() == S + 1 && info.row_offsets.front() == 0 &&
+                                     info.row_offsets.back() == info.spec.rows;
+  for (size_t i = 1; fits && i < info.row_offsets.size(); ++i) fits = info.row_offsets[i - 1] <= info.row_offsets[i];
+  for (size_t i = 0; fits && i < info.bucket_owner.size(); ++i) fits = info.bucket_owner[i] < S;
+  if (!fits)
+    return Status::Corruption("create table '" + spec.name + "': the scheduler's partition does not fit " +
+                              std::to_string(S) + " servers");
   Table t;
   t.id = info.id;
   t.name = info.spec.name;
@@ -565,7 +612,7 @@ Result<Table> ClientImpl::CreateTable(const TableSpec& spec) {
   t.dim = info.spec.dim;
   t.consistency = info.spec.consistency;
   std::lock_guard<std::mutex> l(mu_);
-  tables_[t.id] = info;
+  tables_.emplace(t.id, info);  // never overwritten: other threads may be reading it (CheckTable)
   return t;
 }
 
@@ -574,6 +621,9 @@ Future ClientImpl::Push(const Table& t, std::vector<Key> keys, std::shared_ptr<c
   Status st = CheckTable(t, &info);
   if (!st.ok()) return Failed(st);
   const uint32_t dim = info->spec.dim;
+  if (keys.size() > kMaxKeysPerMessage)
+    return Failed(Status::InvalidArgument("push to '" + t.name + "': " + std::to_string(keys.size()) +
+                                          " keys, at most " + std::to_string(kMaxKeysPerMessage) + " per call"));
   if (!vbuf || vbuf->size() != keys.size() * dim)
     return Failed(Status::InvalidArgument("push to '" + t.name + "': " + std::to_string(keys.size()) +
                                           " keys of dim " + std::to_string(dim) + " need " +
@@ -654,6 +704,9 @@ Future ClientImpl::PullImpl(const Table& t, std::vector<Key> keys, int slot, flo
   Status st = CheckTable(t, &info);
   if (!st.ok()) return Failed(st);
   const uint32_t dim = info->spec.dim;
+  if (keys.size() > kMaxKeysPerMessage)
+    return Failed(Status::InvalidArgument("pull from '" + t.name + "': " + std::to_string(keys.size()) +
+                                          " keys, at most " + std::to_string(kMaxKeysPerMessage) + " per call"));
   for (Key k : keys)
     if (!info->spec.sparse && k >= info->spec.rows)
       return Failed(Status::InvalidArgument("pull from '" + t.name + "': row " + std::to_string(k) +
@@ -796,19 +849,16 @@ Future ClientImpl::PullDenseImpl(const Table& t, float* out, PulledRows* view) {
 
 Status ClientImpl::Clock() {
   PP_RETURN_IF_ERROR(Sticky());
-  int64_t next = clock_ + 1;
-  auto fs = NewState("clock " + std::to_string(next), num_servers());
+  auto fs = NewState("clock", num_servers());
   std::vector<std::unique_ptr<Command>> cmds;
   for (int s = 0; s < num_servers(); ++s) {
     auto c = std::make_unique<Command>();
-    c->header.type = MsgType::kClock;
-    c->header.clock = next;
+    c->header.type = MsgType::kClock;  // stamped with the next clock by Post, which advances it
     c->part.fs = fs;
     c->part.target = s;
     c->part.reply_type = MsgType::kClockReply;
     cmds.push_back(std::move(c));
   }
-  clock_ = next;
   {
     std::lock_guard<std::mutex> l(mu_);
     ++stats_.clocks;
@@ -1003,11 +1053,20 @@ void ClientImpl::HandleReply(Message& m, int from) {
       PP_LOG(Debug) << "reply " << m.header.request_id << " matches no request";
       return;
     }
+    if (it->second.target != from) {
+      // Not the answer of the node it was sent to: leave the request to its own reply.
+      PP_LOG(Warning) << (from == kScheduler ? std::string("the scheduler") : "server " + std::to_string(from))
+                      << " answered request " << m.header.request_id << ", which went to "
+                      << (it->second.target == kScheduler ? std::string("the scheduler")
+                                                          : "server " + std::to_string(it->second.target))
+                      << "; reply dropped";
+      return;
+    }
     part = std::move(it->second);
     pending_.erase(it);
   }
   const Header& h = m.header;
-  if (h.type != part.reply_type || part.target != from) {
+  if (h.type != part.reply_type) {
     part.fs->Complete(part.target, Status::Corruption(std::string("expected ") + MsgTypeName(part.reply_type) +
                                                       ", got " + MsgTypeName(h.type)));
     return;

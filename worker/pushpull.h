@@ -15,8 +15,9 @@
 //
 // Calls that span servers are split and sent to all of them at once. Every wait has a deadline
 // (ClientOptions::request_timeout_ms unless given) and says what it waited for when it expires.
-// An error from a peer or the scheduler (a dead server, an aborted job) fails the pending calls
-// and is sticky: later calls return it.
+// A dead server, an aborted job or a refused clock fails the pending calls and is sticky: later
+// calls return it. Other refusals (a bad row, a non-finite gradient) fail only their own call, so
+// check the Futures of pushes that matter.
 //
 // Threading: a Client may be used from several threads. Calling threads send their requests
 // themselves, one at a time under an internal lock (so request ids and per-server order are
@@ -83,7 +84,8 @@ class PulledRows {
   // Copies every row to out (num_rows() * dim floats) in order.
   void CopyTo(float* out) const;
 
-  // Dense pulls (a keyed pull's parts are its servers' replies, first row 0).
+  // Dense pulls. (A keyed pull's parts are the frames of its servers' replies, part_first_row
+  // counting rows within each reply; use row(i).)
   size_t num_parts() const;
   const float* part(size_t i) const;
   size_t part_floats(size_t i) const;
@@ -100,7 +102,8 @@ class Future {
   Future() = default;
   explicit Future(std::shared_ptr<internal::FutureState> s) : s_(std::move(s)) {}
   // Waits for every server's answer, at most the client's request_timeout_ms. A pull's values
-  // are in its destination once this returns OK.
+  // are in its destination once this returns OK. A WaitFor that expires gives the call up: a
+  // pull writes nothing more into its destination, and the Future never turns OK afterwards.
   Status Wait();
   Status WaitFor(int64_t timeout_ms);
   bool Ready() const;
@@ -135,7 +138,8 @@ class Client {
   // Keyed push and pull. grads: keys.size() * dim floats. out must stay valid until the
   // Future is done (or its Wait timed out) and receives keys.size() * dim floats in key order.
   // Gradients are sent zero-copy from the buffer; a shared buffer may be reused once the push's
-  // Future is done (the library holds its reference only until then).
+  // Future succeeded (the library holds its reference until then; after a failure, such as a
+  // dead server, possibly until the Client is destroyed).
   virtual Future Push(const Table& t, std::vector<Key> keys,
                       std::shared_ptr<const std::vector<float>> grads) = 0;
   Future Push(const Table& t, std::vector<Key> keys, std::vector<float> grads) {
