@@ -717,8 +717,15 @@ void ServerImpl::AdvanceMinClock() {
       if (!t || t->spec().consistency.model != Consistency::kBsp) continue;
       auto& open = t->bsp_contributors;
       while (!open.empty() && open.begin()->first < min_live_) {
-        int contributors = 0;
-        for (auto w : open.begin()->second) contributors += w;
+        // The mean over the workers that took part in the clock: every one whose clock passed it
+        // (it finished the clock, whether or not it pushed here: a sparse table's rows get the
+        // same divisor on every server, as one process with the whole batch would) and any that
+        // pushed to it here and left before finishing it.
+        const int64_t k = open.begin()->first;
+        const std::vector<uint8_t>& pushed = open.begin()->second;
+        int participants = 0;
+        for (int w = 0; w < clocks_.size(); ++w)
+          participants += (static_cast<size_t>(w) < pushed.size() && pushed[w]) || clocks_.clock(w) > k;
         auto* r = new Request;
         r->op = Request::kApplyBsp;
         r->shard = t.get();
@@ -727,7 +734,7 @@ void ServerImpl::AdvanceMinClock() {
         // brought this server any push (sparse tables), and so after a restore onto other servers.
         r->ctx.lr = opt::ScheduledLr(t->spec().optimizer, r->clock);
         t->table_step = std::max(t->table_step, r->clock + 1);
-        r->ctx.grad_scale = contributors > 0 ? 1.0f / contributors : 0.0f;
+        r->ctx.grad_scale = participants > 0 ? 1.0f / participants : 0.0f;
         open.erase(open.begin());
         Dispatch(r);
       }

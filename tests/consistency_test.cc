@@ -251,6 +251,48 @@ TEST(BspEquivalence, RunsAreBitwiseReproducible) {
   for (size_t j = 0; j < a.size(); ++j) EXPECT_EQ(a[j], b[j]) << "j=" << j;
 }
 
+// A sparse table's BSP mean is over every worker that took part in the clock, whichever servers
+// its keys went to: two workers pushing keys that two servers own give the rows one server gives
+// (each server used to divide by the workers that pushed to it, here one: twice the step).
+TEST(BspEquivalence, SparseMeanIsOverEveryWorkerWhateverTheServers) {
+  TableSpec spec;
+  spec.name = "emb";
+  spec.sparse = true;
+  spec.dim = 2;
+  spec.optimizer.kind = opt::Kind::kSgd;
+  spec.optimizer.lr = 1.0f;
+  // A key of server 0 and one of server 1 when there are two.
+  const TableInfo two = TableInfo::Make(0, spec, 2);
+  Key k0 = 0, k1 = 0;
+  while (two.OwnerOf(k0) != 0) ++k0;
+  while (two.OwnerOf(k1) != 1) ++k1;
+  auto run = [&](int servers) {
+    LocalClusterConfig cfg;
+    cfg.servers = servers;
+    cfg.workers = 2;
+    LocalCluster cluster(cfg);
+    EXPECT_TRUE(cluster.Start().ok());
+    std::vector<float> rows(4, NAN);
+    cluster.RunWorkers([&](Client& c, int w) {
+      auto t = c.CreateTable(spec);
+      ASSERT_TRUE(t.ok());
+      // Worker 0 pushes -4 to k0, worker 1 -8 to k1; then both finish clock 0.
+      ASSERT_TRUE(c.Push(*t, {w == 0 ? k0 : k1}, std::vector<float>(2, w == 0 ? -4.0f : -8.0f)).Wait().ok());
+      ASSERT_TRUE(c.Clock().ok());
+      if (w == 0) {
+        ASSERT_TRUE(c.Pull(*t, {k0, k1}, rows.data()).Wait().ok());  // clock 1: sees clock 0
+      }
+    });
+    EXPECT_TRUE(cluster.FinishAndJoin().ok());
+    return rows;
+  };
+  const std::vector<float> one = run(1), both = run(2);
+  EXPECT_EQ(one, both);
+  // Initial rows are zeros; the mean over 2 workers: k0 moves by 4/2, k1 by 8/2.
+  EXPECT_EQ(both[0], 2.0f);
+  EXPECT_EQ(both[2], 4.0f);
+}
+
 // Rows split over 3 update threads per server (stripes: per-stripe accumulators, applies and
 // in-place pull frames) give bit for bit what one update thread gives.
 TEST(BspEquivalence, StripesDoNotChangeTheResult) {
