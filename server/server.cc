@@ -30,13 +30,14 @@ constexpr int64_t kControlEveryMs = 5;          // how often the I/O thread read
 // One unit of work for the update threads: a push, a pull, or a BSP clock to apply. Update
 // thread k works on sel[k] (or on stripe k as a whole for kApplyBsp).
 struct Request {
-  enum Op { kApply, kAccumulate, kRead, kApplyBsp };
+  enum Op { kApply, kAccumulate, kRead, kApplyBsp, kDropWorker };
   Op op = kApply;
   Message msg;                      // the request as received (frames read in place)
   TableShard* shard = nullptr;
   std::vector<RowSelection> sel;
   opt::StepContext ctx;
-  int64_t clock = 0;                // kAccumulate / kApplyBsp
+  int64_t clock = 0;                // kAccumulate / kApplyBsp / kDropWorker
+  int worker = -1;                  // kDropWorker: whose sum for `clock` to drop
   std::shared_ptr<float[]> out;     // kRead: reply values (uninitialised, then filled) ...
   // ... or, for a dense pull of parameters, each stripe's rows in place (Stripe::ShareRows):
   // shared[k] for stripe k, sent as one values frame each.
@@ -93,6 +94,7 @@ class ServerImpl final : public Server {
   void ReplyError(const Message& m, const Status& st);
   void HandleControl();
   void OnMembership();
+  void DropBspSums(int w);
   void AdvanceMinClock();
   void ServePull(Request* r, int64_t min_live);
   void CountBad(const Status& st, const char* what);
@@ -286,6 +288,9 @@ void ServerImpl::Execute(Request* r, int k) {
       break;
     case Request::kApplyBsp:
       s.ApplyAccumulated(r->clock, r->ctx);
+      break;
+    case Request::kDropWorker:
+      s.DropAccumulated(r->clock, r->worker);
       break;
   }
 }
@@ -636,7 +641,7 @@ void ServerImpl::HandleDone() {
 }
 
 void ServerImpl::Reply(Request* r) {
-  if (r->op == Request::kApplyBsp) {
+  if (r->op == Request::kApplyBsp || r->op == Request::kDropWorker) {
     delete r;
     return;
   }
@@ -882,6 +887,28 @@ void ServerImpl::FinishCheckpoint() {
   AdvanceMinClock();  // what membership changes during the write held back
 }
 
+// BSP: a worker that died in the middle of a clock may have reached some servers with its pushes
+// for it and not others. Every server drops its sums from the clock the worker had not finished
+// on, so the clock's mean is over the workers that finished it, alike everywhere (DESIGN.md). A
+// finished worker's sums are whole (Finish waits for its pushes) and stay.
+void ServerImpl::DropBspSums(int w) {
+  const int64_t from = clocks_.clock(w);
+  for (auto& t : tables_) {
+    if (!t || t->spec().consistency.model != Consistency::kBsp) continue;
+    for (auto& [k, pushed] : t->bsp_contributors) {
+      if (k < from || static_cast<size_t>(w) >= pushed.size() || !pushed[w]) continue;
+      pushed[w] = 0;
+      PP_LOG(Warning) << "table '" << t->spec().name << "': dropping dead worker " << w << "'s pushes for clock " << k;
+      auto* r = new Request;
+      r->op = Request::kDropWorker;
+      r->shard = t.get();
+      r->clock = k;
+      r->worker = w;
+      Dispatch(r);  // behind its pushes in every stripe's queue, before the clock's apply
+    }
+  }
+}
+
 void ServerImpl::OnMembership() {
   const Membership& mem = control_.membership();
   // An ending job releases nothing: parked pulls are answered with the job's end instead of being
@@ -892,6 +919,7 @@ void ServerImpl::OnMembership() {
     if (!mem.worker_alive[w]) {
       PP_LOG(Warning) << "worker " << w << " declared dead; no longer waiting for it";
       clocks_.MarkDead(w);
+      if (!ckpt_.writer.joinable()) DropBspSums(w);  // (none are open while one is written)
     } else if (w < static_cast<int>(mem.worker_done.size()) && mem.worker_done[w]) {
       PP_LOG(Info) << "worker " << w << " finished at clock " << clocks_.clock(w);
       clocks_.MarkDead(w);

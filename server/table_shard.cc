@@ -329,6 +329,13 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
   bsp_.erase(it);
 }
 
+void Stripe::DropAccumulated(int64_t clock, int worker) {
+  auto it = bsp_.find(clock);
+  if (it == bsp_.end()) return;
+  it->second.erase(worker);
+  if (it->second.empty()) bsp_.erase(it);
+}
+
 void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out) {
   ForEachRun(sel, keys, false, [&](uint32_t r, uint64_t pos, size_t len) {
     // Looked up per run: a sparse pull may add rows (LocalRow), which may move the arrays.

@@ -115,6 +115,8 @@ class Stripe {
   // The sum is taken in worker order, so a BSP run is bitwise reproducible whatever order the
   // pushes arrived in.
   void ApplyAccumulated(int64_t clock, const opt::StepContext& ctx);
+  // BSP: forgets worker `worker`'s sum for `clock` (a worker that died before finishing it).
+  void DropAccumulated(int64_t clock, int worker);
   // Copies rows (parameters, or optimizer slot `slot` >= 0) into out (dim floats per message row).
   void Read(const RowSelection& sel, const Key* keys, int slot, float* out);
   // A keyed pull of parameters: when its rows are consecutive local rows in message order (one

@@ -293,6 +293,32 @@ TEST(BspEquivalence, SparseMeanIsOverEveryWorkerWhateverTheServers) {
   EXPECT_EQ(both[2], 4.0f);
 }
 
+// A worker that dies in the middle of a BSP clock, having pushed to one server and not the other:
+// every server drops its pushes for that clock, so the clock's mean is the survivor's gradient on
+// every row (server 0 used to average the dead worker's push in and server 1 not).
+TEST(BspEquivalence, AWorkerDyingMidClockCountsNowhere) {
+  LocalClusterConfig cfg;
+  cfg.servers = 2;
+  cfg.workers = 2;
+  cfg.continue_on_worker_death = true;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  TableSpec spec = CounterTable(4, Consistency{Consistency::kBsp, 0});  // rows 0-1 on server 0
+  auto ta = cluster.client(0).CreateTable(spec);
+  auto tb = cluster.client(1).CreateTable(spec);
+  ASSERT_TRUE(ta.ok() && tb.ok());
+  // Worker 1 pushes -100 to rows 0 and 1 (server 0 only), then dies before its Clock().
+  ASSERT_TRUE(cluster.client(1).Push(*tb, {0, 1}, std::vector<float>(4, -100.0f)).Wait().ok());
+  cluster.KillClient(1);
+  Client& a = cluster.client(0);
+  ASSERT_TRUE(a.PushDense(*ta, std::vector<float>(8, -1.0f)).Wait().ok());
+  ASSERT_TRUE(a.Clock().ok());
+  std::vector<float> rows(8, NAN);
+  ASSERT_TRUE(a.PullDense(*ta, rows.data()).WaitFor(20000).ok());  // once worker 1 is declared dead
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(rows[i], 1.0f) << "value " << i << " (50.5: the dead worker's push counted)";
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 // Rows split over 3 update threads per server (stripes: per-stripe accumulators, applies and
 // in-place pull frames) give bit for bit what one update thread gives.
 TEST(BspEquivalence, StripesDoNotChangeTheResult) {
