@@ -432,6 +432,10 @@ Status ServerImpl::Validate(const Message& m, TableShard** shard) {
       }
     }
   }
+  // A replayed push is a duplicate whatever clock it was tagged with.
+  if (h.type == MsgType::kPush && h.request_id <= last_push_id_[h.sender_rank])
+    return Status::AlreadyExists("push " + std::to_string(h.request_id) + " from worker " +
+                                 std::to_string(h.sender_rank) + " already received (replay)");
   int64_t own = clocks_.clock(h.sender_rank);
   if (h.clock != own)
     return Status::FailedPrecondition(std::string(MsgTypeName(h.type)) + " tagged clock " +
@@ -450,9 +454,6 @@ Status ServerImpl::Validate(const Message& m, TableShard** shard) {
                                      opt::KindName(spec.optimizer.kind));
   }
   if (h.type == MsgType::kPush) {
-    if (h.request_id <= last_push_id_[h.sender_rank])
-      return Status::AlreadyExists("push " + std::to_string(h.request_id) + " from worker " +
-                                   std::to_string(h.sender_rank) + " already received (replay)");
     if (!opt::AllFinite(m.value_data(), h.row_count() * h.dim))
       return Status::InvalidArgument("gradient for '" + spec.name + "' holds NaN or Inf; push refused");
   }

@@ -383,6 +383,13 @@ TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
   Header r = peer.Reply();
   EXPECT_EQ(r.status, Code::kAlreadyExists) << r.error;
   EXPECT_EQ(stats.duplicates.load(), 1u);
+  // Replayed with another clock tag (as a replay from an earlier clock would be): still a
+  // duplicate, not a clock error.
+  Header stale = ok;
+  stale.clock += 5;
+  peer.Send(stale, key, g);
+  EXPECT_EQ(peer.Reply().status, Code::kAlreadyExists);
+  EXPECT_EQ(stats.duplicates.load(), 2u);
 
   // The server still serves a normal worker, and row 2 moved exactly once (lr 1, grad -1).
   std::vector<float> vals(8 * 4);
