@@ -59,6 +59,8 @@ Status TableSpec::Validate() const {
     return Status::InvalidArgument("table '" + name + "': dim must be in [1, 2^24]");
   if (!sparse && rows * uint64_t(dim) > (uint64_t(1) << 36))
     return Status::InvalidArgument("table '" + name + "': rows*dim exceeds 2^36 floats");
+  if (static_cast<uint8_t>(init) > static_cast<uint8_t>(InitKind::kGlorot))
+    return Status::InvalidArgument("table '" + name + "': unknown init kind " + std::to_string(int(init)));
   if (!(init_scale >= 0) || !std::isfinite(init_scale))
     return Status::InvalidArgument("table '" + name + "': init_scale must be finite and >= 0");
   if (glorot_bias_columns >= dim && init == InitKind::kGlorot)

@@ -470,6 +470,9 @@ TEST(ClientErrors, BadShapesAreRefusedBeforeSending) {
   spec.name = "t";
   spec.rows = 10;
   spec.dim = 3;
+  TableSpec odd = spec;
+  odd.init = static_cast<InitKind>(9);  // as a peer's bytes may say
+  EXPECT_EQ(c.CreateTable(odd).status().code(), Code::kInvalidArgument);
   auto t = c.CreateTable(spec);
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(c.Push(*t, {1, 2}, {1, 2, 3}).Wait().code(), Code::kInvalidArgument);
