@@ -443,6 +443,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> clock_{0};
   std::atomic<bool> finished_{false};
+  std::mutex finish_mu_;
   std::atomic<int> held_back_{0};  // server requests posted to the I/O thread, not sent yet
 
   mutable std::mutex mu_;     // guards the fields below
@@ -883,6 +884,7 @@ Status ClientImpl::Checkpoint() {
 }
 
 Status ClientImpl::Finish() {
+  std::lock_guard<std::mutex> once(finish_mu_);  // two threads at once: the second finds it done
   if (finished_) return Status::OK();  // once is enough
   // The scheduler's "done" travels on another connection than the data: without this wait a
   // server could hear of it before this worker's last pushes and clocks, and drop them. First
