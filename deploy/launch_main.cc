@@ -69,6 +69,18 @@ Child Spawn(const std::string& name, const std::string& role, const std::vector<
   }
   pid_t parent = getpid();
   pid_t pid = fork();
+  if (pid < 0) {
+    // A child that is not there must not be signalled or waited for as pid -1 (every process).
+    perror("fork");
+    close(fds[0]);
+    close(fds[1]);
+    Child none;
+    none.name = name;
+    none.role = role;
+    none.exited = true;
+    none.status = 1 << 8;  // as if it exited 1
+    return none;
+  }
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
@@ -213,6 +225,11 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
                             "--heartbeat_timeout_ms=" + std::to_string(FLAGS_heartbeat_timeout_ms),
                             "--on_worker_death=" + FLAGS_on_worker_death,
                             "--checkpoint_dir=" + FLAGS_checkpoint_dir, "--restore_from=" + restore_from}));
+  if (children[0].pid < 0) {
+    Say("cannot start the scheduler (fork failed)");
+    rmdir(tmpl);
+    return 1;
+  }
   // The scheduler picks its port; wait for it to say which.
   std::string scheduler;
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -233,7 +250,8 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       }
       unlink(endpoint_file.c_str());
       rmdir(tmpl);
-      return 1;
+      if (g_interrupted) return 130;
+      return exited && WIFEXITED(st) && WEXITSTATUS(st) != 0 ? WEXITSTATUS(st) : 1;  // 2: bad flags
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -255,6 +273,15 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
     children.push_back(Spawn("worker " + std::to_string(w), "worker", a));
   }
 
+  for (const Child& c : children) {
+    if (c.pid >= 0) continue;
+    Say("cannot start " + c.name + " (fork failed); stopping the job");
+    for (const Child& o : children)
+      if (o.pid >= 0) kill(o.pid, SIGKILL);
+    for (const Child& o : children)
+      if (o.pid >= 0) waitpid(o.pid, nullptr, 0);
+    return 1;
+  }
   int exit_code = 0;
   bool stopping = false;
   std::chrono::steady_clock::time_point kill_at;

@@ -26,7 +26,8 @@ constexpr size_t kIoChunk = 4 << 20;
 
 std::string ErrnoText() { return std::strerror(errno); }
 
-// fsync of a directory, so that a rename in it survives a crash.
+// fsync of a directory, so that a rename in it survives a crash. (Some filesystems refuse to
+// open or fsync a directory; the rename has happened either way, so that is not an error.)
 void SyncDir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd >= 0) {
@@ -73,6 +74,7 @@ class FileWriter {
       Pod(payload);
       Pod(crc);
     }
+    if (!f_) return Status::Unavailable(error_);  // the file could not be created
     if (error_.empty() && (std::fflush(f_) != 0 || ::fsync(fileno(f_)) != 0)) error_ = "syncing " + tmp_ + ": " + ErrnoText();
     if (std::fclose(f_) != 0 && error_.empty()) error_ = "closing " + tmp_ + ": " + ErrnoText();
     f_ = nullptr;
@@ -251,10 +253,19 @@ Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::s
     if (!st.ok() || h.type != MsgType::kCreateTable) return r.Fail("table description: " + st.ToString());
     TableCheckpoint t;
     t.info = h.info;
+    // The partition must be the one this spec and server count give (re-sharding indexes by it).
+    const TableInfo expect = TableInfo::Make(t.info.id, t.info.spec, num_servers);
+    if (!t.info.spec.Validate().ok() || t.info.row_offsets != expect.row_offsets ||
+        t.info.bucket_owner != expect.bucket_owner)
+      return r.Fail("table '" + t.info.spec.name + "': its description does not fit " + std::to_string(num_servers) +
+                    " servers");
     uint64_t rows = 0;
     uint32_t dim = 0, nslots = 0;
     if (!r.Pod(&t.table_step) || !r.Pod(&rows) || !r.Pod(&dim) || !r.Pod(&nslots)) return r.Fail(r.error());
     const bool sparse = t.info.spec.sparse;
+    if (!sparse && rows != expect.row_offsets[rank + 1] - expect.row_offsets[rank])
+      return r.Fail("table '" + t.info.spec.name + "': " + std::to_string(rows) + " dense rows, server " +
+                    std::to_string(rank) + " holds " + std::to_string(expect.row_offsets[rank + 1] - expect.row_offsets[rank]));
     // Sizes are bounded by what the file holds before anything is allocated.
     const long double need = (long double)rows * ((sparse ? 8 : 0) + 4 + 4.0L * dim * (1 + nslots));
     if (dim != t.info.spec.dim || nslots > 8 || need > (long double)r.left())
@@ -290,21 +301,36 @@ Status WriteTextFile(const std::string& path, const std::string& text) {
 
 }  // namespace
 
+Status PrepareCheckpointDir(const std::string& root, const std::string& dir) {
+  std::error_code ec;
+  const fs::path manifest = fs::path(dir) / "MANIFEST";
+  if (!fs::exists(manifest, ec)) return Status::OK();
+  auto latest = ReadLatestCheckpoint(root);
+  if (latest.ok() && fs::path(latest->dir).filename() == fs::path(dir).filename())
+    return Status::FailedPrecondition(dir + " is the newest checkpoint (LATEST): it is not rewritten in place");
+  if (!fs::remove(manifest, ec) || ec)
+    return Status::Unavailable("cannot uncommit the earlier checkpoint in " + dir + ": " + ec.message());
+  SyncDir(dir);
+  return Status::OK();
+}
+
 Status CommitCheckpoint(const std::string& root, const CheckpointManifest& m, int keep) {
   std::ostringstream text;
   text << "pushpull checkpoint\nclock " << m.clock << "\nservers " << m.servers << "\nworkers " << m.workers << "\n";
   PP_RETURN_IF_ERROR(WriteTextFile((fs::path(m.dir) / "MANIFEST").string(), text.str()));
   PP_RETURN_IF_ERROR(WriteTextFile((fs::path(root) / "LATEST").string(), fs::path(m.dir).filename().string() + "\n"));
-  // Complete checkpoints beyond the `keep` newest go, and incomplete ones (no MANIFEST: a
-  // checkpoint that failed or a crash while writing) older than this one. Names sort by clock.
+  // Complete checkpoints older than this one beyond the `keep` newest go, and incomplete ones
+  // (no MANIFEST: a checkpoint that failed or a crash while writing). Names sort by clock.
   std::vector<std::string> complete;
   std::error_code ec;
   const std::string current = fs::path(m.dir).filename().string();
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
-    if (!e.is_directory() || name.rfind("ckpt-", 0) != 0 || name == current) continue;
+    // Newer ones are another run's (a job restored from an older checkpoint, or a fresh job in
+    // a used directory): left alone, and not counted against this run's `keep`.
+    if (!e.is_directory() || name.rfind("ckpt-", 0) != 0 || name >= current) continue;
     if (fs::exists(e.path() / "MANIFEST", ec)) complete.push_back(e.path().string());
-    else if (name < current) fs::remove_all(e.path(), ec);
+    else fs::remove_all(e.path(), ec);
   }
   std::sort(complete.begin(), complete.end());
   const size_t others = static_cast<size_t>(std::max(keep, 1) - 1);  // the current one is kept

@@ -58,6 +58,11 @@ struct CheckpointManifest {
   int workers = 0;
   std::string dir;  // <root>/ckpt-<clock>
 };
+// Before a checkpoint is written into dir (under root): one committed there earlier (another
+// run's, at the same clock) is uncommitted first, so that a failed write cannot leave its MANIFEST
+// over files of two runs; FailedPrecondition when it is the one LATEST names (the newest is never
+// rewritten in place).
+Status PrepareCheckpointDir(const std::string& root, const std::string& dir);
 // dir's MANIFEST, checked, with every server file it names present.
 Result<CheckpointManifest> ReadManifest(const std::string& dir);
 // Writes dir's MANIFEST, then LATEST, then deletes all but the `keep` newest checkpoints.

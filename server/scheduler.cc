@@ -156,6 +156,13 @@ Status SchedulerImpl::Run() {
   membership_.version = 1;
   PP_LOG(Info) << "listening at " << address_ << ", waiting for " << options_.num_servers
                << " servers and " << options_.num_workers << " workers";
+  if (!options_.checkpoint_dir.empty() && options_.restore_from.empty()) {
+    auto earlier = ReadLatestCheckpoint(options_.checkpoint_dir);
+    if (earlier.ok())
+      PP_LOG(Warning) << "--checkpoint_dir " << options_.checkpoint_dir << " already holds another run's checkpoints "
+                      << "(newest: " << earlier->dir << "); this fresh run's checkpoints replace those at the "
+                      << "same clocks (--restore_from continues that run instead)";
+  }
   std::vector<zmq::message_t> frames;
   while (!stop_) {
     zmq::pollitem_t item{static_cast<void*>(router_), 0, ZMQ_POLLIN, 0};
@@ -519,8 +526,14 @@ void SchedulerImpl::CheckCheckpoint() {
                                            "): every worker must call Checkpoint() at the same clock"));
     return;
   }
+  const std::string dir = CheckpointDir(options_.checkpoint_dir, *distinct.begin());
+  Status prepared = PrepareCheckpointDir(options_.checkpoint_dir, dir);
+  if (!prepared.ok()) {
+    FailCheckpoint(prepared);
+    return;
+  }
   checkpoint_.clock = *distinct.begin();
-  checkpoint_.dir = CheckpointDir(options_.checkpoint_dir, checkpoint_.clock);
+  checkpoint_.dir = dir;
   checkpoint_.writing = true;
   checkpoint_.written.clear();
   checkpoint_.request_id = next_request_id_++;

@@ -92,13 +92,15 @@ TEST(Checkpoint, Crc32cIsTheCastagnoliChecksumInAnyPieces) {
 TEST(Checkpoint, FileRoundTripsAShardAcrossStripings) {
   TempDir dir;
   TableInfo dense = TableInfo::Make(0, Spec("dense", false, opt::Kind::kAdam), 2);
-  TableInfo sparse = TableInfo::Make(1, Spec("sparse", true, opt::Kind::kAdam), 1);
-  TableShard d3(dense, 1, 3), s3(sparse, 0, 3);
-  std::vector<Key> drows{5, 6, 7, 8, 9}, skeys{3, 99, 123456789, 42, 7};
+  TableInfo sparse = TableInfo::Make(1, Spec("sparse", true, opt::Kind::kAdam), 2);
+  TableShard d3(dense, 1, 3), s3(sparse, 1, 3);
+  std::vector<Key> drows{5, 6, 7, 8, 9}, skeys;  // server 1's rows
+  for (Key k = 3; skeys.size() < 5; k = k * 31 + 7)
+    if (sparse.OwnerOf(k) == 1) skeys.push_back(k);
   PushSome(d3, drows, 1.0f);
   PushSome(d3, {6, 8}, -2.0f);
   PushSome(s3, skeys, 0.5f);
-  PushSome(s3, {99, 42}, 3.0f);
+  PushSome(s3, {skeys[1], skeys[3]}, 3.0f);
   d3.table_step = 11;
   uint64_t bytes = 0;
   ASSERT_TRUE(WriteServerCheckpoint(dir.path(), 1, 2, 17, {&d3, &s3}, &bytes).ok());
@@ -107,7 +109,7 @@ TEST(Checkpoint, FileRoundTripsAShardAcrossStripings) {
   auto read = ReadServerCheckpoint(dir.path(), 1, 2, 17);
   ASSERT_TRUE(read.ok()) << read.status().ToString();
   ASSERT_EQ(read->size(), 2u);
-  TableShard d2(dense, 1, 2), s2(sparse, 0, 2);
+  TableShard d2(dense, 1, 2), s2(sparse, 1, 2);
   EXPECT_EQ((*read)["dense"].table_step, 11);
   ASSERT_TRUE(d2.Restore(std::move((*read)["dense"].rows)).ok());
   ASSERT_TRUE(s2.Restore(std::move((*read)["sparse"].rows)).ok());
@@ -130,7 +132,7 @@ TEST(Checkpoint, FileRoundTripsAShardAcrossStripings) {
   // A sparse row twice.
   ShardRows twice = std::move((*again)["sparse"].rows);
   twice.keys[1] = twice.keys[0];
-  TableShard s1(sparse, 0, 1);
+  TableShard s1(sparse, 1, 1);
   st = s1.Restore(std::move(twice));
   EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("twice"), std::string::npos) << st.ToString();
@@ -219,6 +221,35 @@ TEST(Checkpoint, LatestNamesTheNewestCompleteOneAndOldOnesArePruned) {
   // A checkpoint directory whose servers did not all write is no checkpoint.
   fs::remove(ServerCheckpointFile(CheckpointDir(root.path(), 8), 0));
   EXPECT_EQ(ReadLatestCheckpoint(root.path()).status().code(), Code::kNotFound);
+}
+
+// A run that reuses a directory: its checkpoint at a clock an earlier run also checkpointed is
+// uncommitted before it is written (never the one LATEST names), and the earlier run's newer
+// checkpoints neither count against this run's `keep` nor go.
+TEST(Checkpoint, AnEarlierRunsCheckpointsInTheDirectory) {
+  TempDir root;
+  TableInfo info = TableInfo::Make(0, Spec("w", false, opt::Kind::kSgd), 1);
+  TableShard t(info, 0, 1);
+  auto commit = [&](int64_t c) {
+    CheckpointManifest m;
+    m.clock = c;
+    m.servers = 1;
+    m.workers = 1;
+    m.dir = CheckpointDir(root.path(), c);
+    EXPECT_TRUE(PrepareCheckpointDir(root.path(), m.dir).ok());
+    EXPECT_TRUE(WriteServerCheckpoint(m.dir, 0, 1, c, {&t}, nullptr).ok());
+    EXPECT_TRUE(CommitCheckpoint(root.path(), m, 2).ok());
+  };
+  for (int64_t c : {4, 8, 12}) commit(c);  // the earlier run
+  EXPECT_EQ(PrepareCheckpointDir(root.path(), CheckpointDir(root.path(), 12)).code(), Code::kFailedPrecondition);
+  ASSERT_TRUE(PrepareCheckpointDir(root.path(), CheckpointDir(root.path(), 8)).ok());
+  EXPECT_FALSE(fs::exists(fs::path(CheckpointDir(root.path(), 8)) / "MANIFEST"));  // uncommitted
+  commit(8);  // the new run, at a clock the earlier one used
+  commit(10);
+  EXPECT_EQ(ReadLatestCheckpoint(root.path())->clock, 10);
+  EXPECT_TRUE(fs::exists(CheckpointDir(root.path(), 8)));   // this run's two newest
+  EXPECT_TRUE(fs::exists(CheckpointDir(root.path(), 12)));  // the earlier run's newer one stays
+  EXPECT_FALSE(fs::exists(CheckpointDir(root.path(), 4)));
 }
 
 // A .npy file's shape (from its header) and float32 or uint64 payload.

@@ -164,7 +164,8 @@ int main(int argc, char** argv) {
   pushpull::Status st = RunApp(**client, &result);
   if (!st.ok()) {
     PP_LOG(Error) << FLAGS_app << " failed: " << st.ToString();
-    return 1;
+    // Bad flags or a bad setup (exit 2) fail the same way again: pushpull-launch does not restart them.
+    return st.code() == pushpull::Code::kInvalidArgument ? 2 : 1;
   }
   PP_LOG(Info) << result.summary;
   st = (*client)->Finish();
