@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <map>
 #include <thread>
@@ -102,6 +103,14 @@ class ServerImpl final : public Server {
   void StartCheckpointWhenReady();
   void FinishCheckpoint();
   void LogStats(int64_t now);
+  // Runs f on another thread while this one keeps the heartbeats to the scheduler going: filling
+  // or restoring a large table takes seconds, which would otherwise look like a dead server.
+  template <typename F>
+  auto WhileHeartbeating(F&& f) -> decltype(f()) {
+    auto done = std::async(std::launch::async, std::forward<F>(f));
+    while (done.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) control_.Tick().IgnoreError();
+    return done.get();
+  }
 
   const ServerOptions options_;
   zmq::context_t ctx_;
@@ -166,7 +175,8 @@ Status ServerImpl::Run() {
   clocks_.Reset(W, cluster.start_clock);
   last_push_id_.assign(W, 0);
   if (!cluster.restore_from.empty()) {
-    auto r = ReadCheckpointForServer(cluster.restore_from, rank_, static_cast<int>(cluster.servers.size()));
+    auto r = WhileHeartbeating(
+        [&] { return ReadCheckpointForServer(cluster.restore_from, rank_, static_cast<int>(cluster.servers.size())); });
     if (!r.ok()) {
       PP_LOG(Error) << "cannot restore: " << r.status().ToString();
       return r.status().Annotate("restoring from " + cluster.restore_from);
@@ -803,7 +813,9 @@ void ServerImpl::CreateTable(const Message& m) {
     if (info.id >= tables_.size()) tables_.resize(info.id + 1);
     if (!tables_[info.id]) {
       auto saved = restore_.find(info.spec.name);
-      auto shard = std::make_unique<TableShard>(info, rank_, options_.update_threads, saved == restore_.end(), cow_budget_);
+      const bool fill = saved == restore_.end();
+      auto shard = WhileHeartbeating(
+          [&] { return std::make_unique<TableShard>(info, rank_, options_.update_threads, fill, cow_budget_); });
       if (saved != restore_.end()) {
         // The checkpoint's table must be this one: same spec, same partition over this job's
         // servers (ReadCheckpointForServer re-partitions a checkpoint of another server count).
@@ -811,7 +823,7 @@ void ServerImpl::CreateTable(const Message& m) {
         if (!(was.spec == info.spec) || was.row_offsets != info.row_offsets || was.bucket_owner != info.bucket_owner)
           st = Status::FailedPrecondition("table '" + info.spec.name + "' differs from the checkpoint's: it was " +
                                           was.spec.ToString() + "; asked for " + info.spec.ToString());
-        if (st.ok()) st = shard->Restore(std::move(saved->second.rows));
+        if (st.ok()) st = WhileHeartbeating([&] { return shard->Restore(std::move(saved->second.rows)); });
         if (st.ok()) {
           shard->table_step = saved->second.table_step;
           restore_.erase(saved);

@@ -131,6 +131,29 @@ TEST(WorkerFailure, DeadWorkerAbortsTheJobNamingItByDefault) {
   EXPECT_NE(cluster.scheduler_status().message().find("worker 1"), std::string::npos);
 }
 
+// Filling a large table takes longer than the scheduler waits for a heartbeat here (300 ms): the
+// server keeps its heartbeats going meanwhile, so it is not declared dead.
+TEST(ServerFailure, ALongTableFillIsNoDeath) {
+  LocalClusterConfig cfg;
+  cfg.heartbeat_interval_ms = 50;
+  cfg.heartbeat_timeout_ms = 300;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  TableSpec spec;
+  spec.name = "big";
+  spec.rows = 1 << 17;
+  spec.dim = 1024;  // 128M floats (512 MB), each from the seeded initialiser: 0.7 s here
+  spec.init = InitKind::kUniform;
+  const int64_t t0 = NowMs();
+  auto t = cluster.client(0).CreateTable(spec);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  RecordProperty("fill_ms", static_cast<int>(NowMs() - t0));
+  std::vector<float> row(1024);
+  EXPECT_TRUE(cluster.client(0).Pull(*t, {12345}, row.data()).Wait().ok());
+  EXPECT_EQ(row[7], InitialValue(spec, 12345, 7));
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 TEST(ServerFailure, DeadServerEndsTheJobNamingIt) {
   LocalClusterConfig cfg;
   cfg.servers = 2;
