@@ -40,6 +40,10 @@ Status ControlChannel::Register(const std::string& address) {
       PP_LOG(Warning) << "dropping malformed message from the scheduler: " << st.ToString();
       continue;
     }
+    // The scheduler gave up on the job while this node waited (registration timed out: it names
+    // who is missing), or stopped.
+    if (m.header.type == MsgType::kMembership && m.header.membership.job_state != Membership::kRunning)
+      return Status::Aborted("the scheduler ended the job before it started: " + m.header.membership.reason);
     if (m.header.type != MsgType::kRegisterReply) continue;
     if (m.header.status != Code::kOk) return m.header.status_obj().Annotate("registration refused");
     rank_ = m.header.sender_rank;  // the scheduler puts the assigned rank here

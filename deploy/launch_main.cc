@@ -284,6 +284,7 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
   }
   int exit_code = 0;
   bool stopping = false;
+  bool job_finished = false;  // the scheduler exited 0: it ended the job as finished
   std::chrono::steady_clock::time_point kill_at;
   auto stop_all = [&](const std::string& why, int code) {
     if (stopping) return;
@@ -320,8 +321,14 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
         if (failed) {
           *crashed = true;  // it ended the job: a node died
           stop_all("the scheduler reports the job failed", 1);
+        } else {
+          job_finished = true;
+          kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(FLAGS_grace_ms);
         }
-        else kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(FLAGS_grace_ms);
+      } else if (failed && job_finished && c.role == "server") {
+        // The job finished; a server that then missed the scheduler's last word and gave up on it
+        // is no failure of the job (and nothing to restart).
+        Say(c.name + " ended after the job finished; the job is not failed for it");
       } else if (failed) {
         if (c.role == "worker" && FLAGS_on_worker_death == "continue" && WIFSIGNALED(st)) {
           Say(c.name + " died; the job goes on without it (--on_worker_death=continue)");
@@ -350,9 +357,13 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
     }
   }
   if (exit_code == 0) {
-    for (auto& c : children)
+    for (auto& c : children) {
+      // After the scheduler finished the job, only the workers' own exit codes count (3: a missed
+      // target), not servers nor what the grace period's kill ended.
+      if (job_finished && (c.role == "server" || WIFSIGNALED(c.status))) continue;
       if (Failed(c.status) && !(c.role == "worker" && FLAGS_on_worker_death == "continue" && WIFSIGNALED(c.status)))
         exit_code = c.role == "worker" && WIFEXITED(c.status) ? WEXITSTATUS(c.status) : 1;
+    }
   }
   Say(exit_code == 0 ? "job succeeded" : "job failed (exit " + std::to_string(exit_code) + ")");
   return exit_code;

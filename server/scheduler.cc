@@ -95,7 +95,7 @@ class SchedulerImpl final : public Scheduler {
   void FailCheckpoint(const Status& st);
   void Broadcast();
   void End(Membership::JobState state, const std::string& reason);
-  void Send(const std::string& identity, Header h);
+  bool Send(const std::string& identity, Header h);  // false when ZeroMQ refused it (peer gone)
   void ReplyTo(const Waiter& w, MsgType type, const Status& st, const TableInfo* info = nullptr);
   std::string NodeName(const Node& n) const;
   Membership membership_;
@@ -127,11 +127,12 @@ std::string SchedulerImpl::NodeName(const Node& n) const {
   return s;
 }
 
-void SchedulerImpl::Send(const std::string& identity, Header h) {
+bool SchedulerImpl::Send(const std::string& identity, Header h) {
   h.sender_role = Role::kScheduler;
   zmq::message_t id(identity.data(), identity.size());
   Status st = SendMessage(router_, &id, h);
   if (!st.ok()) PP_LOG(Debug) << "send " << MsgTypeName(h.type) << ": " << st.ToString();
+  return st.ok();
 }
 
 void SchedulerImpl::ReplyTo(const Waiter& w, MsgType type, const Status& st, const TableInfo* info) {
@@ -251,8 +252,7 @@ void SchedulerImpl::Handle(Message& m) {
     Header h;
     h.type = MsgType::kMembership;
     h.membership = membership_;
-    Send(identity, h);
-    n.told_end = true;
+    if (Send(identity, h)) n.told_end = true;
     return;
   }
   switch (m.header.type) {
@@ -597,8 +597,8 @@ void SchedulerImpl::Broadcast() {
   h.membership = membership_;
   for (auto& [id, n] : nodes_) {
     if (!n.alive) continue;
-    Send(id, h);
-    if (membership_.job_state != Membership::kRunning) n.told_end = true;
+    // A node the end did not reach is told when it next heartbeats, within the end's grace period.
+    if (Send(id, h) && membership_.job_state != Membership::kRunning) n.told_end = true;
   }
 }
 

@@ -131,6 +131,30 @@ TEST(WorkerFailure, DeadWorkerAbortsTheJobNamingItByDefault) {
   EXPECT_NE(cluster.scheduler_status().message().find("worker 1"), std::string::npos);
 }
 
+// A registration the scheduler gives up on (a worker never came) ends the waiting nodes at once
+// with the scheduler's reason, naming who is missing, rather than after their own deadline.
+TEST(ServerFailure, RegistrationThatTimesOutSaysWhoIsMissing) {
+  SchedulerOptions so;
+  so.bind_host = "127.0.0.1";
+  so.num_servers = 1;
+  so.num_workers = 1;
+  so.register_timeout_ms = 300;
+  auto sched = Scheduler::Create(so);
+  ASSERT_TRUE(sched.ok()) << sched.status().ToString();
+  std::thread scheduler([&] { (*sched)->Run().IgnoreError(); });
+  ServerOptions o;
+  o.bind_host = "127.0.0.1";
+  o.control.scheduler = (*sched)->address();
+  o.control.register_timeout_ms = 60000;
+  auto srv = Server::Create(o);
+  ASSERT_TRUE(srv.ok()) << srv.status().ToString();
+  Status st = (*srv)->Run();
+  EXPECT_EQ(st.code(), Code::kAborted) << st.ToString();
+  EXPECT_NE(st.message().find("0/1 workers"), std::string::npos) << st.ToString();
+  (*sched)->Stop();
+  scheduler.join();
+}
+
 // Filling a large table takes longer than the scheduler waits for a heartbeat here (300 ms): the
 // server keeps its heartbeats going meanwhile, so it is not declared dead.
 TEST(ServerFailure, ALongTableFillIsNoDeath) {
