@@ -18,6 +18,7 @@ DEFINE_int32(port, 7000, "TCP port to listen on (0: any free port; see --endpoin
 DEFINE_string(endpoint_file, "", "if set, write the address nodes should use here once listening");
 DEFINE_int32(heartbeat_timeout_ms, 5000, "a node silent this long is declared dead");
 DEFINE_int32(register_timeout_ms, 120000, "abort if not every node registered by then");
+DEFINE_int32(table_timeout_ms, 30000, "every server must have created (filled or restored) a table by then");
 DEFINE_string(on_worker_death, "abort", "abort: end the job naming the dead worker; continue: go on without it");
 DEFINE_string(checkpoint_dir, "", "directory servers write checkpoints into when the workers call Checkpoint() "
               "(a filesystem every server and the scheduler share; empty: checkpoints off)");
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
   o.num_workers = FLAGS_num_workers;
   o.heartbeat_timeout_ms = FLAGS_heartbeat_timeout_ms;
   o.register_timeout_ms = FLAGS_register_timeout_ms;
+  o.request_timeout_ms = FLAGS_table_timeout_ms;
   o.continue_on_worker_death = FLAGS_on_worker_death == "continue";
   o.checkpoint_dir = FLAGS_checkpoint_dir;
   o.checkpoint_keep = FLAGS_checkpoint_keep;

@@ -155,18 +155,18 @@ TEST(ServerFailure, RegistrationThatTimesOutSaysWhoIsMissing) {
   scheduler.join();
 }
 
-// Filling a large table takes longer than the scheduler waits for a heartbeat here (300 ms): the
+// Filling a large table takes longer than the scheduler waits for a heartbeat here (200 ms): the
 // server keeps its heartbeats going meanwhile, so it is not declared dead.
 TEST(ServerFailure, ALongTableFillIsNoDeath) {
   LocalClusterConfig cfg;
-  cfg.heartbeat_interval_ms = 50;
-  cfg.heartbeat_timeout_ms = 300;
+  cfg.heartbeat_interval_ms = 30;
+  cfg.heartbeat_timeout_ms = 200;
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
   TableSpec spec;
   spec.name = "big";
-  spec.rows = 1 << 17;
-  spec.dim = 1024;  // 128M floats (512 MB), each from the seeded initialiser: 0.7 s here
+  spec.rows = 1 << 16;
+  spec.dim = 1024;  // 64M floats (256 MB), each from the seeded initialiser: 0.35 s here
   spec.init = InitKind::kUniform;
   const int64_t t0 = NowMs();
   auto t = cluster.client(0).CreateTable(spec);
