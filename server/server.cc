@@ -454,7 +454,9 @@ Status ServerImpl::Validate(const Message& m, TableShard** shard) {
                                       std::to_string(own));
   if (h.type == MsgType::kPull) {
     // The reply is row_count x dim floats, whatever the request's size (keys may repeat).
-    const uint64_t max_rows = uint64_t(options_.max_message_bytes) / (uint64_t(spec.dim) * sizeof(float));
+    const uint64_t max_rows = options_.max_message_bytes > 0
+                                  ? uint64_t(options_.max_message_bytes) / (uint64_t(spec.dim) * sizeof(float))
+                                  : std::numeric_limits<uint64_t>::max();  // no message limit set
     if (h.row_count() > max_rows)
       return Status::InvalidArgument("pull of " + std::to_string(h.row_count()) + " rows of dim " +
                                      std::to_string(spec.dim) + " from '" + spec.name + "' would be over the " +
