@@ -292,6 +292,9 @@ void SchedulerImpl::Handle(Message& m) {
         CheckCheckpoint();
         CheckDone();
         if (membership_.job_state == Membership::kRunning) Broadcast();
+      } else if (n.role == Role::kWorker) {
+        // Again (a retried Finish whose first answer was lost): done already.
+        ReplyTo(Waiter{identity, m.header.request_id}, MsgType::kDoneReply, Status::OK());
       }
       break;
     default:
