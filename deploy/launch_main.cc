@@ -74,11 +74,9 @@ Child Spawn(const std::string& name, const std::string& role, const std::vector<
     perror("fork");
     close(fds[0]);
     close(fds[1]);
-    Child none;
+    Child none;  // pid -1: the caller stops the job
     none.name = name;
     none.role = role;
-    none.exited = true;
-    none.status = 1 << 8;  // as if it exited 1
     return none;
   }
   if (pid == 0) {

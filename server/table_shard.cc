@@ -63,7 +63,7 @@ Stripe::Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t 
       dim_(spec.dim),
       row_begin_(row_begin),
       budget_(budget ? std::move(budget) : std::make_shared<CopyOnWriteBudget>()),
-      params_(std::make_shared<ParamArray>()) {
+      params_(NewParams(0)) {
   slots_.resize(optimizer_->num_slots());
   if (!spec.sparse && fill) AppendRows(row_begin, row_end - row_begin, nullptr);
 }
@@ -94,6 +94,12 @@ void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
   steps_.resize(old + n, 0);
 }
 
+std::shared_ptr<ParamArray> Stripe::NewParams(size_t n) const {
+  auto a = std::make_shared<ParamArray>(n);
+  a->budget = budget_;
+  return a;
+}
+
 bool Stripe::SpareFree() const {
   return spare_ && spare_.use_count() == 1 && spare_->size() == params_->size();
 }
@@ -107,7 +113,8 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::sha
   // Another array: the spare when no reply holds it any more (warm: a fresh array of 64 MB or
   // more is a fresh mmap that page-faults on every touch), else a new one if the budget allows
   // the held array to stay beside it; else wait for a reply to let go of one of them.
-  std::shared_ptr<ParamArray> next;
+  std::shared_ptr<ParamArray> next;  // the spare, once no reply holds it ...
+  bool taken = false;                // ... or else held_bytes taken from the budget for a new one
   const size_t held_bytes = params_->capacity() * sizeof(float);
   int64_t until = 0;
   bool took = false;  // by done(): the bytes for a new array
@@ -116,7 +123,7 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::sha
   auto done = [&] {
     return params_.use_count() == 1 || (spare_ && spare_.use_count() == 1) || (took = budget_->TryTake(held_bytes));
   };
-  while (true) {
+  while (!next && !taken) {
     if (params_.use_count() == 1) {
       // Nothing else holds it: any reply that did has been sent, and the acquire fence orders
       // its sender's reads (ZeroMQ released its reference with an acq_rel decrement) before
@@ -133,40 +140,33 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::sha
       next = std::move(spare_);
       // The spare becomes current and the held array the spare: what counts moves with it.
       std::swap(next->counted, params_->counted);
-      break;
+      continue;
     }
-    if (budget_->TryTake(held_bytes)) {
-      next = std::make_shared<ParamArray>(params_->size());
-      params_->counted = held_bytes;
-      break;
-    }
+    if ((taken = budget_->TryTake(held_bytes))) continue;
     if (until == 0) {
       if (CopyOnWriteBudget::ThisThreadMayWait()) ++budget_->waits;
       until = CopyOnWriteBudget::ThisThreadMayWait() ? NowMs() + budget_->wait_ms() : -1;
     }
-    if (until < 0 || !budget_->WaitUntil(until, done)) {
-      if (params_.use_count() == 1 || SpareFree()) continue;
-      // Only a slow or stalled reader holds an array this long.
-      ++budget_->overdrafts;
-      PP_LOG(Warning) << "table '" << spec_.name << "': a pull reply holds " << held_bytes / 1e6 << " MB of parameters"
-                      << (until < 0 ? " (on a thread that does not wait)"
-                                    : " after " + std::to_string(budget_->wait_ms()) + " ms (a slow or stalled reader)")
-                      << "; copying them over the copy-on-write budget (" << budget_->used() / 1e6 << " of "
-                      << budget_->limit() / 1e6 << " MB in use)";
-      budget_->Take(held_bytes);
-      next = std::make_shared<ParamArray>(params_->size());
-      params_->counted = held_bytes;
-      break;
+    if (until >= 0 && budget_->WaitUntil(until, done)) {
+      taken = took;  // else a reply let go of an array: look again
+      continue;
     }
-    if (took) {
-      next = std::make_shared<ParamArray>(params_->size());
-      params_->counted = held_bytes;
-      break;
-    }
+    if (params_.use_count() == 1 || SpareFree()) continue;
+    // Only a slow or stalled reader holds an array this long.
+    ++budget_->overdrafts;
+    PP_LOG(Warning) << "table '" << spec_.name << "': a pull reply holds " << held_bytes / 1e6 << " MB of parameters"
+                    << (until < 0 ? " (on a thread that does not wait)"
+                                  : " after " + std::to_string(budget_->wait_ms()) + " ms (a slow or stalled reader)")
+                    << "; copying them over the copy-on-write budget (" << budget_->used() / 1e6 << " of "
+                    << budget_->limit() / 1e6 << " MB in use)";
+    budget_->Take(held_bytes);
+    taken = true;
+  }
+  if (!next) {
+    next = NewParams(params_->size());
+    params_->counted = held_bytes;
   }
   writes_without_spare_ = 0;
-  next->budget = budget_;
-  params_->budget = budget_;
   const float* held = params_->data();
   float* out = next->data();
   const size_t n = params_->size(), b = std::min(n, keep_begin * dim_), e = std::max(b, std::min(n, keep_end * dim_));
@@ -346,7 +346,8 @@ void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out
 
 Status Stripe::Restore(std::vector<Key> keys, FloatArray params, std::vector<std::vector<float>> slots,
                        std::vector<uint32_t> steps) {
-  params_ = std::make_shared<ParamArray>(std::move(params));
+  params_ = NewParams(0);
+  static_cast<FloatArray&>(*params_) = std::move(params);
   spare_.reset();
   writes_without_spare_ = 0;
   slots_ = std::move(slots);

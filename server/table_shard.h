@@ -86,9 +86,7 @@ class CopyOnWriteBudget {
 // A stripe's parameter array. One that is not the stripe's current array (a pull reply holds it,
 // or it is the spare) counts `counted` bytes against the budget until it is freed.
 struct ParamArray : FloatArray {
-  ParamArray() = default;
   explicit ParamArray(size_t n) : FloatArray(n) {}
-  explicit ParamArray(FloatArray&& v) : FloatArray(std::move(v)) {}
   ParamArray(const ParamArray&) = delete;
   ParamArray& operator=(const ParamArray&) = delete;
   ~ParamArray() {
@@ -167,6 +165,7 @@ class Stripe {
   // A pull reply's reference to the current array at `p`: letting go of it wakes a waiting write.
   std::shared_ptr<const float> Lend(const float* p);
   bool SpareFree() const;
+  std::shared_ptr<ParamArray> NewParams(size_t n) const;  // counted against this stripe's budget when not current
   // The local rows [first, second) an ApplyPush of `sel` writes out of place under copy-on-write
   // (its range; none for keys, written in place after a full copy).
   std::pair<uint64_t, uint64_t> OutOfPlaceRows(const RowSelection& sel) const;

@@ -548,11 +548,8 @@ void ClientImpl::SendToServer(std::unique_ptr<Command> c) {
       std::lock_guard<std::mutex> l(pending_mu_);
       mine = pending_.erase(id) > 0;
     }
-    if (mine) fs->Complete(s, st.code() == Code::kUnavailable && st.message().find("would block") != std::string::npos
-                                  ? Status::Unavailable("server " + std::to_string(s) + " took no message for " +
-                                                        std::to_string(options_.request_timeout_ms) +
-                                                        " ms (its send queue is full)")
-                                  : st);
+    // (A send times out after request_timeout_ms: the server took nothing, its queue full.)
+    if (mine) fs->Complete(s, st.Annotate("sending to server " + std::to_string(s)));
   }
 }
 
