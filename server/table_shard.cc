@@ -72,6 +72,7 @@ size_t Stripe::bytes() const {
   size_t b = params_->capacity() * 4 + steps_.capacity() * 4;
   if (spare_) b += spare_->capacity() * 4;
   for (auto& s : slots_) b += s.capacity() * 4;
+  for (auto& l : key_lists_) b += l.keys.capacity() * sizeof(Key) + l.rows.capacity() * 4;
   return b;
 }
 
@@ -185,15 +186,9 @@ std::shared_ptr<const float> Stripe::Lend(const float* p) {
   });
 }
 
-std::pair<uint64_t, uint64_t> Stripe::OutOfPlaceRows(const RowSelection& sel) const {
-  if (!sel.is_range) return {0, 0};
-  return {sel.range_begin - row_begin_, sel.range_end - row_begin_};
-}
-
 size_t Stripe::CopyOnWriteBytes(const RowSelection& sel) const {
   if (params_.use_count() == 1) return 0;
-  const auto [b, e] = OutOfPlaceRows(sel);
-  return (num_rows() - std::min<uint64_t>(num_rows(), e - b)) * dim_ * sizeof(float);
+  return (num_rows() - std::min<uint64_t>(num_rows(), sel.size())) * dim_ * sizeof(float);
 }
 
 std::shared_ptr<const float> Stripe::ShareRows(uint64_t row) {
@@ -210,38 +205,67 @@ uint32_t Stripe::LocalRow(Key key) {
   return r;
 }
 
+const uint32_t* Stripe::LocalRows(const RowSelection& sel, const Key* keys) {
+  if (!spec_.sparse || sel.is_range) return nullptr;
+  const size_t n = sel.size();
+  auto key_at = [&](size_t i) { return keys[sel.positions[i]]; };
+  const bool keep = n >= kMinReusedKeys && n <= kMaxReusedKeys;
+  if (keep) {
+    for (KeyList& l : key_lists_) {
+      if (l.keys.size() != n) continue;
+      size_t i = 0;
+      while (i < n && l.keys[i] == key_at(i)) ++i;
+      if (i == n) {
+        l.last_use = ++key_list_uses_;
+        return l.rows.data();
+      }
+    }
+  }
+  std::vector<uint32_t>* rows = &rows_scratch_;
+  Key* kept = nullptr;
+  if (keep) {
+    // Replaces the least recently used list.
+    if (key_lists_.size() < kReusedLists) key_lists_.emplace_back();
+    KeyList* l = &key_lists_[0];
+    for (KeyList& c : key_lists_)
+      if (c.last_use < l->last_use) l = &c;
+    l->last_use = ++key_list_uses_;
+    l->keys.resize(n);
+    kept = l->keys.data();
+    rows = &l->rows;
+  }
+  rows->resize(n);
+  // The index slot of the key kPrefetchAhead entries on is asked of the cache first, so that the
+  // lookups of random keys overlap their cache misses instead of taking them one at a time.
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchAhead < n) index_.Prefetch(key_at(i + kPrefetchAhead));
+    const Key k = key_at(i);
+    if (kept) kept[i] = k;
+    (*rows)[i] = LocalRow(k);
+  }
+  return rows->data();
+}
+
 // Calls f(local_row, message_pos, nrows) for maximal runs of consecutive local rows that are
 // consecutive in the message too (and, when match_steps, share a step count): one optimizer
 // call per run keeps a dense update a single vectorised pass, and a sparse one over keys whose
-// rows were created in the same order (a recurring key set) too. Each key is looked up once.
+// rows were created in the same order (a recurring key set) too.
 template <typename F>
-void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, bool match_steps, F&& f) {
-  size_t n = sel.size();
-  // The local row of entry idx. Entries are looked up in order, each once; for a sparse table the
-  // index slot of the key kPrefetchAhead entries on is asked of the cache first, so that the
-  // lookups of random keys overlap their cache misses instead of taking them one at a time.
+void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, const uint32_t* rows, bool match_steps, F&& f) {
+  const size_t n = sel.size();
   auto row_at = [&](size_t idx) -> uint32_t {
-    if (sel.is_range) return LocalRow(sel.range_begin + idx);
-    if (spec_.sparse && idx + kPrefetchAhead < n) index_.Prefetch(keys[sel.positions[idx + kPrefetchAhead]]);
-    return LocalRow(keys[sel.positions[idx]]);
+    if (rows) return rows[idx];
+    return static_cast<uint32_t>((sel.is_range ? sel.range_begin + idx : keys[sel.positions[idx]]) - row_begin_);
   };
   size_t i = 0;
-  bool have_next = false;
-  uint32_t next_row = 0;  // the row that ended the previous run, already looked up
   while (i < n) {
-    uint64_t pos = sel.is_range ? sel.first_pos + i : sel.positions[i];
-    uint32_t r = have_next ? next_row : row_at(i);
-    have_next = false;
+    const uint64_t pos = sel.is_range ? sel.first_pos + i : sel.positions[i];
+    const uint32_t r = row_at(i);
     size_t len = 1;
     while (i + len < n) {
-      uint64_t pos2 = sel.is_range ? sel.first_pos + i + len : sel.positions[i + len];
-      if (pos2 != pos + len) break;
-      uint32_t r2 = row_at(i + len);
-      if (r2 != r + len || (match_steps && steps_[r2] != steps_[r])) {
-        next_row = r2;
-        have_next = true;
-        break;
-      }
+      const uint64_t pos2 = sel.is_range ? sel.first_pos + i + len : sel.positions[i + len];
+      const uint32_t r2 = row_at(i + len);
+      if (pos2 != pos + len || r2 != r + len || (match_steps && steps_[r2] != steps_[r])) break;
       ++len;
     }
     f(r, pos, len);
@@ -251,27 +275,58 @@ void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, bool match_ste
 
 void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* grads,
                        const opt::StepContext& ctx_in) {
-  // A row range is written out of place when a reply holds the array; keyed rows (sparse tables
-  // may also add rows) in place, after a full copy in that case.
+  const uint32_t* rows = LocalRows(sel, keys);  // first: adding rows may move the arrays
+  // While a reply holds the array, the rows pushed are written out of place (read from the held
+  // array, written to the new one: no extra pass) and the others copied: a range's by
+  // BeginWrite, keyed rows' below, once it is known which were written.
   std::shared_ptr<ParamArray> held;  // keeps `in` alive through the loop
-  const auto [keep_begin, keep_end] = OutOfPlaceRows(sel);
+  const uint64_t keep_begin = sel.is_range ? sel.range_begin - row_begin_ : 0;
+  const uint64_t keep_end = sel.is_range ? sel.range_end - row_begin_ : num_rows();
   const float* in = BeginWrite(keep_begin, keep_end, &held);
+  float* const base = params_->data();
+  // Keyed, out of place: a bit per local row written. A key given twice in one push is applied
+  // twice, the second time to the first's result, as in place.
+  std::vector<uint64_t> written;
+  if (in != base && !sel.is_range) written.assign((num_rows() + 63) / 64, 0);
+  auto is_written = [&](size_t r) { return (written[r >> 6] >> (r & 63)) & 1; };
   float* slot_ptrs[8];
-  ForEachRun(sel, keys, true, [&](uint32_t r, uint64_t pos, size_t len) {
+  ForEachRun(sel, keys, rows, true, [&](uint32_t r, uint64_t pos, size_t len) {
     opt::StepContext ctx = ctx_in;
     for (size_t k = 0; k < len; ++k) ++steps_[r + k];
     ctx.step = steps_[r];
     for (size_t s = 0; s < slots_.size(); ++s) slot_ptrs[s] = &slots_[s][size_t(r) * dim_];
-    float* out = params_->data() + size_t(r) * dim_;
-    optimizer_->ApplyTo(sel.is_range ? in + size_t(r) * dim_ : out, out, slot_ptrs, grads + pos * dim_,
-                        len * dim_, ctx);
+    float* out = base + size_t(r) * dim_;
+    const float* src = in + size_t(r) * dim_;
+    if (!written.empty()) {
+      bool again = false;
+      for (size_t k = 0; k < len && !again; ++k) again = is_written(r + k);
+      if (again) {  // rows of this run: the updated ones from `out`, the others brought over first
+        for (size_t k = 0; k < len; ++k)
+          if (!is_written(r + k)) std::memcpy(out + k * dim_, src + k * dim_, dim_ * sizeof(float));
+        src = out;
+      }
+      for (size_t k = 0; k < len; ++k) written[(r + k) >> 6] |= uint64_t(1) << ((r + k) & 63);
+    }
+    optimizer_->ApplyTo(src, out, slot_ptrs, grads + pos * dim_, len * dim_, ctx);
   });
+  // Rows the push did not write, in runs.
+  for (size_t r = 0, n = written.empty() ? 0 : num_rows(); r < n;) {
+    if (is_written(r)) {
+      ++r;
+      continue;
+    }
+    size_t e = r + 1;
+    while (e < n && !is_written(e)) ++e;
+    std::memcpy(base + r * dim_, in + r * dim_, (e - r) * dim_ * sizeof(float));
+    r = e;
+  }
 }
 
 void Stripe::Accumulate(int64_t clock, int worker, const RowSelection& sel, const Key* keys,
                         const float* grads, float grad_scale) {
+  const uint32_t* rows = LocalRows(sel, keys);
   Accumulator& acc = bsp_[clock][worker];
-  ForEachRun(sel, keys, false, [&](uint32_t r, uint64_t pos, size_t len) {
+  ForEachRun(sel, keys, rows, false, [&](uint32_t r, uint64_t pos, size_t len) {
     for (size_t k = 0; k < len; ++k) {
       auto [it, fresh] = acc.slot_of.try_emplace(r + k, static_cast<uint32_t>(acc.rows.size()));
       if (fresh) {
@@ -337,8 +392,8 @@ void Stripe::DropAccumulated(int64_t clock, int worker) {
 }
 
 void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out) {
-  ForEachRun(sel, keys, false, [&](uint32_t r, uint64_t pos, size_t len) {
-    // Looked up per run: a sparse pull may add rows (LocalRow), which may move the arrays.
+  const uint32_t* rows = LocalRows(sel, keys);  // may add rows, which may move the arrays
+  ForEachRun(sel, keys, rows, false, [&](uint32_t r, uint64_t pos, size_t len) {
     const float* src = slot < 0 ? params_->data() : slots_[slot].data();
     std::memcpy(out + pos * dim_, src + size_t(r) * dim_, len * dim_ * sizeof(float));
   });
@@ -354,6 +409,7 @@ Status Stripe::Restore(std::vector<Key> keys, FloatArray params, std::vector<std
   steps_ = std::move(steps);
   bsp_.clear();
   index_.Clear();
+  key_lists_.clear();
   for (uint32_t r = 0; r < keys.size(); ++r) {
     if (index_.Find(keys[r]) != RowIndex::kNone)
       return Status::InvalidArgument("table '" + spec_.name + "': the checkpoint holds row " + std::to_string(keys[r]) +
@@ -426,14 +482,14 @@ std::shared_ptr<const float> Stripe::ReadOrShare(const RowSelection& sel, const 
   uint64_t first_pos = 0;
   size_t first_len = 0;
   const size_t row_floats = dim_;
-  ForEachRun(sel, keys, false, [&](uint32_t r, uint64_t pos, size_t len) {
+  const uint32_t* rows = LocalRows(sel, keys);  // may add rows, which may move the arrays
+  ForEachRun(sel, keys, rows, false, [&](uint32_t r, uint64_t pos, size_t len) {
     if (runs++ == 0) {  // maybe the only one: copied only once a second run shows up
       first_row = r;
       first_pos = pos;
       first_len = len;
       return;
     }
-    // Read from the array as it is now: a lookup may have added rows, and so moved it.
     const float* src = params_->data();
     if (runs == 2) {
       *out = NewFloatBuffer(sel.size() * row_floats);

@@ -128,7 +128,8 @@ class Stripe {
   std::shared_ptr<const float> ShareRows(uint64_t row);
 
   // Bytes the next ApplyPush of `sel` would copy first because a pull reply still holds the
-  // parameters (copy-on-write: every row outside a range selection, all of them for keys).
+  // parameters (copy-on-write: every row the selection does not write; for keys an estimate, the
+  // rows beyond their count: more when keys repeat, all of them when a key adds a row).
   // Read only while no update thread works on this stripe.
   size_t CopyOnWriteBytes(const RowSelection& sel) const;
   // Bytes a write now takes from the copy-on-write budget: the current array's when a pull reply
@@ -155,6 +156,14 @@ class Stripe {
  private:
   // Local index of a row, creating sparse rows on first touch.
   uint32_t LocalRow(Key key);
+  // Sparse: the local row of each of a keyed selection's keys, in selection order, creating rows
+  // on first touch (every row a write will touch exists before it starts); valid until the next
+  // call. nullptr for ranges and dense keys (their rows are arithmetic). Key lists recur: a
+  // worker pushes gradients for the keys it pulled, and a recurring key set is pushed and pulled
+  // every step. A list of kMinReusedKeys to kMaxReusedKeys keys is kept with its rows (the last
+  // kReusedLists such lists), and the same list again is matched key by key, sequentially,
+  // instead of looked up: the lookups of random keys are one cache miss each.
+  const uint32_t* LocalRows(const RowSelection& sel, const Key* keys);
   // Before writing the parameters: while a pull reply holds the current array (ShareRows), moves
   // to another one, copying every local row outside [keep_begin, keep_end) into it. Returns
   // where rows in that range are to be read from (the held array: the caller writes them out of
@@ -166,12 +175,10 @@ class Stripe {
   std::shared_ptr<const float> Lend(const float* p);
   bool SpareFree() const;
   std::shared_ptr<ParamArray> NewParams(size_t n) const;  // counted against this stripe's budget when not current
-  // The local rows [first, second) an ApplyPush of `sel` writes out of place under copy-on-write
-  // (its range; none for keys, written in place after a full copy).
-  std::pair<uint64_t, uint64_t> OutOfPlaceRows(const RowSelection& sel) const;
   void AppendRows(uint64_t first_key, size_t n, const Key* keys);
+  // rows: LocalRows(sel, keys) (nullptr: computed from the range or dense keys).
   template <typename F>
-  void ForEachRun(const RowSelection& sel, const Key* keys, bool match_steps, F&& f);
+  void ForEachRun(const RowSelection& sel, const Key* keys, const uint32_t* rows, bool match_steps, F&& f);
 
   const TableSpec spec_;
   const opt::Optimizer* const optimizer_;
@@ -183,7 +190,8 @@ class Stripe {
   // the extra copy only while pulls and pushes overlap. Arrays other than the current one count
   // against the server's copy-on-write budget.
   static constexpr uint32_t kSpareIdleWrites = 8;
-  static constexpr size_t kPrefetchAhead = 16;  // ForEachRun: index slots asked for ahead
+  static constexpr size_t kPrefetchAhead = 16;  // LocalRows: index slots asked for ahead
+  static constexpr size_t kMinReusedKeys = 128, kMaxReusedKeys = size_t(1) << 20, kReusedLists = 4;
   const std::shared_ptr<CopyOnWriteBudget> budget_;
   std::shared_ptr<ParamArray> params_;
   std::shared_ptr<ParamArray> spare_;
@@ -191,6 +199,14 @@ class Stripe {
   std::vector<std::vector<float>> slots_;
   std::vector<uint32_t> steps_;            // per row: updates applied (lazy Adam bias correction)
   RowIndex index_;  // sparse: id -> local row
+  struct KeyList {  // LocalRows: a recent key list and its rows
+    std::vector<Key> keys;
+    std::vector<uint32_t> rows;
+    uint64_t last_use = 0;
+  };
+  std::vector<KeyList> key_lists_;
+  uint64_t key_list_uses_ = 0;
+  std::vector<uint32_t> rows_scratch_;  // LocalRows of a list not kept
 
   struct Accumulator {
     std::vector<float> sum;       // dim floats per local row touched

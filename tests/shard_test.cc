@@ -97,7 +97,7 @@ TEST(Shard, SharedRowsAreASnapshotUnderCopyOnWrite) {
   // What a write would copy first while v1 holds them (the server's inline decision uses it).
   EXPECT_EQ(s.CopyOnWriteBytes(all[0]), 0u);                      // rewrites every row
   EXPECT_EQ(s.CopyOnWriteBytes(part[0]), 5u * 2 * sizeof(float));  // the 5 rows outside 2..4
-  EXPECT_EQ(s.CopyOnWriteBytes(keyed[0]), 8u * 2 * sizeof(float)); // keyed: every row
+  EXPECT_EQ(s.CopyOnWriteBytes(keyed[0]), 7u * 2 * sizeof(float)); // keyed: the rows beyond its one
   s.ApplyPush(all[0], nullptr, minus1.data(), ctx);  // out of place: all rows 2
   std::shared_ptr<const float> v2 = s.ShareRows(0);
   s.ApplyPush(part[0], nullptr, minus1.data(), ctx);  // rows 2..4 -> 3, the others copied
@@ -301,6 +301,103 @@ TEST(Shard, CopyOnWriteDropsASparseSpareThatNoLongerFits) {
 
 // Through a running server: Adam's m and v are readable, and a row touched later gets its own
 // bias correction (its first update moves it by lr * sign(g), like any row's first update).
+// A keyed push while a reply holds the parameters writes the rows it updates out of place and
+// copies the others; a key given twice is updated twice, the second time from the first's
+// result, as in place.
+TEST(Shard, KeyedPushUnderCopyOnWriteWritesOutOfPlace) {
+  const TableSpec spec = EightBySgd();
+  TableInfo info = TableInfo::Make(0, spec, 1);
+  TableShard t(info, 0, 1);
+  Stripe& s = t.stripe(0);
+  opt::StepContext ctx;
+  ctx.lr = 1.0f;
+  std::vector<RowSelection> all;
+  t.SplitRange(0, 8, &all);
+  const std::vector<float> minus1(16, -1.0f);  // SGD, lr 1: each push adds 1
+  s.ApplyPush(all[0], nullptr, minus1.data(), ctx);  // all rows 1
+  auto push_keys = [&](const std::vector<Key>& keys) {
+    std::vector<RowSelection> sel;
+    t.Split(keys.data(), keys.size(), &sel);
+    s.ApplyPush(sel[0], keys.data(), minus1.data(), ctx);
+  };
+  std::shared_ptr<const float> v1 = s.ShareRows(0);
+  push_keys({5, 2, 5});  // row 5 twice, in two runs
+  std::shared_ptr<const float> v2 = s.ShareRows(0);
+  push_keys({1, 2, 3, 2, 3, 4});  // a run 1..3, then 2..4 of which 2 and 3 were just written
+  std::vector<float> now(16);
+  s.Read(all[0], nullptr, -1, now.data());
+  const float want1[8] = {1, 1, 1, 1, 1, 1, 1, 1}, want2[8] = {1, 1, 2, 1, 1, 3, 1, 1},
+              want3[8] = {1, 2, 4, 3, 2, 3, 1, 1};
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 2; ++c) {
+      EXPECT_EQ(v1.get()[r * 2 + c], want1[r]) << "row " << r;
+      EXPECT_EQ(v2.get()[r * 2 + c], want2[r]) << "row " << r;
+      EXPECT_EQ(now[r * 2 + c], want3[r]) << "row " << r;
+    }
+}
+
+// A sparse stripe keeps recent key lists with their rows (Stripe::LocalRows): a list seen again
+// is matched key by key, so one that differs in its last key only, or that has the same keys in
+// another order, gets its own rows; a checkpoint restore, which numbers rows anew, forgets them.
+TEST(Shard, RecurringKeyListsAreMatchedKeyByKey) {
+  TableSpec spec;
+  spec.name = "emb";
+  spec.sparse = true;
+  spec.dim = 2;
+  spec.optimizer.kind = opt::Kind::kSgd;
+  TableInfo info = TableInfo::Make(0, spec, 1);
+  TableShard t(info, 0, 1);
+  Stripe& s = t.stripe(0);
+  opt::StepContext ctx;
+  ctx.lr = 1.0f;
+  std::vector<Key> a;
+  for (uint64_t i = 0; i < 300; ++i) a.push_back(SplitMix64(i));
+  std::vector<Key> b = a;
+  b.back() = 12345;  // the same list but its last key
+  std::vector<Key> rev(a.rbegin(), a.rend());
+  auto sel_of = [&](const std::vector<Key>& keys) {
+    std::vector<RowSelection> sel;
+    t.Split(keys.data(), keys.size(), &sel);
+    return sel[0];
+  };
+  auto push = [&](const std::vector<Key>& keys, float g) {
+    std::vector<float> grads(keys.size() * 2, -g);  // SGD, lr 1: adds g
+    s.ApplyPush(sel_of(keys), keys.data(), grads.data(), ctx);
+  };
+  auto read = [&](const std::vector<Key>& keys) {
+    std::vector<float> out(keys.size() * 2, NAN);
+    s.Read(sel_of(keys), keys.data(), -1, out.data());
+    return out;
+  };
+  push(a, 1);
+  push(a, 1);   // the list again
+  push(b, 10);  // all of a's rows but the last, and a new row
+  push(rev, 100);
+  auto check = [&](const char* when) {
+    std::vector<float> va = read(a), vb = read(b), vr = read(rev);
+    for (size_t i = 0; i < a.size(); ++i) {
+      const float want = i + 1 < a.size() ? 112 : 102;
+      ASSERT_EQ(va[i * 2], want) << when << ": key " << i;
+      ASSERT_EQ(vr[(a.size() - 1 - i) * 2 + 1], want) << when << ": key " << i << " of the reversed list";
+    }
+    EXPECT_EQ(vb.back(), 10) << when;
+  };
+  check("before restoring");
+  EXPECT_EQ(s.num_rows(), a.size() + 1);
+  // Restore the same rows numbered in reverse: the kept lists' rows would now be wrong.
+  std::vector<Key> keys = s.KeysByRow();
+  const size_t n = keys.size();
+  FloatArray params(n * 2);
+  std::vector<Key> rkeys(n);
+  for (size_t r = 0; r < n; ++r) {
+    rkeys[n - 1 - r] = keys[r];
+    params[(n - 1 - r) * 2] = s.params()[r * 2];
+    params[(n - 1 - r) * 2 + 1] = s.params()[r * 2 + 1];
+  }
+  ASSERT_TRUE(s.Restore(rkeys, std::move(params), {}, std::vector<uint32_t>(n, 0)).ok());
+  check("after restoring");
+}
+
 TEST(Shard, AdamMomentsReadableThroughPullAndLazyPerRow) {
   LocalClusterConfig cfg;
   cfg.servers = 2;
