@@ -109,10 +109,11 @@ Result<int> FirstEpoch(const Client& client, int epochs, const std::function<int
     const int64_t end = clock_after(e);
     if (end < c) continue;
     if (end > c) break;
-    if (e == epochs)
-      return Status::FailedPrecondition(std::string(app_name) + ": the checkpoint is at the end of epoch " +
-                                        std::to_string(e) + ", the last of --epochs=" + std::to_string(epochs) +
-                                        ": nothing left to train");
+    if (e == epochs) {
+      PP_LOG(Info) << app_name << ": the checkpoint (clock " << c << ") is after the last epoch, " << e
+                   << ": nothing left to train; evaluating the restored model";
+      return e + 1;
+    }
     PP_LOG(Info) << app_name << ": resuming after epoch " << e << " (clock " << c << ")";
     return e + 1;
   }

@@ -51,8 +51,9 @@ struct AppOptions {
 // Checkpoints at epoch ends, and resuming from one. A job restored from a checkpoint starts at the
 // checkpoint's clock (Client::clock()); clock_after(e) is this app's clock at the end of epoch e
 // (0 for e = 0). Returns the first epoch to run: 1 in a fresh job, the one after the checkpoint's
-// otherwise; FailedPrecondition when the clock ends no epoch of this run (other data, batch size
-// or worker count) or no epoch is left.
+// otherwise; epochs + 1 when the checkpoint is after the last epoch (the job had trained, then was
+// restarted before it ended: the app evaluates the restored model and ends); FailedPrecondition
+// when the clock ends no epoch of this run (other data, batch size or worker count).
 Result<int> FirstEpoch(const Client& client, int epochs, const std::function<int64_t(int)>& clock_after,
                        const char* app_name);
 // After epoch `epoch` (its last Clock() done): a checkpoint when AppOptions asks for one, every

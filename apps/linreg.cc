@@ -67,6 +67,17 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   if (!first.ok()) return first.status();
   int64_t start = NowMs(), samples = 0;
   double loss = 0;
+  // Loss of the current model over this worker's whole shard.
+  auto evaluate = [&]() -> Status {
+    PP_RETURN_IF_ERROR(client.PullDense(*table, w.data()).Wait());
+    Eigen::Map<const Eigen::VectorXf> W(w.data(), o.dim);
+    loss = 0.5 * (X * W - Y).squaredNorm() / o.examples_per_worker;
+    return Status::OK();
+  };
+  if (*first > app.epochs) {  // restored after the last epoch
+    PP_RETURN_IF_ERROR(evaluate().Annotate("linreg: evaluating the restored model"));
+    PP_LOG(Info) << "linreg restored model: loss " << loss << " (noise floor " << floor << ") clock " << client.clock();
+  }
   for (int epoch = *first; epoch <= app.epochs; ++epoch) {
     double epoch_loss = 0;
     for (int b = 0; b < batches; ++b) {
@@ -89,10 +100,8 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
       progress.Update(client.clock(), batch_loss, samples);
       trace.Row(client.clock(), (NowMs() - start) / 1000.0, batch_loss, NAN, pull.staleness());
     }
-    // Loss of the current model over this worker's whole shard.
-    PP_RETURN_IF_ERROR(client.PullDense(*table, w.data()).Wait());
+    PP_RETURN_IF_ERROR(evaluate());
     Eigen::Map<const Eigen::VectorXf> W(w.data(), o.dim);
-    loss = 0.5 * (X * W - Y).squaredNorm() / o.examples_per_worker;
     double err = (W - Eigen::Map<const Eigen::VectorXf>(true_w.data(), o.dim)).norm();
     double wall = (NowMs() - start) / 1000.0;
     PP_LOG(Info) << "linreg epoch " << epoch << "/" << app.epochs << " loss " << loss

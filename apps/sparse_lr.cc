@@ -142,6 +142,11 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   if (!first.ok()) return first.status();
   // Resuming: the examples of the skipped epochs are drawn and dropped (the stream is seeded).
   for (; done < examples_after(*first - 1); ++done) gen->Next(&ex[0]);
+  if (*first > app.epochs && rank == 0) {  // restored after the last epoch
+    PP_RETURN_IF_ERROR(evaluate(&logloss, &auc, o.heldout).Annotate("sparse_lr: evaluating the restored model"));
+    PP_LOG(Info) << "sparse_lr restored model: held-out logloss " << logloss << " (optimal " << optimal << ", gap "
+                 << 100 * (logloss / optimal - 1) << "%) auc " << auc;
+  }
   for (int epoch = *first; epoch <= app.epochs; ++epoch) {
     int64_t until = std::min(mine, per_eval * epoch);
     int64_t epoch_start = NowMs(), epoch_first = done;

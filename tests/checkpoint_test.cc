@@ -11,7 +11,9 @@
 #include <fstream>
 #include <thread>
 
+#include "apps/fmnist_mlp.h"
 #include "apps/linreg.h"
+#include "apps/sparse_lr.h"
 #include "common/crc32c.h"
 #include "deploy/local_cluster.h"
 #include "server/checkpoint.h"
@@ -514,7 +516,8 @@ TEST_P(CheckpointCutTest, RestoredStateIsWhatWorkersSawAtTheCheckpoint) {
 INSTANTIATE_TEST_SUITE_P(, CheckpointCutTest, ::testing::Values("ssp:2", "asp"));
 
 // An app checkpoints every N epochs and after its last, so the trained model is in the newest
-// checkpoint; a job restored from that one has nothing left to train and says so.
+// checkpoint; a job restored from that one (restarted after training, before it ended) has
+// nothing left to train: it evaluates the restored model, the trained one, and ends.
 TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
   TempDir root;
   AppOptions app;
@@ -524,6 +527,7 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
   app.checkpoint_every_epochs = 3;
   LinregOptions o;
   o.examples_per_worker = 1000;  // 10 clocks an epoch
+  std::vector<AppResult> trained(2), restored(2);
   {
     LocalClusterConfig cfg;
     cfg.workers = 2;
@@ -531,10 +535,7 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
     cfg.checkpoint_keep = 5;
     LocalCluster cluster(cfg);
     ASSERT_TRUE(cluster.Start().ok());
-    cluster.RunWorkers([&](Client& c, int) {
-      AppResult r;
-      EXPECT_TRUE(RunLinreg(c, app, o, &r).ok());
-    });
+    cluster.RunWorkers([&](Client& c, int w) { EXPECT_TRUE(RunLinreg(c, app, o, &trained[w]).ok()); });
     ASSERT_TRUE(cluster.FinishAndJoin().ok());
   }
   EXPECT_TRUE(fs::exists(CheckpointDir(root.path(), 30) + "/MANIFEST"));  // after epoch 3
@@ -545,13 +546,64 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
   cfg.restore_from = root.path();
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
-  cluster.RunWorkers([&](Client& c, int) {
-    AppResult r;
-    Status st = RunLinreg(c, app, o, &r);
-    EXPECT_EQ(st.code(), Code::kFailedPrecondition) << st.ToString();
-    EXPECT_NE(st.message().find("nothing left to train"), std::string::npos) << st.ToString();
+  cluster.RunWorkers([&](Client& c, int w) {
+    Status st = RunLinreg(c, app, o, &restored[w]);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(c.clock(), 40);  // no step taken
   });
-  cluster.FinishAndJoin().IgnoreError();
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_EQ(restored[w].final_metric, trained[w].final_metric) << "worker " << w;  // the same model, bit for bit
+    EXPECT_EQ(restored[w].reached_target, trained[w].reached_target) << restored[w].summary;
+    const auto crc = [](const std::string& s) { return s.substr(s.find("params_crc=")); };
+    EXPECT_EQ(crc(restored[w].summary).substr(0, 19), crc(trained[w].summary).substr(0, 19));
+  }
+}
+
+// The other apps too: restored from the checkpoint after their last epoch, they evaluate the
+// trained model (worker 0 reports the same metric as the run that trained it) and end.
+TEST(Checkpoint, AppsRestoredAfterTheLastEpochEvaluateTheTrainedModel) {
+  using AppFn = std::function<Status(Client&, const AppOptions&, AppResult*)>;
+  FmnistOptions fo;
+  fo.device = Device::kCpu;
+  fo.train_limit = 2000;
+  fo.test_limit = 1000;
+  SparseLrOptions so;
+  so.examples_total = 100000;
+  so.heldout = 5000;
+  const std::vector<std::pair<std::string, AppFn>> apps = {
+      {"fmnist_mlp", [&](Client& c, const AppOptions& a, AppResult* r) { return RunFmnistMlp(c, a, fo, r); }},
+      {"sparse_lr", [&](Client& c, const AppOptions& a, AppResult* r) { return RunSparseLr(c, a, so, r); }}};
+  for (const auto& [name, run] : apps) {
+    SCOPED_TRACE(name);
+    TempDir root;
+    AppOptions app;
+    app.consistency = *ParseConsistency("bsp");
+    app.epochs = 1;
+    app.batch = name == "sparse_lr" ? 1000 : 64;
+    app.progress_interval_s = 0;
+    app.checkpoint_every_epochs = 1;
+    app.target = 0.01;  // not what this test is about
+    std::vector<AppResult> trained(2), restored(2);
+    for (int pass = 0; pass < 2; ++pass) {
+      LocalClusterConfig cfg;
+      cfg.workers = 2;
+      (pass == 0 ? cfg.checkpoint_dir : cfg.restore_from) = root.path();
+      LocalCluster cluster(cfg);
+      ASSERT_TRUE(cluster.Start().ok());
+      cluster.RunWorkers([&](Client& c, int w) {
+        const int64_t clock0 = c.clock();
+        Status st = run(c, app, pass == 0 ? &trained[w] : &restored[w]);
+        EXPECT_TRUE(st.ok()) << st.ToString();
+        if (pass == 1) {
+          EXPECT_EQ(c.clock(), clock0);  // no step taken
+        }
+      });
+      ASSERT_TRUE(cluster.FinishAndJoin().ok());
+    }
+    EXPECT_EQ(restored[0].final_metric, trained[0].final_metric) << restored[0].summary;
+    EXPECT_TRUE(std::isfinite(restored[0].final_metric)) << restored[0].summary;
+  }
 }
 
 // A worker that dies while the others wait in Checkpoint() (the job going on without it) no longer
