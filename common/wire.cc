@@ -73,7 +73,10 @@ void SaveSpec(Ar& ar, const TableSpec& s) {
 }
 void LoadSpec(cereal::BinaryInputArchive& ar, const FrameBuf& buf, TableSpec& s) {
   LoadString(ar, buf, s.name, 128, "table name");
-  ar(s.sparse, s.rows, s.dim, s.init, s.init_scale, s.seed, s.glorot_bias_columns);
+  uint8_t sparse = 0;  // a bool's byte: 0 or 1, checked before it becomes one
+  ar(sparse, s.rows, s.dim, s.init, s.init_scale, s.seed, s.glorot_bias_columns);
+  if (sparse > 1) throw std::runtime_error("table spec: the sparse byte holds " + std::to_string(sparse));
+  s.sparse = sparse;
   ar(s.optimizer, s.consistency);
 }
 

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "common/status.h"
@@ -67,9 +68,19 @@ struct OptimizerConfig {
 
   template <class Ar>
   void serialize(Ar& ar) {
-    ar(kind, lr, momentum, nesterov, weight_decay, beta1, beta2, epsilon, amsgrad,
+    // Bools travel as one byte each; a peer's byte that is neither 0 nor 1 is refused (a bool
+    // holding it would be undefined behaviour).
+    uint8_t b[3] = {nesterov, amsgrad, staleness_aware};
+    ar(kind, lr, momentum, b[0], weight_decay, beta1, beta2, epsilon, b[1],
        initial_accumulator, ftrl_alpha, ftrl_beta, ftrl_l1, ftrl_l2, schedule, clip_norm,
-       staleness_aware);
+       b[2]);
+    if constexpr (Ar::is_loading::value) {
+      for (uint8_t x : b)
+        if (x > 1) throw std::runtime_error("optimizer config: a flag byte holds " + std::to_string(x) + ", not 0 or 1");
+      nesterov = b[0];
+      amsgrad = b[1];
+      staleness_aware = b[2];
+    }
   }
   bool operator==(const OptimizerConfig& o) const;
   bool operator!=(const OptimizerConfig& o) const { return !(*this == o); }

@@ -44,6 +44,37 @@ TEST(Wire, HeaderRoundTripsWithControlPayloads) {
   EXPECT_TRUE(d.spec == h.spec);
 }
 
+// A spec's bools travel as a byte each; from a peer, one that is neither 0 nor 1 is refused.
+TEST(Wire, BoolBytesOtherThanZeroOrOneAreRefused) {
+  auto flip = [](void (*set)(TableSpec&)) {
+    Header h;
+    h.type = MsgType::kCreateTable;
+    h.spec.name = "t";
+    h.spec.rows = 4;
+    h.spec.dim = 2;
+    const std::string off = EncodeHeader(h);
+    set(h.spec);
+    std::string on = EncodeHeader(h);
+    EXPECT_EQ(on.size(), off.size());
+    size_t diffs = 0;
+    for (size_t i = 0; i < on.size(); ++i)
+      if (on[i] != off[i]) {
+        EXPECT_EQ(on[i], 1);
+        on[i] = 2;
+        ++diffs;
+      }
+    EXPECT_EQ(diffs, 1u);
+    Header d;
+    Status st = DecodeHeader(on.data(), on.size(), &d);
+    EXPECT_EQ(st.code(), Code::kCorruption) << st.ToString();
+    return st.message();
+  };
+  EXPECT_NE(flip([](TableSpec& s) { s.sparse = true; }).find("sparse"), std::string::npos);
+  EXPECT_NE(flip([](TableSpec& s) { s.optimizer.nesterov = true; }).find("flag"), std::string::npos);
+  EXPECT_NE(flip([](TableSpec& s) { s.optimizer.amsgrad = true; }).find("flag"), std::string::npos);
+  EXPECT_NE(flip([](TableSpec& s) { s.optimizer.staleness_aware = true; }).find("flag"), std::string::npos);
+}
+
 // Data headers are packed by hand on the hot path: the bytes must be exactly Cereal's, both ways.
 TEST(Wire, DataHeadersAreCerealBytesPackedByHand) {
   for (MsgType t : {MsgType::kPush, MsgType::kPull, MsgType::kPushReply, MsgType::kPullReply,
