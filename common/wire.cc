@@ -196,7 +196,6 @@ void SaveBody(Ar& ar, const Header& h) {
   }
 }
 
-constexpr uint32_t kMaxNodes = 4096;
 
 template <class Ar, class Buf>
 void LoadCommon(Ar& ar, const Buf& buf, Header& h) {

@@ -25,7 +25,10 @@ namespace pushpull {
 
 constexpr uint32_t kWireMagic = 0x50505348;  // "PPSH"
 constexpr uint16_t kWireVersion = 3;  // 2: pull replies may split their values over frames; 3: checkpoints
-constexpr size_t kMaxHeaderBytes = 64 * 1024;
+// A RegisterReply lists every server's address (up to kMaxNodes of at most 256 bytes): 1.1 MB
+// at most; data-message headers are a few dozen bytes.
+constexpr uint32_t kMaxNodes = 4096;
+constexpr size_t kMaxHeaderBytes = 2 * 1024 * 1024;
 constexpr size_t kMaxErrorText = 1024;
 constexpr uint64_t kMaxKeysPerMessage = uint64_t(1) << 31;
 constexpr size_t kMaxValueFrames = 64;  // a pull reply's value frames (a server's stripes: <= 64)

@@ -44,6 +44,31 @@ TEST(Wire, HeaderRoundTripsWithControlPayloads) {
   EXPECT_TRUE(d.spec == h.spec);
 }
 
+// The largest cluster the wire allows: a RegisterReply naming kMaxNodes servers by 256-byte
+// addresses still decodes.
+TEST(Wire, RegisterReplyForTheLargestClusterDecodes) {
+  Header h;
+  h.type = MsgType::kRegisterReply;
+  h.cluster.num_workers = 1;
+  for (uint32_t s = 0; s < kMaxNodes; ++s) {
+    ServerAddress e;
+    e.rank = static_cast<int32_t>(s);
+    e.address = "tcp://" + std::string(240, 'h') + ":" + std::to_string(10000 + s);
+    e.address.resize(256, '0');
+    h.cluster.servers.push_back(e);
+  }
+  h.membership.server_alive.assign(kMaxNodes, 1);
+  h.membership.worker_alive.assign(1, 1);
+  h.membership.worker_done.assign(1, 0);
+  const std::string e = EncodeHeader(h);
+  EXPECT_GT(e.size(), 1000000u);
+  Header d;
+  Status st = DecodeHeader(e.data(), e.size(), &d);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(d.cluster.servers.size(), kMaxNodes);
+  EXPECT_EQ(d.cluster.servers.back().address, h.cluster.servers.back().address);
+}
+
 // A spec's bools travel as a byte each; from a peer, one that is neither 0 nor 1 is refused.
 TEST(Wire, BoolBytesOtherThanZeroOrOneAreRefused) {
   auto flip = [](void (*set)(TableSpec&)) {
