@@ -1,5 +1,8 @@
 #include "common/control.h"
 
+#include <cstdio>
+#include <random>
+
 #include "common/log.h"
 #include "common/time.h"
 
@@ -8,6 +11,13 @@ namespace pushpull {
 ControlChannel::ControlChannel(zmq::context_t& ctx, Role role, ControlOptions options)
     : role_(role), options_(std::move(options)), sock_(ctx, zmq::socket_type::dealer) {
   ConfigureSocket(sock_, false, 16 << 20);
+  // The scheduler knows a node by its routing id. Left to ZeroMQ, a reconnect (a network blip)
+  // would bring a new random one, whose heartbeats the scheduler would ignore until it declared
+  // the node dead; a fixed one, unique to this channel, survives reconnects.
+  std::random_device rd;
+  char id[64];
+  std::snprintf(id, sizeof(id), "%s-%08x%08x", RoleName(role), rd(), rd());
+  sock_.set(zmq::sockopt::routing_id, std::string(id));
 }
 
 Status ControlChannel::Send(Header h) {

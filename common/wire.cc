@@ -505,7 +505,12 @@ void ConfigureSocket(zmq::socket_t& sock, bool is_router, int64_t max_msg_bytes)
   sock.set(zmq::sockopt::heartbeat_timeout, 10000);
   sock.set(zmq::sockopt::sndbuf, 4 << 20);
   sock.set(zmq::sockopt::rcvbuf, 4 << 20);
-  if (is_router) sock.set(zmq::sockopt::router_mandatory, 1);
+  if (is_router) {
+    sock.set(zmq::sockopt::router_mandatory, 1);
+    // A peer that reconnects (its TCP connection dropped: a network blip) under the routing id it
+    // had takes its place at once, even before this side has noticed the old connection is gone.
+    sock.set(zmq::sockopt::router_handover, 1);
+  }
   if (max_msg_bytes > 0) sock.set(zmq::sockopt::maxmsgsize, max_msg_bytes);
 }
 

@@ -62,7 +62,8 @@ Status LocalCluster::Start() {
   for (int w = 0; w < config_.workers; ++w) {
     t.emplace_back([&, w] {
       ClientOptions o;
-      o.scheduler = scheduler_->address();
+      o.scheduler = config_.worker_scheduler_address ? config_.worker_scheduler_address(w, scheduler_->address())
+                                                     : scheduler_->address();
       o.request_timeout_ms = config_.request_timeout_ms;
       o.heartbeat_interval_ms = config_.heartbeat_interval_ms;
       o.scheduler_timeout_ms = 10000 * kTimeoutScale;

@@ -29,6 +29,9 @@ struct LocalClusterConfig {
   int checkpoint_keep = 2;
   size_t copy_on_write_budget_bytes = ServerOptions().copy_on_write_budget_bytes;  // per server
   int64_t copy_on_write_wait_ms = ServerOptions().copy_on_write_wait_ms;
+  // The scheduler address worker w connects to, given the scheduler's own (unset: that one);
+  // fault tests put a proxy in between.
+  std::function<std::string(int w, const std::string& scheduler)> worker_scheduler_address;
 };
 
 class LocalCluster {

@@ -10,6 +10,7 @@
 
 #include "common/time.h"
 #include "deploy/local_cluster.h"
+#include "tests/tcp_proxy.h"
 
 namespace pushpull {
 namespace {
@@ -106,6 +107,41 @@ TEST(WorkerFailure, JobGoesOnWithoutADeadWorkerWhenAsked) {
     ASSERT_TRUE(cluster.client(0).Clock().ok());
   }
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+// A worker whose connection to the scheduler drops (a network blip: a proxy in between cuts it)
+// reconnects under the routing id it had: the scheduler goes on hearing its heartbeats, does not
+// declare it dead, and the job goes on and ends cleanly.
+TEST(WorkerFailure, AWorkerThatReconnectsIsNoDeadWorker) {
+  TcpProxy proxy;
+  LocalClusterConfig cfg;
+  cfg.workers = 2;
+  cfg.heartbeat_timeout_ms = 800;
+  cfg.worker_scheduler_address = [&](int w, const std::string& scheduler) {
+    if (w != 0) return scheduler;
+    proxy.SetUpstream(scheduler);
+    return proxy.address();
+  };
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  auto t0 = cluster.client(0).CreateTable(Dense("w", 8));
+  auto t1 = cluster.client(1).CreateTable(Dense("w", 8));
+  ASSERT_TRUE(t0.ok() && t1.ok());
+  std::vector<float> v(32);
+  for (int cut = 0; cut < 2; ++cut) {
+    proxy.Cut();
+    // Well past the heartbeat timeout: a worker whose heartbeats went unheard is dead by now.
+    std::this_thread::sleep_for(std::chrono::milliseconds(3 * cfg.heartbeat_timeout_ms));
+    for (int w = 0; w < 2; ++w) {
+      Client& c = cluster.client(w);
+      ASSERT_TRUE(c.PullDense(w ? *t1 : *t0, v.data()).Wait().ok());
+      c.PushDense(w ? *t1 : *t0, std::vector<float>(32, 1.0f));
+      Status st = c.Clock();
+      ASSERT_TRUE(st.ok()) << "after cut " << cut << ", worker " << w << ": " << st.ToString();
+    }
+  }
+  EXPECT_GE(proxy.accepted(), 3);  // worker 0 connected again after each cut
+  EXPECT_TRUE(cluster.FinishAndJoin().ok()) << cluster.scheduler_status().ToString();
 }
 
 TEST(WorkerFailure, DeadWorkerAbortsTheJobNamingItByDefault) {
