@@ -110,6 +110,8 @@ class SchedulerImpl final : public Scheduler {
   std::vector<Node*> servers_, workers_;
   bool registered_ = false;
   int64_t start_ms_ = 0;
+  // Run(): a pass (a poll of at most 50 ms, then handling) that takes longer than this stalled.
+  static constexpr int64_t kPassSlackMs = 200;
   int64_t end_deadline_ms_ = 0;
 
   std::map<std::string, TableInfo> tables_;
@@ -165,11 +167,16 @@ Status SchedulerImpl::Run() {
                       << "same clocks (--restore_from continues that run instead)";
   }
   std::vector<zmq::message_t> frames;
+  int64_t last_pass_ms = NowMs(), last_judged_ms = last_pass_ms;
   while (!stop_) {
     zmq::pollitem_t item{static_cast<void*>(router_), 0, ZMQ_POLLIN, 0};
     Poll(&item, 1, 50);
-    for (int i = 0; i < 256 && (item.revents & ZMQ_POLLIN); ++i) {
-      if (!RecvFrames(router_, &frames, 3)) break;
+    bool drained = !(item.revents & ZMQ_POLLIN);
+    for (int i = 0; i < 256 && !drained; ++i) {
+      if (!RecvFrames(router_, &frames, 3)) {
+        drained = true;
+        break;
+      }
       Message m;
       std::string identity(static_cast<const char*>(frames[0].data()), frames[0].size());
       m.identity = std::move(frames[0]);
@@ -189,8 +196,22 @@ Status SchedulerImpl::Run() {
               std::to_string(s) + "/" + std::to_string(options_.num_servers) + " servers and " +
               std::to_string(w) + "/" + std::to_string(options_.num_workers) + " workers registered");
     }
+    // Time this loop did not run (a slow checkpoint commit, the process paused) is no node's
+    // silence: heartbeats sent meanwhile are still on their way in. The nodes' last heartbeats
+    // move on by it before they are judged.
+    const int64_t now = NowMs(), stalled = now - last_pass_ms - kPassSlackMs;
+    if (stalled > 0) {
+      for (auto& [id, n] : nodes_) n.last_seen_ms = std::min(now, n.last_seen_ms + stalled);
+      if (stalled > 1000) PP_LOG(Warning) << "this loop stalled for " << stalled << " ms; not held against any node";
+    }
+    last_pass_ms = now;
     if (registered_ && membership_.job_state == Membership::kRunning) {
-      CheckLiveness();
+      // Judged on every message that has arrived; under a flood that outlasts the pass's share,
+      // at least once a heartbeat timeout.
+      if (drained || NowMs() - last_judged_ms > options_.heartbeat_timeout_ms) {
+        CheckLiveness();
+        last_judged_ms = NowMs();
+      }
       CheckPendingTables();
       if (!checkpoint_.workers.empty() && checkpoint_.deadline.Expired()) {
         // Asking: a worker that never calls; writing: a server that never answers.

@@ -291,6 +291,36 @@ TEST(MultiProcess, SigkilledWorkerDoesNotHangTheJob) {
   EXPECT_NE(stop.output.find("killed by signal 9"), std::string::npos) << stop.output;
 }
 
+// A scheduler that stops running for a while (SIGSTOP here; a slow checkpoint commit or a paused
+// VM alike) judges no node by the heartbeats it did not read meanwhile: the job goes on.
+TEST(MultiProcess, APausedSchedulerDeclaresNoNodeDead) {
+  pid_t pid = -1;
+  bool paused = false;
+  std::thread resume;
+  std::string out;
+  const std::string cmd = BinDir() + "/pushpull-launch --heartbeat_timeout_ms=1000 --heartbeat_interval_ms=100 "
+                          "--servers=2 --workers=2 -- --app=linreg --epochs=30 --examples=4000 --progress_s=0";
+  int code = RunCommandLines(cmd, 90, &out, [&](const std::string& line) {
+    const std::string tag = "started scheduler (pid ";
+    auto at = line.find(tag);
+    if (at != std::string::npos) pid = std::stoi(line.substr(at + tag.size()));
+    if (!paused && pid > 0 && line.find("linreg epoch 2/") != std::string::npos) {
+      kill(pid, SIGSTOP);
+      paused = true;
+      resume = std::thread([pid] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(3000));  // 3 heartbeat timeouts
+        kill(pid, SIGCONT);
+      });
+    }
+  });
+  if (resume.joinable()) resume.join();
+  ASSERT_TRUE(paused) << out;
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_EQ(out.find("declared dead"), std::string::npos) << out;
+  EXPECT_NE(out.find("not held against any node"), std::string::npos) << out;
+  EXPECT_NE(out.find("job succeeded"), std::string::npos) << out;
+}
+
 TEST(MultiProcess, SigkilledServerEndsTheJobNamingIt) {
   KillRun r = LaunchAndKill("--servers=2 --workers=2 -- --app=linreg --epochs=40 --examples=4000 --progress_s=0",
                             "server 1");
