@@ -28,7 +28,7 @@ Status LocalCluster::Start() {
   so.num_workers = config_.workers;
   so.heartbeat_timeout_ms = config_.heartbeat_timeout_ms;
   so.register_timeout_ms = 30000;
-  so.request_timeout_ms = 10000;
+  so.request_timeout_ms = config_.table_timeout_ms;
   so.continue_on_worker_death = config_.continue_on_worker_death;
   so.checkpoint_dir = config_.checkpoint_dir;
   so.restore_from = config_.restore_from;

@@ -22,6 +22,7 @@ struct LocalClusterConfig {
   int heartbeat_interval_ms = 100;
   int heartbeat_timeout_ms = 1500;
   int request_timeout_ms = 30000;
+  int table_timeout_ms = 10000;  // the scheduler's: every server has created a table by then
   bool continue_on_worker_death = false;
   std::string checkpoint_dir;  // the scheduler's --checkpoint_dir (empty: checkpoints off)
   std::string restore_from;    // the scheduler's --restore_from (empty: a fresh job)

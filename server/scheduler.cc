@@ -116,6 +116,7 @@ class SchedulerImpl final : public Scheduler {
 
   std::map<std::string, TableInfo> tables_;
   std::map<std::string, PendingTable> pending_tables_;
+  std::map<std::string, TableInfo> failed_tables_;  // by name: creations that failed (see HandleCreateTable)
   uint32_t next_table_id_ = 0;
   uint64_t next_request_id_ = 1;
   std::map<int, Waiter> barrier_;  // worker rank -> waiter
@@ -416,7 +417,14 @@ void SchedulerImpl::HandleCreateTable(Message& m) {
     return;
   }
   PendingTable& p = pending_tables_[spec.name];
-  p.info = TableInfo::Make(next_table_id_++, spec, options_.num_servers);
+  // A creation tried before and failed (a server refused it or did not answer in time) may have
+  // succeeded on some servers: the same table again is the same id, which those servers answer
+  // at once, so that every server holds the table once (and a restored one holds its
+  // checkpoint's rows, which a server reads into the first table of that name it creates).
+  auto tried = failed_tables_.find(spec.name);
+  p.info = tried != failed_tables_.end() && tried->second.spec == spec
+               ? tried->second
+               : TableInfo::Make(next_table_id_++, spec, options_.num_servers);
   p.waiters.push_back(w);
   p.deadline = Deadline::In(options_.request_timeout_ms);
   p.request_id = next_request_id_++;
@@ -434,6 +442,7 @@ void SchedulerImpl::HandleServerTableReply(Node& server, const Message& m) {
     if (m.header.status != Code::kOk) {
       Status st = m.header.status_obj().Annotate("server " + std::to_string(server.rank) + " refused table '" + it->first + "'");
       for (auto& w : p.waiters) ReplyTo(w, MsgType::kCreateTableReply, st);
+      failed_tables_[it->first] = p.info;
       pending_tables_.erase(it);
       return;
     }
@@ -441,6 +450,7 @@ void SchedulerImpl::HandleServerTableReply(Node& server, const Message& m) {
     if (static_cast<int>(p.acked.size()) == options_.num_servers) {
       PP_LOG(Info) << "table " << p.info.id << " " << p.info.spec.ToString() << " created";
       tables_[it->first] = p.info;
+      failed_tables_.erase(it->first);
       for (auto& w : p.waiters) ReplyTo(w, MsgType::kCreateTableReply, Status::OK(), &p.info);
       pending_tables_.erase(it);
     }
@@ -460,6 +470,7 @@ void SchedulerImpl::CheckPendingTables() {
     Status st = Status::DeadlineExceeded("creating table '" + it->first + "': no answer within " +
                                          std::to_string(options_.request_timeout_ms) + " ms from " + missing);
     for (auto& w : it->second.waiters) ReplyTo(w, MsgType::kCreateTableReply, st);
+    failed_tables_[it->first] = it->second.info;
     it = pending_tables_.erase(it);
   }
 }

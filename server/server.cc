@@ -834,6 +834,7 @@ void ServerImpl::CreateTable(const Message& m) {
       }
       if (st.ok()) {
         tables_[info.id] = std::move(shard);
+        ++stats_.tables;
         PP_LOG(Info) << "created table " << info.id << " " << info.spec.ToString();
       }
     }

@@ -45,6 +45,7 @@ struct ServerStats {
   // Copy-on-write budget (ServerOptions): pushes that waited for a pull reply to be sent, and
   // those that then copied over the budget. Brought up to date every few ms and at the end.
   std::atomic<uint64_t> copy_on_write_waits{0}, copy_on_write_overdrafts{0};
+  std::atomic<uint64_t> tables{0};  // tables this server holds a shard of
 };
 
 class Server {

@@ -214,6 +214,39 @@ TEST(ServerFailure, ALongTableFillIsNoDeath) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// A table creation that failed (here: the servers took longer to fill it than the scheduler
+// waits) may have succeeded on some servers. Created again with the same spec it is the same
+// table: each server holds it once, not once per attempt (a restored server would otherwise
+// fill the second from scratch, its checkpoint rows spent on the first).
+TEST(ServerFailure, ARetriedTableCreationIsTheSameTable) {
+  LocalClusterConfig cfg;
+  cfg.servers = 2;
+  cfg.table_timeout_ms = 10;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  TableSpec spec;
+  spec.name = "big";
+  spec.rows = 1 << 15;
+  spec.dim = 1024;  // 32M floats, each from the seeded initialiser: over 10 ms on each server
+  spec.init = InitKind::kUniform;
+  auto first = cluster.client(0).CreateTable(spec);
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().code(), Code::kDeadlineExceeded) << first.status().ToString();
+  // Both servers finish the first attempt meanwhile; the retry finds the table there.
+  for (int64_t until = NowMs() + 20000; NowMs() < until;) {
+    if (cluster.server(0).stats().tables == 1 && cluster.server(1).stats().tables == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  auto again = cluster.client(0).CreateTable(spec);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  std::vector<float> row(1024);
+  EXPECT_TRUE(cluster.client(0).Pull(*again, {12345}, row.data()).Wait().ok());
+  EXPECT_EQ(row[7], InitialValue(spec, 12345, 7));
+  EXPECT_EQ(cluster.server(0).stats().tables, 1u);
+  EXPECT_EQ(cluster.server(1).stats().tables, 1u);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 TEST(ServerFailure, DeadServerEndsTheJobNamingIt) {
   LocalClusterConfig cfg;
   cfg.servers = 2;
