@@ -141,7 +141,8 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   auto first = FirstEpoch(client, app.epochs, clock_after, "sparse_lr");
   if (!first.ok()) return first.status();
   // Resuming: the examples of the skipped epochs are drawn and dropped (the stream is seeded).
-  for (; done < examples_after(*first - 1); ++done) gen->Next(&ex[0]);
+  if (*first <= app.epochs)
+    for (; done < examples_after(*first - 1); ++done) gen->Next(&ex[0]);
   if (*first > app.epochs && rank == 0) {  // restored after the last epoch
     PP_RETURN_IF_ERROR(evaluate(&logloss, &auc, o.heldout).Annotate("sparse_lr: evaluating the restored model"));
     PP_LOG(Info) << "sparse_lr restored model: held-out logloss " << logloss << " (optimal " << optimal << ", gap "

@@ -85,7 +85,7 @@ class SchedulerImpl final : public Scheduler {
   void HandleRegister(Message& m);
   void HandleCreateTable(Message& m);
   void HandleServerTableReply(Node& server, const Message& m);
-  void CheckLiveness();
+  void CheckLiveness(int64_t now);
   void CheckBarrier();
   void CheckDone();
   void CheckPendingTables();
@@ -200,8 +200,10 @@ Status SchedulerImpl::Run() {
     // Time this loop did not run (a slow checkpoint commit, the process paused) is no node's
     // silence: heartbeats sent meanwhile are still on their way in. The nodes' last heartbeats
     // move on by it before they are judged.
+    // (Only a stall of half a heartbeat timeout or more: passes that are merely slow, throttled,
+    // would otherwise stretch every node's timeout.)
     const int64_t now = NowMs(), stalled = now - last_pass_ms - kPassSlackMs;
-    if (stalled > 0) {
+    if (stalled > 0 && stalled + kPassSlackMs >= options_.heartbeat_timeout_ms / 2) {
       for (auto& [id, n] : nodes_) n.last_seen_ms = std::min(now, n.last_seen_ms + stalled);
       if (stalled > 1000) PP_LOG(Warning) << "this loop stalled for " << stalled << " ms; not held against any node";
     }
@@ -209,9 +211,9 @@ Status SchedulerImpl::Run() {
     if (registered_ && membership_.job_state == Membership::kRunning) {
       // Judged on every message that has arrived; under a flood that outlasts the pass's share,
       // at least once a heartbeat timeout.
-      if (drained || NowMs() - last_judged_ms > options_.heartbeat_timeout_ms) {
-        CheckLiveness();
-        last_judged_ms = NowMs();
+      if (drained || now - last_judged_ms > options_.heartbeat_timeout_ms) {
+        CheckLiveness(now);  // the time the stall was measured at: a pause after it is not judged
+        last_judged_ms = now;
       }
       CheckPendingTables();
       if (!checkpoint_.workers.empty() && checkpoint_.deadline.Expired()) {
@@ -475,8 +477,7 @@ void SchedulerImpl::CheckPendingTables() {
   }
 }
 
-void SchedulerImpl::CheckLiveness() {
-  int64_t now = NowMs();
+void SchedulerImpl::CheckLiveness(int64_t now) {
   bool changed = false;
   for (auto& [id, n] : nodes_) {
     if (!n.alive || n.done || now - n.last_seen_ms <= options_.heartbeat_timeout_ms) continue;

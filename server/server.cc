@@ -813,7 +813,20 @@ void ServerImpl::CreateTable(const Message& m) {
     st = Status::InvalidArgument("table partitioned over " + std::to_string(info.num_servers()) + " servers");
   if (st.ok()) {
     if (info.id >= tables_.size()) tables_.resize(info.id + 1);
-    if (!tables_[info.id]) {
+    if (tables_[info.id] && !(tables_[info.id]->spec() == info.spec))
+      st = Status::FailedPrecondition("table id " + std::to_string(info.id) + " is " + tables_[info.id]->spec().ToString() +
+                                      " here, not " + info.spec.ToString());
+    if (st.ok() && !tables_[info.id]) {
+      // One table a name: one under another id is what a failed creation left here (the
+      // scheduler gives a name a new id only when it was tried with another spec and no
+      // creation of it succeeded; no worker knows that id), so it goes.
+      for (auto& t : tables_) {
+        if (!t || t->spec().name != info.spec.name) continue;
+        PP_LOG(Warning) << "dropping table " << t->info().id << " " << t->spec().ToString()
+                        << ", left by a failed creation, for table " << info.id << " of that name";
+        t.reset();
+        --stats_.tables;
+      }
       auto saved = restore_.find(info.spec.name);
       const bool fill = saved == restore_.end();
       auto shard = WhileHeartbeating(

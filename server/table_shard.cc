@@ -320,6 +320,7 @@ void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* gr
     std::memcpy(base + r * dim_, in + r * dim_, (e - r) * dim_ * sizeof(float));
     r = e;
   }
+  ReleaseRows();
 }
 
 void Stripe::Accumulate(int64_t clock, int worker, const RowSelection& sel, const Key* keys,
@@ -338,6 +339,7 @@ void Stripe::Accumulate(int64_t clock, int worker, const RowSelection& sel, cons
       for (uint32_t c = 0; c < dim_; ++c) dst[c] += grad_scale * g[c];
     }
   });
+  ReleaseRows();
 }
 
 void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
@@ -397,6 +399,7 @@ void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out
     const float* src = slot < 0 ? params_->data() : slots_[slot].data();
     std::memcpy(out + pos * dim_, src + size_t(r) * dim_, len * dim_ * sizeof(float));
   });
+  ReleaseRows();
 }
 
 Status Stripe::Restore(std::vector<Key> keys, FloatArray params, std::vector<std::vector<float>> slots,
@@ -498,6 +501,7 @@ std::shared_ptr<const float> Stripe::ReadOrShare(const RowSelection& sel, const 
     }
     std::memcpy(out->get() + pos * row_floats, src + size_t(r) * row_floats, len * row_floats * sizeof(float));
   });
+  ReleaseRows();
   if (runs == 1) return Lend(params_->data() + size_t(first_row) * row_floats);
   if (runs == 0) *out = NewFloatBuffer(0);
   return nullptr;

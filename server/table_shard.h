@@ -164,6 +164,10 @@ class Stripe {
   // kReusedLists such lists), and the same list again is matched key by key, sequentially,
   // instead of looked up: the lookups of random keys are one cache miss each.
   const uint32_t* LocalRows(const RowSelection& sel, const Key* keys);
+  // After the rows of a list too long to keep were used: their memory goes (4 bytes a key).
+  void ReleaseRows() {
+    if (rows_scratch_.capacity() > kMaxReusedKeys) std::vector<uint32_t>().swap(rows_scratch_);
+  }
   // Before writing the parameters: while a pull reply holds the current array (ShareRows), moves
   // to another one, copying every local row outside [keep_begin, keep_end) into it. Returns
   // where rows in that range are to be read from (the held array: the caller writes them out of

@@ -109,8 +109,10 @@ TEST(WorkerFailure, JobGoesOnWithoutADeadWorkerWhenAsked) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
-// A worker whose connection to the scheduler drops (a network blip: a proxy in between cuts it)
-// reconnects under the routing id it had: the scheduler goes on hearing its heartbeats, does not
+// A worker whose connection to the scheduler drops (a network blip: a proxy in between cuts it,
+// once cleanly and once leaving the scheduler's side open, which it has then not noticed when
+// the worker reconnects) reconnects under the routing id it had, and the scheduler's router hands
+// that id over to the new connection: the scheduler goes on hearing its heartbeats, does not
 // declare it dead, and the job goes on and ends cleanly.
 TEST(WorkerFailure, AWorkerThatReconnectsIsNoDeadWorker) {
   TcpProxy proxy;
@@ -129,7 +131,7 @@ TEST(WorkerFailure, AWorkerThatReconnectsIsNoDeadWorker) {
   ASSERT_TRUE(t0.ok() && t1.ok());
   std::vector<float> v(32);
   for (int cut = 0; cut < 2; ++cut) {
-    proxy.Cut();
+    proxy.Cut(/*half_open=*/cut == 1);
     // Well past the heartbeat timeout: a worker whose heartbeats went unheard is dead by now.
     std::this_thread::sleep_for(std::chrono::milliseconds(3 * cfg.heartbeat_timeout_ms));
     for (int w = 0; w < 2; ++w) {
@@ -238,12 +240,32 @@ TEST(ServerFailure, ARetriedTableCreationIsTheSameTable) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   auto again = cluster.client(0).CreateTable(spec);
+  for (int tries = 1; !again.ok() && tries < 50; ++tries) again = cluster.client(0).CreateTable(spec);  // 10 ms each
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   std::vector<float> row(1024);
   EXPECT_TRUE(cluster.client(0).Pull(*again, {12345}, row.data()).Wait().ok());
   EXPECT_EQ(row[7], InitialValue(spec, 12345, 7));
   EXPECT_EQ(cluster.server(0).stats().tables, 1u);
   EXPECT_EQ(cluster.server(1).stats().tables, 1u);
+
+  // Tried again with another spec, it is another table (a new id): what the failed attempt left
+  // on the servers goes, so that each holds one table of that name.
+  spec.name = "big2";
+  ASSERT_FALSE(cluster.client(0).CreateTable(spec).ok());
+  for (int64_t until = NowMs() + 20000; NowMs() < until;) {
+    if (cluster.server(0).stats().tables == 2 && cluster.server(1).stats().tables == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  TableSpec other = spec;
+  other.rows = 64;
+  other.init = InitKind::kNormal;
+  auto made = cluster.client(0).CreateTable(other);
+  for (int tries = 1; !made.ok() && tries < 50; ++tries) made = cluster.client(0).CreateTable(other);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_TRUE(cluster.client(0).Pull(*made, {33}, row.data()).Wait().ok());
+  EXPECT_EQ(row[7], InitialValue(other, 33, 7));
+  EXPECT_EQ(cluster.server(0).stats().tables, 2u);
+  EXPECT_EQ(cluster.server(1).stats().tables, 2u);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 

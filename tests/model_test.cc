@@ -188,7 +188,8 @@ TEST_P(ModelTest, RandomOperationsMatchTheModelBitForBit) {
       } else if (!whole && slot < 0 && rng() % 3 == 0) {
         ks.clear();
         if (on_sparse) {
-          for (int i = 0; i < 250; ++i) ks.push_back(next_fresh++);
+          // 1000: over the 128 keys a stripe keeps a list from, on 3 servers with 2 stripes each
+          for (int i = 0; i < 1000; ++i) ks.push_back(next_fresh++);
           sparse_ids.insert(sparse_ids.end(), ks.begin(), ks.begin() + 20);
           lists.push_back(ks);
           if (lists.size() > 6) lists.erase(lists.begin());

@@ -299,8 +299,6 @@ TEST(Shard, CopyOnWriteDropsASparseSpareThatNoLongerFits) {
   EXPECT_EQ(tight.used_after, dry.second);
 }
 
-// Through a running server: Adam's m and v are readable, and a row touched later gets its own
-// bias correction (its first update moves it by lr * sign(g), like any row's first update).
 // A keyed push while a reply holds the parameters writes the rows it updates out of place and
 // copies the others; a key given twice is updated twice, the second time from the first's
 // result, as in place.
@@ -320,14 +318,17 @@ TEST(Shard, KeyedPushUnderCopyOnWriteWritesOutOfPlace) {
     t.Split(keys.data(), keys.size(), &sel);
     s.ApplyPush(sel[0], keys.data(), minus1.data(), ctx);
   };
+  push_keys({4});  // in place: row 4 is 2, one step ahead of the others
   std::shared_ptr<const float> v1 = s.ShareRows(0);
-  push_keys({5, 2, 5});  // row 5 twice, in two runs
+  push_keys({5, 2, 5});  // row 5 twice, in two runs: the second from the first's result
   std::shared_ptr<const float> v2 = s.ShareRows(0);
-  push_keys({1, 2, 3, 2, 3, 4});  // a run 1..3, then 2..4 of which 2 and 3 were just written
+  // Row 3, then one run of rows 2, 3, 4 (consecutive, with equal step counts) of which row 3
+  // was just written: it goes on from its new value, rows 2 and 4 from the held array.
+  push_keys({3, 2, 3, 4});
   std::vector<float> now(16);
   s.Read(all[0], nullptr, -1, now.data());
-  const float want1[8] = {1, 1, 1, 1, 1, 1, 1, 1}, want2[8] = {1, 1, 2, 1, 1, 3, 1, 1},
-              want3[8] = {1, 2, 4, 3, 2, 3, 1, 1};
+  const float want1[8] = {1, 1, 1, 1, 2, 1, 1, 1}, want2[8] = {1, 1, 2, 1, 2, 3, 1, 1},
+              want3[8] = {1, 1, 3, 3, 3, 3, 1, 1};
   for (int r = 0; r < 8; ++r)
     for (int c = 0; c < 2; ++c) {
       EXPECT_EQ(v1.get()[r * 2 + c], want1[r]) << "row " << r;
@@ -398,6 +399,8 @@ TEST(Shard, RecurringKeyListsAreMatchedKeyByKey) {
   check("after restoring");
 }
 
+// Through a running server: Adam's m and v are readable, and a row touched later gets its own
+// bias correction (its first update moves it by lr * sign(g), like any row's first update).
 TEST(Shard, AdamMomentsReadableThroughPullAndLazyPerRow) {
   LocalClusterConfig cfg;
   cfg.servers = 2;

@@ -1,7 +1,8 @@
 // A TCP relay for fault tests: it listens on an ephemeral port of 127.0.0.1, connects each
 // connection it accepts to its upstream and copies bytes both ways. Cut() drops every current
-// connection (both ends see it closed, as after a network blip); later connections are relayed
-// as before.
+// connection; later connections are relayed as before. Cut(true) closes only the accepted side
+// and leaves the upstream one open and silent, as a network blip often leaves a server's side
+// (half-open: the server has not noticed its peer is gone when the peer reconnects).
 #pragma once
 
 #include <arpa/inet.h>
@@ -44,6 +45,7 @@ class TcpProxy {
       close(p.first);
       close(p.second);
     }
+    for (int fd : silent_) close(fd);
     close(listen_);
     close(wake_[0]);
     close(wake_[1]);
@@ -54,7 +56,8 @@ class TcpProxy {
     std::lock_guard<std::mutex> l(mu_);
     upstream_port_ = std::atoi(tcp_address.substr(tcp_address.rfind(':') + 1).c_str());
   }
-  void Cut() {
+  void Cut(bool half_open = false) {
+    half_open_ = half_open;
     cut_ = true;
     Wake();
     while (cut_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -92,7 +95,12 @@ class TcpProxy {
     char buf[1 << 16];
     while (!stop_) {
       if (cut_) {
-        while (!pairs_.empty()) Drop(pairs_.size() - 1);
+        for (auto& p : pairs_) {
+          close(p.first);
+          if (half_open_) silent_.push_back(p.second);
+          else close(p.second);
+        }
+        pairs_.clear();
         cut_ = false;
       }
       std::vector<pollfd> fds{{listen_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
@@ -139,7 +147,8 @@ class TcpProxy {
   std::mutex mu_;
   int upstream_port_ = 0;
   std::vector<std::pair<int, int>> pairs_;  // accepted, upstream: the loop's only
-  std::atomic<bool> stop_{false}, cut_{false};
+  std::vector<int> silent_;                 // upstream sides left open by Cut(true)
+  std::atomic<bool> stop_{false}, cut_{false}, half_open_{false};
   std::atomic<int> accepted_{0};
   std::thread thread_;
 };
