@@ -137,7 +137,9 @@ class ServerImpl final : public Server {
   int64_t awaiting_done_ = 0;                        // requests handed over whose "done" is not in yet
   std::vector<std::thread> threads_;
   std::vector<zmq::message_t> frames_;
-  uint64_t bad_logged_ = 0;
+  // Log lines so far, malformed messages and refused requests apart: the first 20 of each, then
+  // one in 1000 (a flood of one kind does not silence the other).
+  uint64_t malformed_logged_ = 0, refused_logged_ = 0;
   // Restoring: the checkpoint's tables of this server not created yet, by name.
   std::map<std::string, TableCheckpoint> restore_;
   // Checkpointing (server/checkpoint.h): asked by the scheduler, written by a thread of its own
@@ -363,7 +365,7 @@ void ServerImpl::LogStats(int64_t now) {
 
 void ServerImpl::CountBad(const Status& st, const char* what) {
   ++stats_.bad_messages;
-  if (bad_logged_++ < 20 || bad_logged_ % 1000 == 0)
+  if (malformed_logged_++ < 20 || malformed_logged_ % 1000 == 0)
     PP_LOG(Warning) << what << " (" << stats_.bad_messages << " so far): " << st.ToString();
 }
 
@@ -489,7 +491,7 @@ void ServerImpl::HandleData(Message& m) {
   Status st = Validate(m, &shard);
   if (!st.ok()) {
     if (st.code() == Code::kAlreadyExists) ++stats_.duplicates; else ++stats_.rejected;
-    if (bad_logged_++ < 20 || bad_logged_ % 1000 == 0)
+    if (refused_logged_++ < 20 || refused_logged_ % 1000 == 0)
       PP_LOG(Warning) << "refused " << MsgTypeName(h.type) << " from worker " << h.sender_rank
                       << ": " << st.ToString();
     ReplyError(m, st);
