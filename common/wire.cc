@@ -515,7 +515,7 @@ void ConfigureSocket(zmq::socket_t& sock, bool is_router, int64_t max_msg_bytes)
 }
 
 Result<std::string> BindTcp(zmq::socket_t& sock, const std::string& bind_host, int port,
-                            const std::string& advertise_host) {
+                            const std::string& advertise_host, int advertise_port) {
   std::string ep = "tcp://" + bind_host + ":" + (port == 0 ? std::string("*") : std::to_string(port));
   try {
     sock.bind(ep);
@@ -524,7 +524,7 @@ Result<std::string> BindTcp(zmq::socket_t& sock, const std::string& bind_host, i
   }
   std::string last = sock.get(zmq::sockopt::last_endpoint);  // tcp://0.0.0.0:41234
   auto colon = last.rfind(':');
-  return "tcp://" + advertise_host + last.substr(colon);
+  return "tcp://" + advertise_host + (advertise_port > 0 ? ":" + std::to_string(advertise_port) : last.substr(colon));
 }
 
 }  // namespace pushpull

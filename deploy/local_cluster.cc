@@ -50,6 +50,7 @@ Status LocalCluster::Start() {
     o.stats_every_ms = config_.stats_every_ms;
     o.copy_on_write_budget_bytes = config_.copy_on_write_budget_bytes;
     o.copy_on_write_wait_ms = config_.copy_on_write_wait_ms;
+    if (config_.server_options) config_.server_options(i, &o);
     auto srv = Server::Create(o);
     if (!srv.ok()) return srv.status();
     servers_.push_back(std::move(srv.value()));

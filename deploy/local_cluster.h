@@ -33,6 +33,8 @@ struct LocalClusterConfig {
   // The scheduler address worker w connects to, given the scheduler's own (unset: that one);
   // fault tests put a proxy in between.
   std::function<std::string(int w, const std::string& scheduler)> worker_scheduler_address;
+  // Changes server s's options before it starts (fault tests: a proxy in front of it).
+  std::function<void(int s, ServerOptions* o)> server_options;
 };
 
 class LocalCluster {

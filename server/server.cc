@@ -65,7 +65,7 @@ class ServerImpl final : public Server {
 
   Status Init() {
     ConfigureSocket(router_, true, options_.max_message_bytes);
-    auto addr = BindTcp(router_, options_.bind_host, options_.port, options_.advertise_host);
+    auto addr = BindTcp(router_, options_.bind_host, options_.port, options_.advertise_host, options_.advertise_port);
     if (!addr.ok()) return addr.status();
     address_ = addr.value();
     done_endpoint_ = "inproc://pp-done-" + std::to_string(reinterpret_cast<uintptr_t>(this));

@@ -23,6 +23,7 @@ struct ServerOptions {
   std::string bind_host = "0.0.0.0";       // interface to listen on
   std::string advertise_host = "127.0.0.1";// address other nodes use to reach this server
   int port = 0;                             // 0: an ephemeral port
+  int advertise_port = 0;                   // port other nodes use, when not the one bound (NAT, port forwarding)
   int update_threads = 1;                   // stripes per table
   int64_t max_message_bytes = int64_t(2) << 30;  // larger messages are dropped by ZeroMQ
   int64_t stats_every_ms = 0;               // log a line of rates and state this often (0: never)

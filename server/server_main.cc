@@ -15,6 +15,9 @@ DEFINE_string(scheduler, "tcp://127.0.0.1:7000", "address of pushpull-scheduler"
 DEFINE_string(bind_host, "0.0.0.0", "interface to listen on");
 DEFINE_string(advertise_host, "127.0.0.1", "host name or IP workers use to reach this server");
 DEFINE_int32(port, 0, "TCP port to listen on (0: any free port)");
+DEFINE_int32(advertise_port, 0,
+             "TCP port workers use to reach this server, when it is not --port (NAT, a forwarded or mapped port; "
+             "0: the port it listens on)");
 DEFINE_int32(update_threads, 0, "update threads (stripes per table), at most 64; 0: the cores left after the I/O thread");
 DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this server is alive");
 DEFINE_int32(scheduler_timeout_ms, 15000, "exit when the scheduler is silent this long");
@@ -47,6 +50,11 @@ int main(int argc, char** argv) {
   o.bind_host = FLAGS_bind_host;
   o.advertise_host = FLAGS_advertise_host;
   o.port = FLAGS_port;
+  if (FLAGS_advertise_port < 0 || FLAGS_advertise_port > 65535) {
+    PP_LOG(Error) << "--advertise_port must be in [0, 65535]";
+    return 2;
+  }
+  o.advertise_port = FLAGS_advertise_port;
   int cores = static_cast<int>(std::thread::hardware_concurrency());
   // Default: the cores left after the I/O thread, at most one per values frame a pull reply may carry.
   o.update_threads = FLAGS_update_threads > 0 ? FLAGS_update_threads

@@ -146,6 +146,43 @@ TEST(WorkerFailure, AWorkerThatReconnectsIsNoDeadWorker) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok()) << cluster.scheduler_status().ToString();
 }
 
+// A worker's data connections to a server reconnect the same way: a proxy in front of the server
+// (which advertises the proxy's port) cuts them, leaving the server's side open; the worker's
+// receive socket reconnects under its routing id, the server's router hands the id over, and
+// replies reach the worker again.
+TEST(WorkerFailure, DataConnectionsThatDropReconnect) {
+  TcpProxy proxy;
+  const int server_port = TcpProxy::FreePort();
+  proxy.SetUpstream("tcp://127.0.0.1:" + std::to_string(server_port));
+  LocalClusterConfig cfg;
+  cfg.request_timeout_ms = 3000;
+  cfg.server_options = [&](int, ServerOptions* o) {
+    o->port = server_port;
+    o->advertise_port = proxy.port();
+  };
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  EXPECT_EQ(cluster.server(0).address(), proxy.address());
+  TableSpec spec = Dense("w", 8);
+  spec.consistency = {Consistency::kAsp, 0};
+  auto t = cluster.client(0).CreateTable(spec);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  std::vector<float> v(32);
+  ASSERT_TRUE(cluster.client(0).PullDense(*t, v.data()).Wait().ok());
+  const int before = proxy.accepted();
+  proxy.Cut(/*half_open=*/true);
+  // Reconnected within ZeroMQ's reconnect interval (100 ms); calls after that are answered.
+  for (int64_t until = NowMs() + 5000; proxy.accepted() < before + 2 && NowMs() < until;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(proxy.accepted(), before + 2);  // tx and rx
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(cluster.client(0).PushDense(*t, std::vector<float>(32, 1.0f)).Wait().ok()) << i;
+    Status st = cluster.client(0).PullDense(*t, v.data()).Wait();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 TEST(WorkerFailure, DeadWorkerAbortsTheJobNamingItByDefault) {
   LocalClusterConfig cfg;
   cfg.servers = 1;

@@ -51,6 +51,19 @@ class TcpProxy {
     close(wake_[1]);
   }
   std::string address() const { return "tcp://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+  // A free port of 127.0.0.1 to listen on, as the kernel hands out ephemeral ones.
+  static int FreePort() {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) std::abort();
+    socklen_t n = sizeof a;
+    getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
+    close(s);
+    return ntohs(a.sin_port);
+  }
   // Where accepted connections go: a "tcp://127.0.0.1:PORT" address.
   void SetUpstream(const std::string& tcp_address) {
     std::lock_guard<std::mutex> l(mu_);
