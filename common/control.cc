@@ -1,7 +1,5 @@
 #include "common/control.h"
 
-#include <cstdio>
-#include <random>
 
 #include "common/log.h"
 #include "common/time.h"
@@ -14,10 +12,7 @@ ControlChannel::ControlChannel(zmq::context_t& ctx, Role role, ControlOptions op
   // The scheduler knows a node by its routing id. Left to ZeroMQ, a reconnect (a network blip)
   // would bring a new random one, whose heartbeats the scheduler would ignore until it declared
   // the node dead; a fixed one, unique to this channel, survives reconnects.
-  std::random_device rd;
-  char id[64];
-  std::snprintf(id, sizeof(id), "%s-%08x%08x", RoleName(role), rd(), rd());
-  sock_.set(zmq::sockopt::routing_id, std::string(id));
+  sock_.set(zmq::sockopt::routing_id, RandomRoutingId(RoleName(role)));
 }
 
 Status ControlChannel::Send(Header h) {

@@ -3,8 +3,10 @@
 #include <cereal/archives/binary.hpp>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <istream>
+#include <random>
 #include <type_traits>
 #include <sstream>
 #include <streambuf>
@@ -512,6 +514,13 @@ void ConfigureSocket(zmq::socket_t& sock, bool is_router, int64_t max_msg_bytes)
     sock.set(zmq::sockopt::router_handover, 1);
   }
   if (max_msg_bytes > 0) sock.set(zmq::sockopt::maxmsgsize, max_msg_bytes);
+}
+
+std::string RandomRoutingId(const std::string& prefix) {
+  std::random_device rd;
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%08x%08x", rd(), rd());
+  return prefix + "-" + hex;
 }
 
 Result<std::string> BindTcp(zmq::socket_t& sock, const std::string& bind_host, int port,

@@ -164,6 +164,10 @@ int Poll(zmq::pollitem_t* items, size_t n, int64_t timeout_ms);
 // ZMQ heartbeats, ROUTER_MANDATORY on routers, a maximum message size on receivers.
 void ConfigureSocket(zmq::socket_t& sock, bool is_router, int64_t max_msg_bytes = -1);
 
+// A routing id for a socket that must keep it across reconnects: `prefix`, '-' and 64 random bits
+// (routers hand an id over to whoever connects with it, so it must not be guessable).
+std::string RandomRoutingId(const std::string& prefix);
+
 // Binds to tcp://host:port (port 0: an ephemeral port) and returns the address to advertise:
 // advertise_host and the port bound, or advertise_port when it is set (NAT, port forwarding).
 Result<std::string> BindTcp(zmq::socket_t& sock, const std::string& bind_host, int port,

@@ -13,6 +13,7 @@
 #include "optimizers/optimizer.h"
 #include "server/consistency.h"
 #include "deploy/local_cluster.h"
+#include "tests/eventually.h"
 
 namespace pushpull {
 namespace {
@@ -104,17 +105,6 @@ INSTANTIATE_TEST_SUITE_P(Models, ConsistencyTest,
                                            ModelCase{"ssp3", {Consistency::kSsp, 3}},
                                            ModelCase{"asp", {Consistency::kAsp, 0}}),
                          [](const auto& info) { return std::string(info.param.name); });
-
-// Waits (bounded) until `pred` holds.
-template <typename P>
-bool Eventually(P pred, int64_t ms = 10000) {
-  Deadline d = Deadline::In(ms);
-  while (!d.Expired()) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return pred();
-}
 
 // SSP(k): with worker 1 stopped at clock 0, worker 0 may pull at clocks 0..k without waiting
 // and its pull at clock k+1 waits until worker 1 clocks once.

@@ -10,6 +10,7 @@
 
 #include "common/time.h"
 #include "deploy/local_cluster.h"
+#include "tests/eventually.h"
 #include "tests/tcp_proxy.h"
 
 namespace pushpull {
@@ -172,9 +173,7 @@ TEST(WorkerFailure, DataConnectionsThatDropReconnect) {
   const int before = proxy.accepted();
   proxy.Cut(/*half_open=*/true);
   // Reconnected within ZeroMQ's reconnect interval (100 ms); calls after that are answered.
-  for (int64_t until = NowMs() + 5000; proxy.accepted() < before + 2 && NowMs() < until;)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(proxy.accepted(), before + 2);  // tx and rx
+  EXPECT_TRUE(Eventually([&] { return proxy.accepted() == before + 2; }, 5000));  // tx and rx
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(cluster.client(0).PushDense(*t, std::vector<float>(32, 1.0f)).Wait().ok()) << i;
     Status st = cluster.client(0).PullDense(*t, v.data()).Wait();
@@ -268,16 +267,21 @@ TEST(ServerFailure, ARetriedTableCreationIsTheSameTable) {
   spec.rows = 1 << 15;
   spec.dim = 1024;  // 32M floats, each from the seeded initialiser: over 10 ms on each server
   spec.init = InitKind::kUniform;
+  auto both_hold = [&](uint64_t n) {
+    return Eventually([&] { return cluster.server(0).stats().tables == n && cluster.server(1).stats().tables == n; },
+                      20000);
+  };
+  auto create = [&](const TableSpec& s) {  // the scheduler waits 10 ms an attempt
+    auto t = cluster.client(0).CreateTable(s);
+    for (int tries = 1; !t.ok() && tries < 50; ++tries) t = cluster.client(0).CreateTable(s);
+    return t;
+  };
   auto first = cluster.client(0).CreateTable(spec);
   ASSERT_FALSE(first.ok());
   EXPECT_EQ(first.status().code(), Code::kDeadlineExceeded) << first.status().ToString();
   // Both servers finish the first attempt meanwhile; the retry finds the table there.
-  for (int64_t until = NowMs() + 20000; NowMs() < until;) {
-    if (cluster.server(0).stats().tables == 1 && cluster.server(1).stats().tables == 1) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  auto again = cluster.client(0).CreateTable(spec);
-  for (int tries = 1; !again.ok() && tries < 50; ++tries) again = cluster.client(0).CreateTable(spec);  // 10 ms each
+  (void)both_hold(1);  // checked below
+  auto again = create(spec);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   std::vector<float> row(1024);
   EXPECT_TRUE(cluster.client(0).Pull(*again, {12345}, row.data()).Wait().ok());
@@ -289,15 +293,11 @@ TEST(ServerFailure, ARetriedTableCreationIsTheSameTable) {
   // on the servers goes, so that each holds one table of that name.
   spec.name = "big2";
   ASSERT_FALSE(cluster.client(0).CreateTable(spec).ok());
-  for (int64_t until = NowMs() + 20000; NowMs() < until;) {
-    if (cluster.server(0).stats().tables == 2 && cluster.server(1).stats().tables == 2) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  (void)both_hold(2);  // checked below
   TableSpec other = spec;
   other.rows = 64;
   other.init = InitKind::kNormal;
-  auto made = cluster.client(0).CreateTable(other);
-  for (int tries = 1; !made.ok() && tries < 50; ++tries) made = cluster.client(0).CreateTable(other);
+  auto made = create(other);
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   EXPECT_TRUE(cluster.client(0).Pull(*made, {33}, row.data()).Wait().ok());
   EXPECT_EQ(row[7], InitialValue(other, 33, 7));

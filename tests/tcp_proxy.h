@@ -25,15 +25,8 @@ namespace pushpull {
 class TcpProxy {
  public:
   TcpProxy() {
-    listen_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    if (bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(listen_, 16) != 0) std::abort();
-    socklen_t n = sizeof a;
-    getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &n);
-    port_ = ntohs(a.sin_port);
+    listen_ = BoundSocket(&port_);
+    if (listen(listen_, 16) != 0) std::abort();
     if (pipe(wake_) != 0) std::abort();
     thread_ = std::thread([this] { Loop(); });
   }
@@ -54,15 +47,9 @@ class TcpProxy {
   int port() const { return port_; }
   // A free port of 127.0.0.1 to listen on, as the kernel hands out ephemeral ones.
   static int FreePort() {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) std::abort();
-    socklen_t n = sizeof a;
-    getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
-    close(s);
-    return ntohs(a.sin_port);
+    int port = 0;
+    close(BoundSocket(&port));
+    return port;
   }
   // Where accepted connections go: a "tcp://127.0.0.1:PORT" address.
   void SetUpstream(const std::string& tcp_address) {
@@ -78,6 +65,23 @@ class TcpProxy {
   int accepted() const { return accepted_; }
 
  private:
+  static sockaddr_in Loopback(int port) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    return a;
+  }
+  // A TCP socket bound to an ephemeral port of 127.0.0.1, which *port is set to.
+  static int BoundSocket(int* port) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = Loopback(0);
+    if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) std::abort();
+    socklen_t n = sizeof a;
+    getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
+    *port = ntohs(a.sin_port);
+    return s;
+  }
   void Wake() {
     char c = 1;
     if (write(wake_[1], &c, 1) != 1) std::abort();
@@ -89,10 +93,7 @@ class TcpProxy {
       port = upstream_port_;
     }
     int s = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
+    sockaddr_in a = Loopback(port);
     if (port == 0 || connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
       close(s);
       return -1;

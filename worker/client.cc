@@ -10,7 +10,6 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <random>
 #include <algorithm>
 #include <stdexcept>
 #include <thread>
@@ -313,10 +312,7 @@ class ClientImpl final : public Client, private internal::Receiver {
     // socket, connected to every server, receives the replies, which requests address to it by
     // routing id. Callers so send without a hop through the I/O thread, and a waiting caller
     // receives from all servers with one blocking receive.
-    // Routers hand a routing id over to whoever connects with it (a reconnect): random, not guessable.
-    std::random_device rd;
-    const std::string nonce = std::to_string((uint64_t(rd()) << 32) | rd());
-    rx_id_ = "rx-" + std::to_string(control_.rank()) + "-" + nonce;
+    rx_id_ = RandomRoutingId("rx-" + std::to_string(control_.rank()));
     ConfigureSocket(rx_, false, -1);
     rx_.set(zmq::sockopt::routing_id, rx_id_);
     for (const auto& s : cm.servers) {
