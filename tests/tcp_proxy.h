@@ -60,7 +60,11 @@ class TcpProxy {
     half_open_ = half_open;
     cut_ = true;
     Wake();
-    while (cut_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // The relay loop polls at least every 100 ms; 5 s without the cut done is a hung loop.
+    for (int ms = 0; cut_; ++ms) {
+      if (ms > 5000) std::abort();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
   int accepted() const { return accepted_; }
 
