@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -23,6 +24,11 @@ struct Node {
   bool told_end = false;   // has been sent the final membership
   int64_t last_seen_ms = 0;
   uint64_t register_request = 0;
+  // A worker's latest requests (by request id) and, once given, their answers: a worker asks
+  // again what it has no answer to (its connection may have dropped with the request or the
+  // answer), and a repeat is answered from here, never run twice.
+  std::map<uint64_t, std::optional<Header>> requests;
+  static constexpr size_t kRememberedRequests = 8;
 };
 
 struct Waiter {
@@ -36,6 +42,7 @@ struct PendingTable {
   std::set<int> acked;  // server ranks
   Deadline deadline = Deadline::Never();
   uint64_t request_id = 0;
+  int64_t resend_ms = 0;  // when the servers that have not answered are asked again
 };
 
 // A checkpoint in progress: the workers that asked (and at which clock), then the servers that
@@ -49,6 +56,7 @@ struct PendingCheckpoint {
   uint64_t request_id = 0;
   Deadline deadline = Deadline::Never();
   int64_t started_ms = 0;
+  int64_t resend_ms = 0;  // writing: when the servers that have not answered are asked again
 };
 
 class SchedulerImpl final : public Scheduler {
@@ -96,6 +104,13 @@ class SchedulerImpl final : public Scheduler {
   void Broadcast();
   void End(Membership::JobState state, const std::string& reason);
   bool Send(const std::string& identity, Header h);  // false when ZeroMQ refused it (peer gone)
+  // A request to the servers (a table creation, a checkpoint write) that some have not answered:
+  // sent again to those every resend interval, in case it or the answer went with a dropped
+  // connection (servers answer a repeat without running it twice).
+  void ResendToServers(const Header& h, const std::set<int>& answered, int64_t* resend_ms);
+  static Header TableRequest(const PendingTable& p);
+  Header CheckpointRequest() const;
+  int64_t ResendIntervalMs() const { return std::max(options_.heartbeat_timeout_ms / 3, 100); }
   void ReplyTo(const Waiter& w, MsgType type, const Status& st, const TableInfo* info = nullptr);
   std::string NodeName(const Node& n) const;
   Membership membership_;
@@ -147,7 +162,20 @@ void SchedulerImpl::ReplyTo(const Waiter& w, MsgType type, const Status& st, con
     h.info = *info;
     h.spec = info->spec;
   }
+  auto n = nodes_.find(w.identity);
+  if (n != nodes_.end()) {
+    auto r = n->second.requests.find(w.request_id);
+    if (r != n->second.requests.end()) r->second = h;  // a repeat of the request gets this again
+  }
   Send(w.identity, h);
+}
+
+void SchedulerImpl::ResendToServers(const Header& h, const std::set<int>& answered, int64_t* resend_ms) {
+  const int64_t now = NowMs();
+  if (now < *resend_ms) return;
+  *resend_ms = now + ResendIntervalMs();
+  for (Node* s : servers_)
+    if (!answered.count(s->rank)) Send(s->identity, h);
 }
 
 Status SchedulerImpl::Run() {
@@ -216,6 +244,8 @@ Status SchedulerImpl::Run() {
         last_judged_ms = now;
       }
       CheckPendingTables();
+      if (checkpoint_.writing && !checkpoint_.deadline.Expired())
+        ResendToServers(CheckpointRequest(), checkpoint_.written, &checkpoint_.resend_ms);
       if (!checkpoint_.workers.empty() && checkpoint_.deadline.Expired()) {
         // Asking: a worker that never calls; writing: a server that never answers.
         std::string missing;
@@ -279,7 +309,17 @@ void SchedulerImpl::Handle(Message& m) {
     if (Send(identity, h)) n.told_end = true;
     return;
   }
-  switch (m.header.type) {
+  const MsgType type = m.header.type;
+  if (n.role == Role::kWorker && (type == MsgType::kCreateTable || type == MsgType::kBarrier ||
+                                  type == MsgType::kCheckpoint || type == MsgType::kDone)) {
+    auto [r, fresh] = n.requests.try_emplace(m.header.request_id);
+    if (!fresh) {  // asked again: answered already (the answer was lost), or still in progress
+      if (r->second) Send(identity, *r->second);
+      return;
+    }
+    if (n.requests.size() > Node::kRememberedRequests) n.requests.erase(n.requests.begin());
+  }
+  switch (type) {
     case MsgType::kHeartbeat: {
       Header h;
       h.type = MsgType::kMembership;
@@ -430,11 +470,15 @@ void SchedulerImpl::HandleCreateTable(Message& m) {
   p.waiters.push_back(w);
   p.deadline = Deadline::In(options_.request_timeout_ms);
   p.request_id = next_request_id_++;
+  ResendToServers(TableRequest(p), p.acked, &p.resend_ms);
+}
+
+Header SchedulerImpl::TableRequest(const PendingTable& p) {
   Header h;
   h.type = MsgType::kCreateTable;
   h.request_id = p.request_id;
   h.info = p.info;
-  for (Node* s : servers_) Send(s->identity, h);
+  return h;
 }
 
 void SchedulerImpl::HandleServerTableReply(Node& server, const Message& m) {
@@ -463,6 +507,7 @@ void SchedulerImpl::HandleServerTableReply(Node& server, const Message& m) {
 void SchedulerImpl::CheckPendingTables() {
   for (auto it = pending_tables_.begin(); it != pending_tables_.end();) {
     if (!it->second.deadline.Expired()) {
+      ResendToServers(TableRequest(it->second), it->second.acked, &it->second.resend_ms);
       ++it;
       continue;
     }
@@ -576,12 +621,17 @@ void SchedulerImpl::CheckCheckpoint() {
   checkpoint_.deadline = Deadline::In(options_.checkpoint_timeout_ms);
   checkpoint_.started_ms = NowMs();
   PP_LOG(Info) << "checkpoint at clock " << checkpoint_.clock << ": servers writing into " << checkpoint_.dir;
+  checkpoint_.resend_ms = 0;
+  ResendToServers(CheckpointRequest(), checkpoint_.written, &checkpoint_.resend_ms);
+}
+
+Header SchedulerImpl::CheckpointRequest() const {
   Header h;
   h.type = MsgType::kCheckpoint;
   h.request_id = checkpoint_.request_id;
   h.clock = checkpoint_.clock;
   h.address = checkpoint_.dir;
-  for (Node* s : servers_) Send(s->identity, h);
+  return h;
 }
 
 void SchedulerImpl::HandleServerCheckpointReply(Node& server, const Message& m) {

@@ -155,6 +155,9 @@ class ServerImpl final : public Server {
     Status status;
     uint64_t bytes = 0;
     int64_t started_ms = 0;
+    // The answer to the last request finished: the scheduler asks again while it has none (a
+    // dropped connection may have taken it), and gets this instead of a second write.
+    Header reply;
   } ckpt_;
   struct {
     int64_t clock = 0, at_ms = 0;  // the last checkpoint this server wrote (at_ms 0: none)
@@ -783,6 +786,10 @@ void ServerImpl::HandleControl() {
     }
     if (m.header.type == MsgType::kCreateTable) CreateTable(m);
     if (m.header.type == MsgType::kCheckpoint) {
+      if (m.header.request_id == ckpt_.request_id) {  // asked again
+        if (!ckpt_.asked && ckpt_.reply.request_id == ckpt_.request_id) control_.Send(ckpt_.reply).IgnoreError();
+        continue;  // (still in progress: answered when written)
+      }
       if (ckpt_.writer.joinable()) {
         Header reply;
         reply.type = MsgType::kCheckpointReply;
@@ -901,6 +908,7 @@ void ServerImpl::FinishCheckpoint() {
   if (ckpt_.writer.joinable()) ckpt_.writer.join();
   if (ckpt_.status.ok()) {
     ckpt_last_ = {ckpt_.clock, NowMs()};
+    ++stats_.checkpoints;
     PP_LOG(Info) << "checkpoint at clock " << ckpt_.clock << " written: " << ServerCheckpointFile(ckpt_.dir, rank_)
                  << ", " << (ckpt_.bytes >= 1000000 ? ckpt_.bytes / 1e6 : ckpt_.bytes / 1e3)
                  << (ckpt_.bytes >= 1000000 ? " MB" : " KB") << " in " << NowMs() - ckpt_.started_ms << " ms";
@@ -913,6 +921,7 @@ void ServerImpl::FinishCheckpoint() {
   reply.clock = ckpt_.clock;
   reply.SetStatus(ckpt_.status);
   control_.Send(reply).IgnoreError();
+  ckpt_.reply = reply;
   ckpt_.asked = false;
   ckpt_.status = Status::OK();
   AdvanceMinClock();  // what membership changes during the write held back

@@ -47,6 +47,7 @@ struct ServerStats {
   // those that then copied over the budget. Brought up to date every few ms and at the end.
   std::atomic<uint64_t> copy_on_write_waits{0}, copy_on_write_overdrafts{0};
   std::atomic<uint64_t> tables{0};  // tables this server holds a shard of
+  std::atomic<uint64_t> checkpoints{0};  // checkpoint files this server wrote
 };
 
 class Server {

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include "common/time.h"
@@ -333,6 +334,107 @@ TEST(ServerFailure, DeadServerEndsTheJobNamingIt) {
   EXPECT_EQ(cluster.scheduler_status().code(), Code::kAborted);
   EXPECT_NE(cluster.scheduler_status().message().find("server 1"), std::string::npos)
       << cluster.scheduler_status().ToString();
+}
+
+// Control messages lost with a dropped scheduler connection: a node asks again what it has no
+// answer to, and the other side answers a repeat from its record, never running it twice. A
+// proxy holds one direction of a connection (what is sent that way waits in it), then cuts it:
+// the held messages are lost, the node reconnects.
+
+// A worker whose barrier answer is lost asks again and passes; the repeat is not a second
+// arrival (the next barrier still waits for both workers).
+TEST(ConnectionFailure, ALostBarrierAnswerIsAskedForAgain) {
+  TcpProxy proxy;
+  LocalClusterConfig cfg;
+  cfg.workers = 2;
+  cfg.request_timeout_ms = 8000;  // without the repeat, worker 0's barrier fails at this deadline
+  cfg.worker_scheduler_address = [&](int w, const std::string& scheduler) {
+    if (w != 0) return scheduler;
+    proxy.SetUpstream(scheduler);
+    return proxy.address();
+  };
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  for (int round = 0; round < 2; ++round) {
+    if (round == 0) proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
+    Status b0;
+    std::thread w0([&] { b0 = cluster.client(0).Barrier(); });
+    // Answered once worker 0's request reached the scheduler, whose answer to worker 0 is then
+    // held in round 0, and lost with the cut.
+    Status b1 = cluster.client(1).Barrier();
+    if (round == 0) proxy.Cut();
+    w0.join();
+    EXPECT_TRUE(b0.ok()) << "round " << round << ": " << b0.ToString();
+    EXPECT_TRUE(b1.ok()) << "round " << round << ": " << b1.ToString();
+  }
+  EXPECT_GE(proxy.accepted(), 2);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+// The scheduler's table creation request to a server is lost: the scheduler sends it again to the
+// server that has not answered, and the table is created before its deadline.
+TEST(ConnectionFailure, ALostTableRequestIsSentAgain) {
+  TcpProxy proxy;
+  LocalClusterConfig cfg;
+  cfg.servers = 2;
+  cfg.table_timeout_ms = 8000;  // without the repeat, the creation fails at this deadline
+  cfg.server_options = [&](int s, ServerOptions* o) {
+    if (s != 1) return;
+    proxy.SetUpstream(o->control.scheduler);
+    o->control.scheduler = proxy.address();
+  };
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
+  std::optional<Result<Table>> t;
+  std::thread creator([&] { t = cluster.client(0).CreateTable(Dense("w", 8)); });
+  // Server 0 has the table once the scheduler asked every server: server 1's request is held.
+  EXPECT_TRUE(Eventually([&] { return cluster.server(0).stats().tables == 1; }, 5000));
+  proxy.Cut();
+  creator.join();
+  ASSERT_TRUE(t->ok()) << t->status().ToString();
+  EXPECT_EQ(cluster.server(1).stats().tables, 1u);
+  std::vector<float> v(32);
+  ASSERT_TRUE(cluster.client(0).PushDense(**t, std::vector<float>(32, 1.0f)).Wait().ok());
+  ASSERT_TRUE(cluster.client(0).Clock().ok());
+  EXPECT_TRUE(cluster.client(0).PullDense(**t, v.data()).Wait().ok());
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+// A server's answer that its checkpoint is written is lost: the scheduler asks again and the
+// server answers from its record instead of writing it twice; the worker, asking again while
+// it waits, is not refused as a second checkpoint request.
+TEST(ConnectionFailure, ALostCheckpointAnswerIsNotWrittenTwice) {
+  TcpProxy proxy;
+  LocalClusterConfig cfg;
+  char tmpl[] = "/tmp/pushpull-lost-answer-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  cfg.checkpoint_dir = tmpl;
+  cfg.checkpoint_timeout_ms = 8000;  // without the repeat, the checkpoint fails at this deadline
+  cfg.heartbeat_timeout_ms = 5000;   // the held server heartbeats go unheard meanwhile
+  cfg.server_options = [&](int, ServerOptions* o) {
+    proxy.SetUpstream(o->control.scheduler);
+    o->control.scheduler = proxy.address();
+  };
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  auto t = cluster.client(0).CreateTable(Dense("w", 8));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(cluster.client(0).PushDense(*t, std::vector<float>(32, 1.0f)).Wait().ok());
+  ASSERT_TRUE(cluster.client(0).Clock().ok());
+  proxy.Hold(/*to_upstream=*/true, /*from_upstream=*/false);
+  Status st;
+  std::thread asker([&] { st = cluster.client(0).Checkpoint(); });
+  // Written; its answer is held.
+  EXPECT_TRUE(Eventually([&] { return cluster.server(0).stats().checkpoints == 1; }, 5000));
+  // Longer than the worker's resend interval: it asks again while the checkpoint is in progress.
+  std::this_thread::sleep_for(std::chrono::milliseconds(4 * cfg.heartbeat_interval_ms + 200));
+  proxy.Cut();
+  asker.join();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(cluster.server(0).stats().checkpoints, 1u);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+  std::filesystem::remove_all(tmpl);
 }
 
 // Real processes through pushpull-launch: SIGKILL worker `victim` (or a server) mid-run.

@@ -3,6 +3,9 @@
 // connection; later connections are relayed as before. Cut(true) closes only the accepted side
 // and leaves the upstream one open and silent, as a network blip often leaves a server's side
 // (half-open: the server has not noticed its peer is gone when the peer reconnects).
+// Hold() stops relaying one direction or both of the current connections: what is sent that way
+// waits in the kernel's buffers, and a Cut() then loses it, as a dropped connection loses what
+// was in flight.
 #pragma once
 
 #include <arpa/inet.h>
@@ -55,6 +58,13 @@ class TcpProxy {
   void SetUpstream(const std::string& tcp_address) {
     std::lock_guard<std::mutex> l(mu_);
     upstream_port_ = std::atoi(tcp_address.substr(tcp_address.rfind(':') + 1).c_str());
+  }
+  // to_upstream: bytes from the accepting side (the client) to upstream; from_upstream: the other
+  // way. Until the next Cut(), which ends the hold.
+  void Hold(bool to_upstream, bool from_upstream) {
+    hold_up_ = to_upstream;
+    hold_down_ = from_upstream;
+    Wake();
   }
   void Cut(bool half_open = false) {
     half_open_ = half_open;
@@ -119,12 +129,13 @@ class TcpProxy {
           else close(p.second);
         }
         pairs_.clear();
+        hold_up_ = hold_down_ = false;
         cut_ = false;
       }
       std::vector<pollfd> fds{{listen_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
       for (auto& p : pairs_) {
-        fds.push_back({p.first, POLLIN, 0});
-        fds.push_back({p.second, POLLIN, 0});
+        fds.push_back({p.first, static_cast<short>(hold_up_ ? 0 : POLLIN), 0});
+        fds.push_back({p.second, static_cast<short>(hold_down_ ? 0 : POLLIN), 0});
       }
       if (poll(fds.data(), fds.size(), 100) <= 0) continue;
       if (fds[1].revents) (void)!read(wake_[0], buf, sizeof buf);
@@ -132,7 +143,7 @@ class TcpProxy {
       for (size_t i = pairs_.size(); i-- > 0;) {
         bool gone = false;
         for (int side = 0; side < 2 && !gone; ++side) {
-          if (!fds[2 + 2 * i + side].revents) continue;
+          if (!fds[2 + 2 * i + side].revents || (side ? hold_down_ : hold_up_)) continue;
           const int from = side ? pairs_[i].second : pairs_[i].first, to = side ? pairs_[i].first : pairs_[i].second;
           ssize_t n = read(from, buf, sizeof buf);
           for (ssize_t off = 0; n > 0 && off < n;) {
@@ -166,7 +177,7 @@ class TcpProxy {
   int upstream_port_ = 0;
   std::vector<std::pair<int, int>> pairs_;  // accepted, upstream: the loop's only
   std::vector<int> silent_;                 // upstream sides left open by Cut(true)
-  std::atomic<bool> stop_{false}, cut_{false}, half_open_{false};
+  std::atomic<bool> stop_{false}, cut_{false}, half_open_{false}, hold_up_{false}, hold_down_{false};
   std::atomic<int> accepted_{0};
   std::thread thread_;
 };

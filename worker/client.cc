@@ -421,6 +421,8 @@ class ClientImpl final : public Client, private internal::Receiver {
   bool ReceiveOne(int64_t wait_ms);
   void DrainRx();
   void SendCommand(std::unique_ptr<Command> c);
+  // Sends again the scheduler requests still unanswered when they are due (see control_requests_).
+  void ResendControlRequests();
   void SendToServer(std::unique_ptr<Command> c);
   void HandleReply(Message& m, int from);
   void OnMembership();
@@ -455,6 +457,16 @@ class ClientImpl final : public Client, private internal::Receiver {
   std::map<uint64_t, Part> pending_;   // under pending_mu_
   // I/O thread only.
   std::deque<std::pair<int64_t, std::unique_ptr<Command>>> delayed_;  // send_latency_ms
+  // Requests to the scheduler with no answer yet: each is sent again (same request id) every
+  // resend interval while a caller waits for it. A request, or its answer, lost with a dropped
+  // scheduler connection is so asked again once the channel has reconnected; the scheduler
+  // answers a repeat from its record of the request, never runs it twice.
+  struct SentRequest {
+    Header header;
+    int64_t resend_ms;
+  };
+  std::map<uint64_t, SentRequest> control_requests_;
+  int64_t ResendIntervalMs() const { return std::max(4 * options_.heartbeat_interval_ms, 100); }
 };
 
 std::shared_ptr<FutureState> ClientImpl::NewState(std::string what, int parts) {
@@ -964,6 +976,7 @@ void ClientImpl::IoLoop() {
     }
     Status st = control_.Tick();
     if (!st.ok()) FailAll(st);
+    if (!control_requests_.empty()) ResendControlRequests();
   }
 }
 
@@ -1039,6 +1052,36 @@ void ClientImpl::SendCommand(std::unique_ptr<Command> c) {
       pending_.erase(id);
     }
     fs->Complete(kScheduler, st);
+    return;
+  }
+  control_requests_[id] = SentRequest{c->header, NowMs() + ResendIntervalMs()};
+}
+
+void ClientImpl::ResendControlRequests() {
+  const int64_t now = NowMs();
+  for (auto it = control_requests_.begin(); it != control_requests_.end();) {
+    std::shared_ptr<FutureState> fs;
+    {
+      std::lock_guard<std::mutex> l(pending_mu_);
+      auto p = pending_.find(it->first);
+      if (p != pending_.end()) fs = p->second.fs;
+    }
+    bool wanted = fs != nullptr;  // no longer pending: answered, or failed
+    if (wanted) {
+      std::lock_guard<std::mutex> l(fs->mu);
+      wanted = !fs->abandoned;  // its caller gave up waiting
+    }
+    if (!wanted) {
+      it = control_requests_.erase(it);
+      continue;
+    }
+    if (now >= it->second.resend_ms) {
+      PP_LOG(Debug) << "asking the scheduler again: " << MsgTypeName(it->second.header.type) << " request "
+                    << it->first << " (no answer yet)";
+      control_.Send(it->second.header).IgnoreError();
+      it->second.resend_ms = now + ResendIntervalMs();
+    }
+    ++it;
   }
 }
 
