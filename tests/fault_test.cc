@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -24,6 +25,22 @@ TableSpec Dense(const char* name, int rows) {
   s.dim = 4;
   s.optimizer.lr = 0.1f;
   return s;
+}
+
+// Worker (server) `rank`'s scheduler connection goes through `proxy`; the others' do not.
+std::function<std::string(int, const std::string&)> WorkerControlThrough(TcpProxy& proxy, int rank) {
+  return [&proxy, rank](int w, const std::string& scheduler) {
+    if (w != rank) return scheduler;
+    proxy.SetUpstream(scheduler);
+    return proxy.address();
+  };
+}
+std::function<void(int, ServerOptions*)> ServerControlThrough(TcpProxy& proxy, int rank) {
+  return [&proxy, rank](int s, ServerOptions* o) {
+    if (s != rank) return;
+    proxy.SetUpstream(o->control.scheduler);
+    o->control.scheduler = proxy.address();
+  };
 }
 
 // A server tells the operator how a long job goes: a line every stats_every_ms with the rates
@@ -121,11 +138,7 @@ TEST(WorkerFailure, AWorkerThatReconnectsIsNoDeadWorker) {
   LocalClusterConfig cfg;
   cfg.workers = 2;
   cfg.heartbeat_timeout_ms = 800;
-  cfg.worker_scheduler_address = [&](int w, const std::string& scheduler) {
-    if (w != 0) return scheduler;
-    proxy.SetUpstream(scheduler);
-    return proxy.address();
-  };
+  cfg.worker_scheduler_address = WorkerControlThrough(proxy, 0);
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
   auto t0 = cluster.client(0).CreateTable(Dense("w", 8));
@@ -348,11 +361,7 @@ TEST(ConnectionFailure, ALostBarrierAnswerIsAskedForAgain) {
   LocalClusterConfig cfg;
   cfg.workers = 2;
   cfg.request_timeout_ms = 8000;  // without the repeat, worker 0's barrier fails at this deadline
-  cfg.worker_scheduler_address = [&](int w, const std::string& scheduler) {
-    if (w != 0) return scheduler;
-    proxy.SetUpstream(scheduler);
-    return proxy.address();
-  };
+  cfg.worker_scheduler_address = WorkerControlThrough(proxy, 0);
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
   for (int round = 0; round < 2; ++round) {
@@ -378,11 +387,7 @@ TEST(ConnectionFailure, ALostTableRequestIsSentAgain) {
   LocalClusterConfig cfg;
   cfg.servers = 2;
   cfg.table_timeout_ms = 8000;  // without the repeat, the creation fails at this deadline
-  cfg.server_options = [&](int s, ServerOptions* o) {
-    if (s != 1) return;
-    proxy.SetUpstream(o->control.scheduler);
-    o->control.scheduler = proxy.address();
-  };
+  cfg.server_options = ServerControlThrough(proxy, 1);
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
   proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
@@ -412,10 +417,7 @@ TEST(ConnectionFailure, ALostCheckpointAnswerIsNotWrittenTwice) {
   cfg.checkpoint_dir = tmpl;
   cfg.checkpoint_timeout_ms = 8000;  // without the repeat, the checkpoint fails at this deadline
   cfg.heartbeat_timeout_ms = 5000;   // the held server heartbeats go unheard meanwhile
-  cfg.server_options = [&](int, ServerOptions* o) {
-    proxy.SetUpstream(o->control.scheduler);
-    o->control.scheduler = proxy.address();
-  };
+  cfg.server_options = ServerControlThrough(proxy, 0);
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
   auto t = cluster.client(0).CreateTable(Dense("w", 8));
