@@ -110,7 +110,9 @@ class SchedulerImpl final : public Scheduler {
   void ResendToServers(const Header& h, const std::set<int>& answered, int64_t* resend_ms);
   static Header TableRequest(const PendingTable& p);
   Header CheckpointRequest() const;
-  int64_t ResendIntervalMs() const { return std::max(options_.heartbeat_timeout_ms / 3, 100); }
+  // A third of the heartbeat timeout, at most a second: a few small messages while a request is
+  // open, to the servers that have not answered it.
+  int64_t ResendIntervalMs() const { return std::clamp(options_.heartbeat_timeout_ms / 3, 100, 1000); }
   void ReplyTo(const Waiter& w, MsgType type, const Status& st, const TableInfo* info = nullptr);
   std::string NodeName(const Node& n) const;
   Membership membership_;
