@@ -643,10 +643,11 @@ Future ClientImpl::Push(const Table& t, std::vector<Key> keys, std::shared_ptr<c
       return Failed(Status::InvalidArgument("push to '" + t.name + "': row " + std::to_string(k) +
                                             " out of range [0, " + std::to_string(info->spec.rows) + ")"));
   const int S = num_servers();
-  // Owners in order (the usual case: sorted keys) -> zero-copy slices; otherwise gather.
-  std::vector<int> owner(keys.size());
+  // Owners in order (the usual case: sorted keys; always with one server) -> zero-copy slices;
+  // otherwise gather.
+  std::vector<int> owner(keys.size(), 0);
   bool sorted = true;
-  for (size_t i = 0; i < keys.size(); ++i) {
+  for (size_t i = 0; S > 1 && i < keys.size(); ++i) {
     owner[i] = info->OwnerOf(keys[i]);
     if (i && owner[i] < owner[i - 1]) sorted = false;
   }
