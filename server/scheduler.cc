@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -24,11 +25,15 @@ struct Node {
   bool told_end = false;   // has been sent the final membership
   int64_t last_seen_ms = 0;
   uint64_t register_request = 0;
-  // A worker's latest requests (by request id) and, once given, their answers: a worker asks
-  // again what it has no answer to (its connection may have dropped with the request or the
-  // answer), and a repeat is answered from here, never run twice.
+  // A worker's requests still in progress and the last kRememberedAnswers it was answered (by
+  // request id), with their answers: a worker asks again what it has no answer to (its
+  // connection may have dropped with the request or the answer), and a repeat is answered from
+  // here, never run twice. A worker's request ids only grow, so an id at most last_request that
+  // is not here is a repeat of a request whose answer was forgotten.
   std::map<uint64_t, std::optional<Header>> requests;
-  static constexpr size_t kRememberedRequests = 8;
+  std::deque<uint64_t> answered;  // ids in `requests` with an answer, oldest answer first
+  uint64_t last_request = 0;
+  static constexpr size_t kRememberedAnswers = 8;
 };
 
 struct Waiter {
@@ -104,11 +109,18 @@ class SchedulerImpl final : public Scheduler {
   void Broadcast();
   void End(Membership::JobState state, const std::string& reason);
   bool Send(const std::string& identity, Header h);  // false when ZeroMQ refused it (peer gone)
-  // A request to the servers (a table creation, a checkpoint write) that some have not answered:
-  // sent again to those every resend interval, in case it or the answer went with a dropped
-  // connection (servers answer a repeat without running it twice).
-  void ResendToServers(const Header& h, const std::set<int>& answered, int64_t* resend_ms);
+  // A request to the servers (a table creation, a checkpoint write) that some have not answered
+  // is sent again to those every resend interval, in case it or the answer went with a dropped
+  // connection (servers answer a repeat without running it twice). ResendDue: true, and the next
+  // time set, when it is due (first: at once).
+  bool ResendDue(int64_t* resend_ms);
+  void SendToServers(const Header& h, const std::set<int>& answered);
   static Header TableRequest(const PendingTable& p);
+  // The answer's type of a worker's request the scheduler answers; nothing for other messages.
+  static std::optional<MsgType> ReplyTypeOf(MsgType request);
+  // A request of worker n seen before: answers it from the record (nothing while it is in
+  // progress) and returns true; false for a new one.
+  bool AnswerRepeat(const Node& n, const Header& req);
   Header CheckpointRequest() const;
   // A third of the heartbeat timeout, at most a second: a few small messages while a request is
   // open, to the servers that have not answered it.
@@ -166,16 +178,55 @@ void SchedulerImpl::ReplyTo(const Waiter& w, MsgType type, const Status& st, con
   }
   auto n = nodes_.find(w.identity);
   if (n != nodes_.end()) {
-    auto r = n->second.requests.find(w.request_id);
-    if (r != n->second.requests.end()) r->second = h;  // a repeat of the request gets this again
+    Node& node = n->second;
+    auto r = node.requests.find(w.request_id);
+    if (r != node.requests.end() && !r->second) {
+      r->second = h;  // a repeat of the request gets this again
+      node.answered.push_back(w.request_id);
+      while (node.answered.size() > Node::kRememberedAnswers) {  // (those in progress stay)
+        node.requests.erase(node.answered.front());
+        node.answered.pop_front();
+      }
+    }
   }
   Send(w.identity, h);
 }
 
-void SchedulerImpl::ResendToServers(const Header& h, const std::set<int>& answered, int64_t* resend_ms) {
+bool SchedulerImpl::AnswerRepeat(const Node& n, const Header& req) {
+  auto r = n.requests.find(req.request_id);
+  if (r != n.requests.end()) {
+    if (r->second) Send(n.identity, *r->second);  // else still in progress: answered when done
+    return true;
+  }
+  if (req.request_id > n.last_request) return false;  // a new request
+  Header h;
+  h.type = *ReplyTypeOf(req.type);
+  h.request_id = req.request_id;
+  h.SetStatus(Status::FailedPrecondition(std::string(MsgTypeName(req.type)) + " request " +
+                                         std::to_string(req.request_id) +
+                                         " asked again after the scheduler forgot its answer"));
+  Send(n.identity, h);
+  return true;
+}
+
+std::optional<MsgType> SchedulerImpl::ReplyTypeOf(MsgType request) {
+  switch (request) {
+    case MsgType::kCreateTable: return MsgType::kCreateTableReply;
+    case MsgType::kBarrier: return MsgType::kBarrierReply;
+    case MsgType::kCheckpoint: return MsgType::kCheckpointReply;
+    case MsgType::kDone: return MsgType::kDoneReply;
+    default: return std::nullopt;
+  }
+}
+
+bool SchedulerImpl::ResendDue(int64_t* resend_ms) {
   const int64_t now = NowMs();
-  if (now < *resend_ms) return;
+  if (now < *resend_ms) return false;
   *resend_ms = now + ResendIntervalMs();
+  return true;
+}
+
+void SchedulerImpl::SendToServers(const Header& h, const std::set<int>& answered) {
   for (Node* s : servers_)
     if (!answered.count(s->rank)) Send(s->identity, h);
 }
@@ -247,7 +298,7 @@ Status SchedulerImpl::Run() {
       }
       CheckPendingTables();
       if (checkpoint_.writing && !checkpoint_.deadline.Expired())
-        ResendToServers(CheckpointRequest(), checkpoint_.written, &checkpoint_.resend_ms);
+        if (ResendDue(&checkpoint_.resend_ms)) SendToServers(CheckpointRequest(), checkpoint_.written);
       if (!checkpoint_.workers.empty() && checkpoint_.deadline.Expired()) {
         // Asking: a worker that never calls; writing: a server that never answers.
         std::string missing;
@@ -312,14 +363,11 @@ void SchedulerImpl::Handle(Message& m) {
     return;
   }
   const MsgType type = m.header.type;
-  if (n.role == Role::kWorker && (type == MsgType::kCreateTable || type == MsgType::kBarrier ||
-                                  type == MsgType::kCheckpoint || type == MsgType::kDone)) {
-    auto [r, fresh] = n.requests.try_emplace(m.header.request_id);
-    if (!fresh) {  // asked again: answered already (the answer was lost), or still in progress
-      if (r->second) Send(identity, *r->second);
-      return;
-    }
-    if (n.requests.size() > Node::kRememberedRequests) n.requests.erase(n.requests.begin());
+  const bool request = n.role == Role::kWorker && ReplyTypeOf(type).has_value();
+  if (request) {
+    if (AnswerRepeat(n, m.header)) return;  // asked again: answered from the record, never run twice
+    n.requests.emplace(m.header.request_id, std::nullopt);
+    n.last_request = m.header.request_id;
   }
   switch (type) {
     case MsgType::kHeartbeat: {
@@ -472,7 +520,7 @@ void SchedulerImpl::HandleCreateTable(Message& m) {
   p.waiters.push_back(w);
   p.deadline = Deadline::In(options_.request_timeout_ms);
   p.request_id = next_request_id_++;
-  ResendToServers(TableRequest(p), p.acked, &p.resend_ms);
+  if (ResendDue(&p.resend_ms)) SendToServers(TableRequest(p), p.acked);
 }
 
 Header SchedulerImpl::TableRequest(const PendingTable& p) {
@@ -509,7 +557,7 @@ void SchedulerImpl::HandleServerTableReply(Node& server, const Message& m) {
 void SchedulerImpl::CheckPendingTables() {
   for (auto it = pending_tables_.begin(); it != pending_tables_.end();) {
     if (!it->second.deadline.Expired()) {
-      ResendToServers(TableRequest(it->second), it->second.acked, &it->second.resend_ms);
+      if (ResendDue(&it->second.resend_ms)) SendToServers(TableRequest(it->second), it->second.acked);
       ++it;
       continue;
     }
@@ -624,7 +672,7 @@ void SchedulerImpl::CheckCheckpoint() {
   checkpoint_.started_ms = NowMs();
   PP_LOG(Info) << "checkpoint at clock " << checkpoint_.clock << ": servers writing into " << checkpoint_.dir;
   checkpoint_.resend_ms = 0;
-  ResendToServers(CheckpointRequest(), checkpoint_.written, &checkpoint_.resend_ms);
+  if (ResendDue(&checkpoint_.resend_ms)) SendToServers(CheckpointRequest(), checkpoint_.written);
 }
 
 Header SchedulerImpl::CheckpointRequest() const {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <limits>
 #include <map>
@@ -155,10 +156,12 @@ class ServerImpl final : public Server {
     Status status;
     uint64_t bytes = 0;
     int64_t started_ms = 0;
-    // The answer to the last request finished: the scheduler asks again while it has none (a
-    // dropped connection may have taken it), and gets this instead of a second write.
-    Header reply;
+    // The answers to the last few requests: the scheduler asks again while it has none (a
+    // dropped connection may have taken it), and gets the answer again instead of a second
+    // write (or, for one refused, a write nobody waits for).
+    std::deque<Header> answers;
   } ckpt_;
+  void AnswerCheckpoint(const Header& reply);
   struct {
     int64_t clock = 0, at_ms = 0;  // the last checkpoint this server wrote (at_ms 0: none)
   } ckpt_last_;
@@ -786,9 +789,13 @@ void ServerImpl::HandleControl() {
     }
     if (m.header.type == MsgType::kCreateTable) CreateTable(m);
     if (m.header.type == MsgType::kCheckpoint) {
-      if (m.header.request_id == ckpt_.request_id) {  // asked again
-        if (!ckpt_.asked && ckpt_.reply.request_id == ckpt_.request_id) control_.Send(ckpt_.reply).IgnoreError();
-        continue;  // (still in progress: answered when written)
+      // Asked again: still in progress (answered when written), or answered already.
+      if (ckpt_.asked && m.header.request_id == ckpt_.request_id) continue;
+      auto answered = std::find_if(ckpt_.answers.begin(), ckpt_.answers.end(),
+                                   [&](const Header& a) { return a.request_id == m.header.request_id; });
+      if (answered != ckpt_.answers.end()) {
+        control_.Send(*answered).IgnoreError();
+        continue;
       }
       if (ckpt_.writer.joinable()) {
         Header reply;
@@ -797,7 +804,7 @@ void ServerImpl::HandleControl() {
         reply.SetStatus(Status::FailedPrecondition("server " + std::to_string(rank_.load()) +
                                                    " is still writing the checkpoint at clock " +
                                                    std::to_string(ckpt_.clock)));
-        control_.Send(reply).IgnoreError();
+        AnswerCheckpoint(reply);
         continue;
       }
       // A request not yet written is replaced: the scheduler gave up on it (its deadline) and
@@ -904,6 +911,12 @@ void ServerImpl::StartCheckpointWhenReady() {
   });
 }
 
+void ServerImpl::AnswerCheckpoint(const Header& reply) {
+  control_.Send(reply).IgnoreError();
+  ckpt_.answers.push_back(reply);
+  if (ckpt_.answers.size() > 4) ckpt_.answers.pop_front();
+}
+
 void ServerImpl::FinishCheckpoint() {
   if (ckpt_.writer.joinable()) ckpt_.writer.join();
   if (ckpt_.status.ok()) {
@@ -920,8 +933,7 @@ void ServerImpl::FinishCheckpoint() {
   reply.request_id = ckpt_.request_id;
   reply.clock = ckpt_.clock;
   reply.SetStatus(ckpt_.status);
-  control_.Send(reply).IgnoreError();
-  ckpt_.reply = reply;
+  AnswerCheckpoint(reply);
   ckpt_.asked = false;
   ckpt_.status = Status::OK();
   AdvanceMinClock();  // what membership changes during the write held back

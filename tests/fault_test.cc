@@ -380,6 +380,83 @@ TEST(ConnectionFailure, ALostBarrierAnswerIsAskedForAgain) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// A barrier still in progress stays on record however many requests of the same worker are
+// answered meanwhile (the scheduler forgets only answered ones): its lost answer is asked for
+// again and not taken for a new arrival.
+TEST(ConnectionFailure, ARequestInProgressIsRememberedPastLaterOnes) {
+  TcpProxy proxy;
+  LocalClusterConfig cfg;
+  cfg.workers = 2;
+  cfg.request_timeout_ms = 8000;
+  cfg.worker_scheduler_address = WorkerControlThrough(proxy, 0);
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Status b0;
+  std::thread w0([&] { b0 = cluster.client(0).Barrier(); });
+  // (Time for the barrier request to go out first; were it later, the test would pass untested.)
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(cluster.client(0).CreateTable(Dense(("t" + std::to_string(i)).c_str(), 8)).ok());
+  proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
+  Status b1 = cluster.client(1).Barrier();  // worker 0's answer is held, then lost
+  proxy.Cut();
+  w0.join();
+  EXPECT_TRUE(b0.ok()) << b0.ToString();
+  EXPECT_TRUE(b1.ok()) << b1.ToString();
+  // The next barrier waits for both: a repeat taken for an arrival would let worker 1 through
+  // alone, and leave worker 0 waiting until its deadline.
+  std::thread w0b([&] { b0 = cluster.client(0).Barrier(); });
+  b1 = cluster.client(1).Barrier();
+  w0b.join();
+  EXPECT_TRUE(b0.ok()) << b0.ToString();
+  EXPECT_TRUE(b1.ok()) << b1.ToString();
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+// A repeat of a request whose answer the scheduler has forgotten (more than its last 8 answers
+// to that worker came after it) gets an error naming that, and is not run again.
+TEST(ConnectionFailure, ARepeatOfAForgottenAnswerIsRefusedNotRun) {
+  TcpProxy proxy;
+  LocalClusterConfig cfg;
+  cfg.workers = 2;
+  cfg.request_timeout_ms = 8000;
+  cfg.worker_scheduler_address = WorkerControlThrough(proxy, 0);
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Status b0;
+  std::thread w0([&] { b0 = cluster.client(0).Barrier(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
+  Status b1 = cluster.client(1).Barrier();  // answered; worker 0's answer is held
+  EXPECT_TRUE(b1.ok()) << b1.ToString();
+  constexpr int kTables = 10;  // answered after the barrier, answers held too
+  std::vector<Status> made(kTables);
+  std::vector<std::thread> makers;
+  for (int i = 0; i < kTables; ++i)
+    makers.emplace_back([&, i] { made[i] = cluster.client(0).CreateTable(Dense(("t" + std::to_string(i)).c_str(), 8)).status(); });
+  EXPECT_TRUE(Eventually([&] { return cluster.server(0).stats().tables == kTables; }, 5000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the scheduler's answers follow
+  proxy.Cut();
+  w0.join();
+  for (auto& t : makers) t.join();
+  EXPECT_EQ(b0.code(), Code::kFailedPrecondition) << b0.ToString();
+  EXPECT_NE(b0.message().find("forgot its answer"), std::string::npos) << b0.ToString();
+  int ok = 0;
+  for (const Status& st : made) {
+    ok += st.ok();
+    if (!st.ok()) {
+      EXPECT_NE(st.message().find("forgot its answer"), std::string::npos) << st.ToString();
+    }
+  }
+  EXPECT_GE(ok, 8);  // the last 8 answers are remembered
+  // The refused repeat was no arrival: the next barrier waits for both.
+  std::thread w0b([&] { b0 = cluster.client(0).Barrier(); });
+  b1 = cluster.client(1).Barrier();
+  w0b.join();
+  EXPECT_TRUE(b0.ok()) << b0.ToString();
+  EXPECT_TRUE(b1.ok()) << b1.ToString();
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 // The scheduler's table creation request to a server is lost: the scheduler sends it again to the
 // server that has not answered, and the table is created before its deadline.
 TEST(ConnectionFailure, ALostTableRequestIsSentAgain) {

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <algorithm>
@@ -466,6 +467,7 @@ class ClientImpl final : public Client, private internal::Receiver {
     int64_t resend_ms;
   };
   std::map<uint64_t, SentRequest> control_requests_;
+  int64_t next_resend_ms_ = 0;  // the earliest resend_ms above
   int64_t ResendIntervalMs() const { return std::max(4 * options_.heartbeat_interval_ms, 100); }
 };
 
@@ -1055,11 +1057,15 @@ void ClientImpl::SendCommand(std::unique_ptr<Command> c) {
     fs->Complete(kScheduler, st);
     return;
   }
-  control_requests_[id] = SentRequest{c->header, NowMs() + ResendIntervalMs()};
+  const int64_t resend = NowMs() + ResendIntervalMs();
+  if (control_requests_.empty() || resend < next_resend_ms_) next_resend_ms_ = resend;
+  control_requests_[id] = SentRequest{c->header, resend};
 }
 
 void ClientImpl::ResendControlRequests() {
   const int64_t now = NowMs();
+  if (now < next_resend_ms_) return;
+  next_resend_ms_ = std::numeric_limits<int64_t>::max();
   for (auto it = control_requests_.begin(); it != control_requests_.end();) {
     std::shared_ptr<FutureState> fs;
     {
@@ -1082,6 +1088,7 @@ void ClientImpl::ResendControlRequests() {
       control_.Send(it->second.header).IgnoreError();
       it->second.resend_ms = now + ResendIntervalMs();
     }
+    next_resend_ms_ = std::min(next_resend_ms_, it->second.resend_ms);
     ++it;
   }
 }
