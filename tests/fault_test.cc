@@ -354,61 +354,51 @@ TEST(ServerFailure, DeadServerEndsTheJobNamingIt) {
 // proxy holds one direction of a connection (what is sent that way waits in it), then cuts it:
 // the held messages are lost, the node reconnects.
 
-// A worker whose barrier answer is lost asks again and passes; the repeat is not a second
-// arrival (the next barrier still waits for both workers).
-TEST(ConnectionFailure, ALostBarrierAnswerIsAskedForAgain) {
-  TcpProxy proxy;
-  LocalClusterConfig cfg;
-  cfg.workers = 2;
-  cfg.request_timeout_ms = 8000;  // without the repeat, worker 0's barrier fails at this deadline
-  cfg.worker_scheduler_address = WorkerControlThrough(proxy, 0);
-  LocalCluster cluster(cfg);
-  ASSERT_TRUE(cluster.Start().ok());
-  for (int round = 0; round < 2; ++round) {
-    if (round == 0) proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
-    Status b0;
-    std::thread w0([&] { b0 = cluster.client(0).Barrier(); });
-    // Answered once worker 0's request reached the scheduler, whose answer to worker 0 is then
-    // held in round 0, and lost with the cut.
-    Status b1 = cluster.client(1).Barrier();
-    if (round == 0) proxy.Cut();
-    w0.join();
-    EXPECT_TRUE(b0.ok()) << "round " << round << ": " << b0.ToString();
-    EXPECT_TRUE(b1.ok()) << "round " << round << ": " << b1.ToString();
-  }
-  EXPECT_GE(proxy.accepted(), 2);
-  EXPECT_TRUE(cluster.FinishAndJoin().ok());
-}
-
-// A barrier still in progress stays on record however many requests of the same worker are
-// answered meanwhile (the scheduler forgets only answered ones): its lost answer is asked for
-// again and not taken for a new arrival.
-TEST(ConnectionFailure, ARequestInProgressIsRememberedPastLaterOnes) {
-  TcpProxy proxy;
+// Two workers; worker 0's scheduler connection goes through `proxy`. Without a repeat, a call
+// whose answer is lost fails at the 8 s deadline.
+LocalClusterConfig TwoWorkersTheFirstThrough(TcpProxy& proxy) {
   LocalClusterConfig cfg;
   cfg.workers = 2;
   cfg.request_timeout_ms = 8000;
   cfg.worker_scheduler_address = WorkerControlThrough(proxy, 0);
-  LocalCluster cluster(cfg);
+  return cfg;
+}
+
+// Both workers call a barrier and pass it. Had a repeat of worker 0's earlier barrier been taken
+// for an arrival, worker 1 would pass alone and worker 0 wait until its deadline.
+void ExpectTheNextBarrierWaitsForBoth(LocalCluster& cluster) {
+  Status b0;
+  std::thread w0([&] { b0 = cluster.client(0).Barrier(); });
+  Status b1 = cluster.client(1).Barrier();
+  w0.join();
+  EXPECT_TRUE(b0.ok()) << b0.ToString();
+  EXPECT_TRUE(b1.ok()) << b1.ToString();
+}
+
+// A worker whose barrier answer is lost asks again and passes; the repeat is not a second
+// arrival (the next barrier still waits for both workers). The barrier stays on record however
+// many requests of the same worker are answered while it waits (the scheduler forgets only
+// answered ones).
+TEST(ConnectionFailure, ALostBarrierAnswerIsAskedForAgain) {
+  TcpProxy proxy;
+  LocalCluster cluster(TwoWorkersTheFirstThrough(proxy));
   ASSERT_TRUE(cluster.Start().ok());
   Status b0;
   std::thread w0([&] { b0 = cluster.client(0).Barrier(); });
-  // (Time for the barrier request to go out first; were it later, the test would pass untested.)
+  // (Time for the barrier request to go out before the tables'; were it later, the test would
+  // not check the record's keeping, and pass.)
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   for (int i = 0; i < 12; ++i) ASSERT_TRUE(cluster.client(0).CreateTable(Dense(("t" + std::to_string(i)).c_str(), 8)).ok());
   proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
-  Status b1 = cluster.client(1).Barrier();  // worker 0's answer is held, then lost
+  // Answered once worker 0's request reached the scheduler, whose answer to worker 0 is then
+  // held, and lost with the cut.
+  Status b1 = cluster.client(1).Barrier();
   proxy.Cut();
   w0.join();
   EXPECT_TRUE(b0.ok()) << b0.ToString();
   EXPECT_TRUE(b1.ok()) << b1.ToString();
-  // The next barrier waits for both: a repeat taken for an arrival would let worker 1 through
-  // alone, and leave worker 0 waiting until its deadline.
-  std::thread w0b([&] { b0 = cluster.client(0).Barrier(); });
-  b1 = cluster.client(1).Barrier();
-  w0b.join();
-  EXPECT_TRUE(b0.ok()) << b0.ToString();
-  EXPECT_TRUE(b1.ok()) << b1.ToString();
+  EXPECT_GE(proxy.accepted(), 2);
+  ExpectTheNextBarrierWaitsForBoth(cluster);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
@@ -416,11 +406,7 @@ TEST(ConnectionFailure, ARequestInProgressIsRememberedPastLaterOnes) {
 // to that worker came after it) gets an error naming that, and is not run again.
 TEST(ConnectionFailure, ARepeatOfAForgottenAnswerIsRefusedNotRun) {
   TcpProxy proxy;
-  LocalClusterConfig cfg;
-  cfg.workers = 2;
-  cfg.request_timeout_ms = 8000;
-  cfg.worker_scheduler_address = WorkerControlThrough(proxy, 0);
-  LocalCluster cluster(cfg);
+  LocalCluster cluster(TwoWorkersTheFirstThrough(proxy));
   ASSERT_TRUE(cluster.Start().ok());
   Status b0;
   std::thread w0([&] { b0 = cluster.client(0).Barrier(); });
@@ -448,12 +434,7 @@ TEST(ConnectionFailure, ARepeatOfAForgottenAnswerIsRefusedNotRun) {
     }
   }
   EXPECT_GE(ok, 8);  // the last 8 answers are remembered
-  // The refused repeat was no arrival: the next barrier waits for both.
-  std::thread w0b([&] { b0 = cluster.client(0).Barrier(); });
-  b1 = cluster.client(1).Barrier();
-  w0b.join();
-  EXPECT_TRUE(b0.ok()) << b0.ToString();
-  EXPECT_TRUE(b1.ok()) << b1.ToString();
+  ExpectTheNextBarrierWaitsForBoth(cluster);  // the refused repeat was no arrival
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
