@@ -37,15 +37,28 @@ inline Status CublasStatus(cublasStatus_t e, const char* what) {
 #define PP_CUBLAS_RETURN_IF_ERROR(expr) \
   PP_RETURN_IF_ERROR(::pushpull::cuda::CublasStatus((expr), #expr))
 
-// Owns `count` elements of T in device memory (cudaMalloc).
-template <typename T>
-class DeviceBuffer {
+// Where a CudaBuffer's memory comes from: device memory (cudaMalloc), or page-locked host memory
+// (cudaMallocHost), so that cudaMemcpyAsync on it is truly asynchronous and runs at full bus speed.
+struct DeviceMemory {
+  static constexpr const char* kAllocate = "cudaMalloc";
+  static cudaError_t Allocate(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+  static void Free(void* p) { cudaFree(p); }
+};
+struct PinnedMemory {
+  static constexpr const char* kAllocate = "cudaMallocHost";
+  static cudaError_t Allocate(void** p, size_t bytes) { return cudaMallocHost(p, bytes); }
+  static void Free(void* p) { cudaFreeHost(p); }
+};
+
+// Owns `count` elements of T in Memory's memory.
+template <typename T, typename Memory>
+class CudaBuffer {
  public:
-  DeviceBuffer() = default;
-  ~DeviceBuffer() { Reset(); }
-  DeviceBuffer(DeviceBuffer&& o) noexcept
+  CudaBuffer() = default;
+  ~CudaBuffer() { Reset(); }
+  CudaBuffer(CudaBuffer&& o) noexcept
       : ptr_(std::exchange(o.ptr_, nullptr)), count_(std::exchange(o.count_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  CudaBuffer& operator=(CudaBuffer&& o) noexcept {
     if (this != &o) {
       Reset();
       ptr_ = std::exchange(o.ptr_, nullptr);
@@ -53,21 +66,21 @@ class DeviceBuffer {
     }
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
 
   Status Allocate(size_t count) {
     Reset();
     if (count == 0) return Status::OK();
     void* p = nullptr;
-    PP_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, count * sizeof(T)));
+    PP_RETURN_IF_ERROR(CudaStatus(Memory::Allocate(&p, count * sizeof(T)), Memory::kAllocate));
     ptr_ = static_cast<T*>(p);
     count_ = count;
     return Status::OK();
   }
   void Reset() {
-    // A failing cudaFree at teardown has no caller to report to.
-    if (ptr_ != nullptr) cudaFree(ptr_);
+    // A failing free at teardown has no caller to report to.
+    if (ptr_ != nullptr) Memory::Free(ptr_);
     ptr_ = nullptr;
     count_ = 0;
   }
@@ -78,48 +91,10 @@ class DeviceBuffer {
   T* ptr_ = nullptr;
   size_t count_ = 0;
 };
-
-// Owns `count` elements of T in page-locked host memory (cudaMallocHost), so that
-// cudaMemcpyAsync on it is truly asynchronous and runs at full bus speed.
 template <typename T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() { Reset(); }
-  PinnedBuffer(PinnedBuffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), count_(std::exchange(o.count_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      ptr_ = std::exchange(o.ptr_, nullptr);
-      count_ = std::exchange(o.count_, 0);
-    }
-    return *this;
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-  Status Allocate(size_t count) {
-    Reset();
-    if (count == 0) return Status::OK();
-    void* p = nullptr;
-    PP_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, count * sizeof(T)));
-    ptr_ = static_cast<T*>(p);
-    count_ = count;
-    return Status::OK();
-  }
-  void Reset() {
-    if (ptr_ != nullptr) cudaFreeHost(ptr_);
-    ptr_ = nullptr;
-    count_ = 0;
-  }
-  T* get() const { return ptr_; }
-  size_t size() const { return count_; }
-
- private:
-  T* ptr_ = nullptr;
-  size_t count_ = 0;
-};
+using DeviceBuffer = CudaBuffer<T, DeviceMemory>;
+template <typename T>
+using PinnedBuffer = CudaBuffer<T, PinnedMemory>;
 
 // Owns a non-blocking CUDA stream.
 class Stream {
