@@ -84,14 +84,16 @@ bool ControlChannel::Receive(Message* out, bool* membership_changed) {
   return true;
 }
 
-Status ControlChannel::Tick() {
+Status ControlChannel::Tick(bool at_once) {
   int64_t now = NowMs();
+  if (at_once) next_heartbeat_ms_ = now;
   if (now - last_heard_ms_ > options_.scheduler_timeout_ms)
     return Status::Unavailable("no word from the scheduler at " + options_.scheduler + " for " +
                                std::to_string(now - last_heard_ms_) + " ms");
   if (now >= next_heartbeat_ms_) {
     Header h;
     h.type = MsgType::kHeartbeat;
+    h.clock = static_cast<int64_t>(membership_.version);  // what this node has heard (the scheduler waits for a job's end to be)
     Status st = Send(h);
     if (!st.ok()) PP_LOG(Warning) << "heartbeat: " << st.ToString();
     next_heartbeat_ms_ = now + options_.heartbeat_interval_ms;

@@ -40,8 +40,9 @@ class ControlChannel {
   // false, *membership_changed set); any other valid message is returned for the owner.
   bool Receive(Message* out, bool* membership_changed);
 
-  // Sends a heartbeat when one is due; Unavailable when the scheduler has been silent too long.
-  Status Tick();
+  // Sends a heartbeat when one is due (or now); Unavailable when the scheduler has been silent
+  // too long.
+  Status Tick(bool at_once = false);
   // Milliseconds until the next Tick is due (for poll timeouts).
   int64_t MsUntilTick() const;
 

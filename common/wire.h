@@ -38,7 +38,7 @@ enum class MsgType : uint8_t {
   // control plane
   kRegister = 1,         // node -> scheduler: role, address
   kRegisterReply = 2,    // rank, cluster map, membership (sent once everyone registered)
-  kHeartbeat = 3,        // node -> scheduler
+  kHeartbeat = 3,        // node -> scheduler; clock: the membership version the node holds
   kMembership = 4,       // scheduler -> node: membership (also the heartbeat reply)
   kCreateTable = 5,      // worker -> scheduler: spec; scheduler -> server: info
   kCreateTableReply = 6, // info or error

@@ -23,6 +23,7 @@ struct Node {
   bool alive = true;
   bool done = false;
   bool told_end = false;   // has been sent the final membership
+  bool end_heard = false;  // told_end only once it heartbeats that it holds the final membership
   int64_t last_seen_ms = 0;
   uint64_t register_request = 0;
   // A worker's requests still in progress and the last kRememberedAnswers it was answered (by
@@ -355,17 +356,22 @@ void SchedulerImpl::Handle(Message& m) {
     Send(identity, h);
     return;
   }
+  const MsgType type = m.header.type;
+  const bool request = n.role == Role::kWorker && ReplyTypeOf(type).has_value();
+  // Asked again: answered from the record, never run twice (after the end too: a last worker's
+  // finish, whose answer went out with the end).
+  const bool repeat = request && AnswerRepeat(n, m.header);
   if (membership_.job_state != Membership::kRunning) {
     Header h;
     h.type = MsgType::kMembership;
     h.membership = membership_;
-    if (Send(identity, h)) n.told_end = true;
+    const bool holds_end = type == MsgType::kHeartbeat && m.header.clock >= 0 &&
+                           static_cast<uint64_t>(m.header.clock) >= membership_.version;
+    if (Send(identity, h) && (!n.end_heard || holds_end)) n.told_end = true;
     return;
   }
-  const MsgType type = m.header.type;
-  const bool request = n.role == Role::kWorker && ReplyTypeOf(type).has_value();
+  if (repeat) return;
   if (request) {
-    if (AnswerRepeat(n, m.header)) return;  // asked again: answered from the record, never run twice
     n.requests.emplace(m.header.request_id, std::nullopt);
     n.last_request = m.header.request_id;
   }
@@ -406,6 +412,11 @@ void SchedulerImpl::Handle(Message& m) {
         CheckCheckpoint();
         CheckDone();
         if (membership_.job_state == Membership::kRunning) Broadcast();
+        // This finish ended the job: its answer went out with the end, and both may be lost
+        // with a connection that drops now. The worker counts as told once it heartbeats that
+        // it holds the end (it does at once on hearing it), or at the end's deadline; until
+        // then it is answered what it asks again.
+        else n.end_heard = true, n.told_end = false;
       } else if (n.role == Role::kWorker) {
         // Again (a retried Finish whose first answer was lost): done already.
         ReplyTo(Waiter{identity, m.header.request_id}, MsgType::kDoneReply, Status::OK());

@@ -438,6 +438,24 @@ TEST(ConnectionFailure, ARepeatOfAForgottenAnswerIsRefusedNotRun) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// The last worker's finish ends the job; its answer, and the end, are lost with its connection.
+// The scheduler waits to hear from that worker after them (it does on reconnecting), and the
+// worker's Finish() succeeds: asked again, or told by the end that its finish arrived.
+TEST(ConnectionFailure, ALostFinishAnswerOfTheLastWorker) {
+  TcpProxy proxy;
+  LocalCluster cluster(TwoWorkersTheFirstThrough(proxy));
+  ASSERT_TRUE(cluster.Start().ok());
+  ASSERT_TRUE(cluster.client(1).Finish().ok());
+  proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
+  Status f0;
+  std::thread w0([&] { f0 = cluster.client(0).Finish(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its finish arrived; the answer is held
+  proxy.Cut();
+  w0.join();
+  EXPECT_TRUE(f0.ok()) << f0.ToString();
+  EXPECT_TRUE(cluster.FinishAndJoin().ok()) << cluster.scheduler_status().ToString();
+}
+
 // The scheduler's table creation request to a server is lost: the scheduler sends it again to the
 // server that has not answered, and the table is created before its deadline.
 TEST(ConnectionFailure, ALostTableRequestIsSentAgain) {

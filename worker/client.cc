@@ -1190,6 +1190,28 @@ void ClientImpl::OnMembership() {
                                                           control_.cluster().servers[s].address +
                                                           ") was declared dead by the scheduler"));
   if (mem.job_state == Membership::kAborted) FailAll(Status::Aborted("job aborted: " + mem.reason));
+  // The scheduler waits to hear that a job's end arrived (a heartbeat says which membership a
+  // node holds): say so at once.
+  if (mem.job_state != Membership::kRunning) control_.Tick(/*at_once=*/true).IgnoreError();
+  // Finished with this worker done: its finish arrived, whether or not the answer (lost with a
+  // dropped connection) ever comes.
+  const int me = control_.rank();
+  if (mem.job_state == Membership::kFinished && me >= 0 && static_cast<size_t>(me) < mem.worker_done.size() &&
+      mem.worker_done[me]) {
+    std::vector<std::shared_ptr<FutureState>> done;
+    {
+      std::lock_guard<std::mutex> l(pending_mu_);
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        if (it->second.target != kScheduler || it->second.reply_type != MsgType::kDoneReply) {
+          ++it;
+          continue;
+        }
+        done.push_back(it->second.fs);
+        it = pending_.erase(it);
+      }
+    }
+    for (auto& fs : done) fs->Complete(kScheduler, Status::OK());
+  }
 }
 
 void ClientImpl::FailTarget(int target, const Status& st) {
