@@ -411,12 +411,16 @@ void SchedulerImpl::Handle(Message& m) {
         CheckBarrier();
         CheckCheckpoint();
         CheckDone();
-        if (membership_.job_state == Membership::kRunning) Broadcast();
-        // This finish ended the job: its answer went out with the end, and both may be lost
-        // with a connection that drops now. The worker counts as told once it heartbeats that
-        // it holds the end (it does at once on hearing it), or at the end's deadline; until
-        // then it is answered what it asks again.
-        else n.end_heard = true, n.told_end = false;
+        if (membership_.job_state == Membership::kRunning) {
+          Broadcast();
+        } else {
+          // This finish ended the job: its answer went out with the end, and both may be lost
+          // with a connection that drops now. The worker counts as told once it heartbeats that
+          // it holds the end (it does at once on hearing it), or at the end's deadline; until
+          // then it is answered what it asks again.
+          n.end_heard = true;
+          n.told_end = false;
+        }
       } else if (n.role == Role::kWorker) {
         // Again (a retried Finish whose first answer was lost): done already.
         ReplyTo(Waiter{identity, m.header.request_id}, MsgType::kDoneReply, Status::OK());
