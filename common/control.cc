@@ -6,6 +6,17 @@
 
 namespace pushpull {
 
+Status ControlOptions::Validate() const {
+  if (heartbeat_interval_ms < 1)
+    return Status::InvalidArgument("heartbeat_interval_ms must be at least 1, not " + std::to_string(heartbeat_interval_ms));
+  if (scheduler_timeout_ms <= heartbeat_interval_ms)
+    return Status::InvalidArgument("scheduler_timeout_ms (" + std::to_string(scheduler_timeout_ms) +
+                                   ") must be above heartbeat_interval_ms (" + std::to_string(heartbeat_interval_ms) + ")");
+  if (register_timeout_ms < 1)
+    return Status::InvalidArgument("register_timeout_ms must be at least 1, not " + std::to_string(register_timeout_ms));
+  return Status::OK();
+}
+
 ControlChannel::ControlChannel(zmq::context_t& ctx, Role role, ControlOptions options)
     : role_(role), options_(std::move(options)), sock_(ctx, zmq::socket_type::dealer) {
   ConfigureSocket(sock_, false, 16 << 20);

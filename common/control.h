@@ -20,6 +20,10 @@ struct ControlOptions {
   int scheduler_timeout_ms = 15000;    // the scheduler silent this long: the job is lost
   int register_timeout_ms = 120000;    // how long to wait for every node to register
   int requested_rank = -1;             // >= 0: ask the scheduler for this rank (if free)
+
+  // InvalidArgument naming the flag for a value no job can run with (a heartbeat interval under
+  // 1 ms, a scheduler timeout not above it, a registration deadline under 1 ms).
+  Status Validate() const;
 };
 
 class ControlChannel {

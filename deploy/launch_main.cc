@@ -335,8 +335,10 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
           // it may notice before the scheduler declares the node dead. Not exit 2 (bad flags)
           // nor 3 (a missed target): those would fail again.
           if (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1)) *crashed = true;
-          // A worker's own exit status says why (3: it missed its target).
-          stop_all(c.name + " failed", c.role == "worker" && WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+          // A worker's own exit status says why (3: it missed its target); any node's 2 is bad
+          // flags or setup.
+          const bool told = WIFEXITED(st) && (c.role == "worker" || WEXITSTATUS(st) == 2);
+          stop_all(c.name + " failed", told ? WEXITSTATUS(st) : 1);
         }
       }
     }

@@ -54,8 +54,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pushpull-checkpoint: --export_table needs --out\n");
     return 2;
   }
+  // --dir is a checkpoint directory's root (its newest complete checkpoint), or one checkpoint.
   auto m = pushpull::ReadLatestCheckpoint(FLAGS_dir);
-  if (m.status().code() == pushpull::Code::kNotFound) m = pushpull::ReadManifest(FLAGS_dir);
+  if (m.status().code() == pushpull::Code::kNotFound) {
+    auto one = pushpull::ReadManifest(FLAGS_dir);
+    if (one.ok() || one.status().code() != pushpull::Code::kNotFound) m = one;
+    else
+      m = pushpull::Status::NotFound(FLAGS_dir + " is neither a root of checkpoints (" + m.status().message() +
+                                     ") nor one checkpoint (" + one.status().message() + ")");
+  }
   if (!m.ok()) {
     std::fprintf(stderr, "pushpull-checkpoint: %s\n", m.status().ToString().c_str());
     return 1;

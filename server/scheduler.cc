@@ -779,6 +779,12 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& opt
     return Status::InvalidArgument("need at least one server and one worker");
   if (options.num_servers > 4096 || options.num_workers > 4096)
     return Status::InvalidArgument("at most 4096 servers and 4096 workers");
+  if (options.port < 0 || options.port > 65535) return Status::InvalidArgument("port must be in [0, 65535]");
+  for (auto [name, ms] : {std::pair<const char*, int>{"heartbeat_timeout_ms", options.heartbeat_timeout_ms},
+                          {"register_timeout_ms", options.register_timeout_ms},
+                          {"request_timeout_ms (table timeout)", options.request_timeout_ms},
+                          {"checkpoint_timeout_ms", options.checkpoint_timeout_ms}})
+    if (ms < 1) return Status::InvalidArgument(std::string(name) + " must be at least 1, not " + std::to_string(ms));
   auto s = std::make_unique<SchedulerImpl>(options);
   PP_RETURN_IF_ERROR(s->Init());
   return std::unique_ptr<Scheduler>(std::move(s));

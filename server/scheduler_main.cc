@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include "common/flags.h"
@@ -54,6 +55,11 @@ int main(int argc, char** argv) {
   o.continue_on_worker_death = FLAGS_on_worker_death == "continue";
   o.checkpoint_dir = FLAGS_checkpoint_dir;
   o.checkpoint_keep = FLAGS_checkpoint_keep;
+  if (FLAGS_checkpoint_timeout_s < 1 || FLAGS_checkpoint_timeout_s > std::numeric_limits<int>::max() / 1000) {
+    PP_LOG(Error) << "--checkpoint_timeout_s must be in [1, " << std::numeric_limits<int>::max() / 1000 << "], not "
+                  << FLAGS_checkpoint_timeout_s;
+    return 2;
+  }
   o.checkpoint_timeout_ms = FLAGS_checkpoint_timeout_s * 1000;
   o.restore_from = FLAGS_restore_from;
   auto s = pushpull::Scheduler::Create(o);

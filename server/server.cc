@@ -263,6 +263,8 @@ Status ServerImpl::Run() {
     }
   }
 
+  if (stop_ && exit_status.ok() && control_.membership().job_state == Membership::kRunning)
+    exit_status = Status::Aborted("stopped before the job ended");
   if (ckpt_.writer.joinable()) ckpt_.writer.join();
   // Shutdown: stop the update threads after the work they hold, answer parked pulls.
   for (auto& q : queues_) q->Push(nullptr);
@@ -987,6 +989,9 @@ Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   // A dense pull reply carries a values frame per stripe: at most kMaxValueFrames.
   if (options.update_threads < 1 || options.update_threads > static_cast<int>(kMaxValueFrames))
     return Status::InvalidArgument("update_threads must be in [1, " + std::to_string(kMaxValueFrames) + "]");
+  if (options.port < 0 || options.port > 65535 || options.advertise_port < 0 || options.advertise_port > 65535)
+    return Status::InvalidArgument("port and advertise_port must be in [0, 65535]");
+  PP_RETURN_IF_ERROR(options.control.Validate());
   auto s = std::make_unique<ServerImpl>(options);
   PP_RETURN_IF_ERROR(s->Init());
   return std::unique_ptr<Server>(std::move(s));

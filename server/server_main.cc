@@ -50,10 +50,6 @@ int main(int argc, char** argv) {
   o.bind_host = FLAGS_bind_host;
   o.advertise_host = FLAGS_advertise_host;
   o.port = FLAGS_port;
-  if (FLAGS_advertise_port < 0 || FLAGS_advertise_port > 65535) {
-    PP_LOG(Error) << "--advertise_port must be in [0, 65535]";
-    return 2;
-  }
   o.advertise_port = FLAGS_advertise_port;
   int cores = static_cast<int>(std::thread::hardware_concurrency());
   // Default: the cores left after the I/O thread, at most one per values frame a pull reply may carry.

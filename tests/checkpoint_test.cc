@@ -336,6 +336,11 @@ TEST(Checkpoint, ToolListsTablesAndExportsThemAsNpy) {
 
   EXPECT_NE(RunCommand(tool + " --export_table=nope --out=" + npy, 30, &out), 0);
   EXPECT_NE(out.find("no table 'nope'"), std::string::npos) << out;
+
+  // A server's file gone: the tool says which (not only that the root holds no MANIFEST).
+  std::filesystem::remove(ServerCheckpointFile(m.dir, 1));
+  EXPECT_NE(RunCommand(tool, 30, &out), 0);
+  EXPECT_NE(out.find("server-1.ckpt"), std::string::npos) << out;
 }
 
 // One worker's part of a small BSP job from its current clock to `until`: a dense Adam table over

@@ -347,6 +347,8 @@ TEST(ServerFailure, DeadServerEndsTheJobNamingIt) {
   EXPECT_EQ(cluster.scheduler_status().code(), Code::kAborted);
   EXPECT_NE(cluster.scheduler_status().message().find("server 1"), std::string::npos)
       << cluster.scheduler_status().ToString();
+  // The stopped server says so too (pushpull-server exits 1, not 0, on a signal mid-job).
+  EXPECT_EQ(cluster.server_status(1).code(), Code::kAborted) << cluster.server_status(1).ToString();
 }
 
 // Control messages lost with a dropped scheduler connection: a node asks again what it has no
@@ -513,6 +515,51 @@ TEST(ConnectionFailure, ALostCheckpointAnswerIsNotWrittenTwice) {
   EXPECT_EQ(cluster.server(0).stats().checkpoints, 1u);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
   std::filesystem::remove_all(tmpl);
+}
+
+// Options no job can run with are refused when a node is made, naming the option, before it
+// contacts anyone (the binaries exit 2 on them: not restarted).
+TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
+  auto refused = [](const Status& st, const char* name) {
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find(name), std::string::npos) << st.ToString();
+  };
+  SchedulerOptions so;
+  so.bind_host = "127.0.0.1";
+  so.port = 0;
+  so.heartbeat_timeout_ms = 0;
+  refused(Scheduler::Create(so).status(), "heartbeat_timeout_ms");
+  so.heartbeat_timeout_ms = 1000;
+  so.checkpoint_timeout_ms = -1294967296;  // what --checkpoint_timeout_s=3000000 made in int
+  refused(Scheduler::Create(so).status(), "checkpoint_timeout_ms");
+  so.checkpoint_timeout_ms = 1000;
+  so.port = -5;
+  refused(Scheduler::Create(so).status(), "port");
+
+  ServerOptions o;
+  o.bind_host = "127.0.0.1";
+  o.control.scheduler = "tcp://127.0.0.1:1";
+  o.control.heartbeat_interval_ms = 0;  // a heartbeat storm that crashed ZeroMQ
+  refused(Server::Create(o).status(), "heartbeat_interval_ms");
+  o.control.heartbeat_interval_ms = 500;
+  o.control.scheduler_timeout_ms = 100;
+  refused(Server::Create(o).status(), "scheduler_timeout_ms");
+  o.control.scheduler_timeout_ms = 15000;
+  o.port = 70000;
+  refused(Server::Create(o).status(), "port");
+
+  ClientOptions c;
+  c.scheduler = "tcp://127.0.0.1:1";
+  c.heartbeat_interval_ms = -1;
+  refused(Client::Connect(c).status(), "heartbeat_interval_ms");
+
+  std::string out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-scheduler --num_servers=1 --num_workers=1 --port=0 "
+                                  "--checkpoint_timeout_s=3000000", 30, &out), 2) << out;
+  EXPECT_NE(out.find("--checkpoint_timeout_s"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --heartbeat_interval_ms=0 -- --app=linreg --epochs=1", 60, &out),
+            2) << out;
+  EXPECT_NE(out.find("heartbeat_interval_ms"), std::string::npos) << out;
 }
 
 // Real processes through pushpull-launch: SIGKILL worker `victim` (or a server) mid-run.
@@ -682,6 +729,16 @@ TEST(MultiProcess, LauncherDoesNotRestartAJobThatFailedOnItsOwn) {
   int code = RunCommand(BinDir() + "/pushpull-launch --max_restarts=2 -- --app=linreg --epochs=1 --examples=500 "
                         "--progress_s=0 --target=1e-9", 60, &out);
   EXPECT_EQ(code, 3) << out;
+  EXPECT_EQ(out.find("restart"), std::string::npos) << out;
+}
+
+// Nor one whose worker misses its data: the same file is missing again (exit 2).
+TEST(MultiProcess, LauncherDoesNotRestartAJobMissingItsData) {
+  std::string out;
+  int code = RunCommand(BinDir() + "/pushpull-launch --max_restarts=2 -- --app=fmnist_mlp --data_dir=/nonexistent "
+                        "--epochs=1", 60, &out);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("/nonexistent"), std::string::npos) << out;
   EXPECT_EQ(out.find("restart"), std::string::npos) << out;
 }
 

@@ -1250,6 +1250,11 @@ void ClientImpl::FailAll(const Status& st) {
 }  // namespace
 
 Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  PP_RETURN_IF_ERROR((ControlOptions{options.scheduler, options.heartbeat_interval_ms, options.scheduler_timeout_ms,
+                                     options.register_timeout_ms, options.requested_rank}
+                          .Validate()));
+  if (options.request_timeout_ms < 1)
+    return Status::InvalidArgument("request_timeout_ms must be at least 1, not " + std::to_string(options.request_timeout_ms));
   auto c = std::make_unique<ClientImpl>(options);
   PP_RETURN_IF_ERROR(c->Start());
   return std::unique_ptr<Client>(std::move(c));

@@ -157,15 +157,16 @@ int main(int argc, char** argv) {
   auto client = pushpull::Client::Connect(o);
   if (!client.ok()) {
     PP_LOG(Error) << "cannot join the job: " << client.status().ToString();
-    return 1;
+    return client.status().code() == pushpull::Code::kInvalidArgument ? 2 : 1;
   }
   pushpull::SetLogTag("worker " + std::to_string((*client)->rank()));
   pushpull::AppResult result;
   pushpull::Status st = RunApp(**client, &result);
   if (!st.ok()) {
     PP_LOG(Error) << FLAGS_app << " failed: " << st.ToString();
-    // Bad flags or a bad setup (exit 2) fail the same way again: pushpull-launch does not restart them.
-    return st.code() == pushpull::Code::kInvalidArgument ? 2 : 1;
+    // Bad flags or a bad setup (exit 2: arguments refused, a file such as the data missing) fail
+    // the same way again: pushpull-launch does not restart them.
+    return st.code() == pushpull::Code::kInvalidArgument || st.code() == pushpull::Code::kNotFound ? 2 : 1;
   }
   PP_LOG(Info) << result.summary;
   st = (*client)->Finish();
