@@ -164,6 +164,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pushpull-launch: --on_worker_death must be abort or continue\n");
     return 2;
   }
+  if (FLAGS_grace_ms < 0 || FLAGS_max_restarts < 0) {
+    std::fprintf(stderr, "pushpull-launch: --grace_ms and --max_restarts must be >= 0\n");
+    return 2;
+  }
   const std::string dir = FLAGS_bin_dir.empty() ? pushpull::ExecutableDir() : FLAGS_bin_dir;
   for (const char* b : {"pushpull-scheduler", "pushpull-server", "pushpull-worker"}) {
     if (access((dir + "/" + b).c_str(), X_OK) != 0) {

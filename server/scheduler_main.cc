@@ -1,7 +1,9 @@
 // pushpull-scheduler: the job's control plane (see server/scheduler.h).
 #include <gflags/gflags.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <thread>
@@ -69,8 +71,13 @@ int main(int argc, char** argv) {
   }
   if (!FLAGS_endpoint_file.empty()) {
     std::string tmp = FLAGS_endpoint_file + ".tmp";
-    std::ofstream(tmp) << (*s)->address() << "\n";
-    std::rename(tmp.c_str(), FLAGS_endpoint_file.c_str());
+    std::ofstream f(tmp);
+    f << (*s)->address() << "\n";
+    f.close();
+    if (!f || std::rename(tmp.c_str(), FLAGS_endpoint_file.c_str()) != 0) {
+      PP_LOG(Error) << "cannot write --endpoint_file " << FLAGS_endpoint_file << ": " << std::strerror(errno);
+      return 2;
+    }
   }
   pushpull::CallOnStopSignal([&] { (*s)->Stop(); });
   pushpull::Status st = (*s)->Run();

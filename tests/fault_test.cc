@@ -560,6 +560,10 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --heartbeat_interval_ms=0 -- --app=linreg --epochs=1", 60, &out),
             2) << out;
   EXPECT_NE(out.find("heartbeat_interval_ms"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --grace_ms=-1 -- --app=linreg", 30, &out), 2) << out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-scheduler --num_servers=1 --num_workers=1 --port=0 "
+                                  "--endpoint_file=/nonexistent/endpoint", 30, &out), 2) << out;
+  EXPECT_NE(out.find("--endpoint_file"), std::string::npos) << out;
 }
 
 // Real processes through pushpull-launch: SIGKILL worker `victim` (or a server) mid-run.
