@@ -1,6 +1,8 @@
 #include "apps/app.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -11,6 +13,11 @@
 #include <thread>
 
 namespace pushpull {
+
+MetricsWriter::MetricsWriter(std::string path) : path_(std::move(path)) {
+  if (!path_.empty() && !std::ofstream(path_, std::ios::app))
+    status_ = Status::NotFound("cannot open --metrics_out file '" + path_ + "'");
+}
 
 Status MetricsWriter::Write(const std::map<std::string, double>& fields) const {
   if (path_.empty()) return Status::OK();
@@ -151,7 +158,7 @@ TraceWriter::TraceWriter(const std::string& pattern, int rank) {
   if (at != std::string::npos) path.replace(at, 2, std::to_string(rank));
   f_ = std::fopen(path.c_str(), "w");
   if (!f_) {
-    PP_LOG(Error) << "cannot open trace file '" << path << "'";
+    status_ = Status::NotFound("cannot open --trace_out file '" + path + "': " + std::strerror(errno));
     return;
   }
   std::fprintf(f_, "clock,wall_s,loss,metric,staleness\n");

@@ -85,10 +85,13 @@ class TraceWriter {
   TraceWriter(const std::string& path, int rank);
   void Row(int64_t clock, double wall_s, double loss, double metric, int32_t staleness);
   bool enabled() const { return f_ != nullptr; }
+  // NotFound when the file could not be opened: the app fails before it trains.
+  const Status& status() const { return status_; }
   ~TraceWriter();
 
  private:
   FILE* f_ = nullptr;
+  Status status_;
 };
 
 struct AppResult {
@@ -102,12 +105,16 @@ struct AppResult {
 // Appends JSON objects, one per line, to a file (opened per write: safe if the file is shared).
 class MetricsWriter {
  public:
-  explicit MetricsWriter(std::string path) : path_(std::move(path)) {}
+  // Opens the file once to append (NotFound in status() when it cannot: the app fails before it
+  // trains, not at its first epoch's end).
+  explicit MetricsWriter(std::string path);
   Status Write(const std::map<std::string, double>& fields) const;
   bool enabled() const { return !path_.empty(); }
+  const Status& status() const { return status_; }
 
  private:
   std::string path_;
+  Status status_;
 };
 
 // Rate-limited progress: prints "step N loss L samples/s S" at most every interval seconds.

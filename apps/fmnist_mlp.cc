@@ -109,6 +109,8 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
   const double target = app.target > 0 ? app.target : 0.88;
   MetricsWriter metrics(app.metrics_out);
   TraceWriter trace(app.trace_out, rank);
+  PP_RETURN_IF_ERROR(metrics.status());
+  PP_RETURN_IF_ERROR(trace.status());
   Progress progress("fmnist_mlp", app.progress_interval_s);
   Injector injector(app.inject, rank, app.seed);
   std::mt19937_64 rng(SplitMix64(app.seed * 977 + rank));

@@ -61,6 +61,8 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   Progress progress("linreg", app.progress_interval_s);
   Injector injector(app.inject, rank, app.seed);
   TraceWriter trace(app.trace_out, rank);
+  PP_RETURN_IF_ERROR(metrics.status());
+  PP_RETURN_IF_ERROR(trace.status());
   std::vector<float> w(o.dim);
   const int batches = (o.examples_per_worker + app.batch - 1) / app.batch;
   auto first = FirstEpoch(client, app.epochs, [&](int e) { return int64_t(e) * batches; }, "linreg");

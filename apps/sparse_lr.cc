@@ -123,6 +123,8 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   const int64_t per_eval = (mine + app.epochs - 1) / app.epochs;
   MetricsWriter metrics(app.metrics_out);
   TraceWriter trace(app.trace_out, rank);
+  PP_RETURN_IF_ERROR(metrics.status());
+  PP_RETURN_IF_ERROR(trace.status());
   Progress progress("sparse_lr", app.progress_interval_s);
   Injector injector(app.inject, rank, app.seed);
   std::vector<CtrExample> ex(app.batch);

@@ -22,7 +22,7 @@ DEFINE_int32(update_threads, 0, "update threads (stripes per table), at most 64;
 DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this server is alive");
 DEFINE_int32(scheduler_timeout_ms, 15000, "exit when the scheduler is silent this long");
 DEFINE_int32(register_timeout_ms, 120000, "how long to wait for the whole job to register");
-DEFINE_int32(max_message_mb, 2048, "larger messages are dropped");
+DEFINE_int32(max_message_mb, 2048, "larger messages are dropped (0 or less: no limit)");
 DEFINE_int32(rank, -1, "ask the scheduler for this rank (-1: any free one)");
 DEFINE_int32(stats_every_s, 30, "log a line of rates (pushes, pulls, MB/s), the slowest worker's clock, parked pulls and memory this often (0: never)");
 DEFINE_int32(copy_on_write_budget_mb, 64,

@@ -46,6 +46,26 @@ TEST(Linreg, ConvergesToTheNoiseFloorUnderEveryModel) {
   }
 }
 
+// An output file the app cannot open fails it at once, naming the flag, before it trains (the
+// worker then exits 2: not restarted), rather than at its first epoch's end.
+TEST(Linreg, AnOutputFileItCannotOpenFailsItBeforeTraining) {
+  for (const char* flag : {"--trace_out", "--metrics_out"}) {
+    LocalClusterConfig cfg;
+    LocalCluster cluster(cfg);
+    ASSERT_TRUE(cluster.Start().ok());
+    AppOptions app;
+    app.progress_interval_s = 0;
+    (std::string(flag) == "--trace_out" ? app.trace_out : app.metrics_out) = "/nonexistent/dir/out";
+    LinregOptions o;
+    AppResult r;
+    Status st = RunLinreg(cluster.client(0), app, o, &r);
+    EXPECT_EQ(st.code(), Code::kNotFound) << st.ToString();
+    EXPECT_NE(st.message().find(flag), std::string::npos) << st.ToString();
+    EXPECT_EQ(cluster.client(0).clock(), 0) << flag << ": trained before failing";
+    cluster.FinishAndJoin().IgnoreError();
+  }
+}
+
 TEST(FmnistMlp, LearnsOnASubsetAndWritesMetrics) {
   std::string metrics = ::testing::TempDir() + "/fmnist_metrics.jsonl";
   std::remove(metrics.c_str());
