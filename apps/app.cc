@@ -108,8 +108,13 @@ void Injector::AfterStep(double compute_s) {
   }
 }
 
-Result<int> FirstEpoch(const Client& client, int epochs, const std::function<int64_t(int)>& clock_after,
+Result<int> FirstEpoch(const Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
                        const char* app_name) {
+  if (app.checkpoint_every_epochs > 0 && !client.checkpoints_enabled())
+    return Status::InvalidArgument(std::string(app_name) + ": --checkpoint_every_epochs=" +
+                                   std::to_string(app.checkpoint_every_epochs) +
+                                   " needs checkpoints on (the scheduler's --checkpoint_dir)");
+  const int epochs = app.epochs;
   const int64_t c = client.clock();
   if (c == 0) return 1;
   for (int e = 1; e <= epochs; ++e) {

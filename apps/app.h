@@ -53,8 +53,10 @@ struct AppOptions {
 // (0 for e = 0). Returns the first epoch to run: 1 in a fresh job, the one after the checkpoint's
 // otherwise; epochs + 1 when the checkpoint is after the last epoch (the job had trained, then was
 // restarted before it ended: the app evaluates the restored model and ends); FailedPrecondition
-// when the clock ends no epoch of this run (other data, batch size or worker count).
-Result<int> FirstEpoch(const Client& client, int epochs, const std::function<int64_t(int)>& clock_after,
+// when the clock ends no epoch of this run (other data, batch size or worker count);
+// InvalidArgument when checkpoints are asked for (app.checkpoint_every_epochs) in a job without
+// them (the scheduler has no checkpoint directory): before training, not after the first epoch.
+Result<int> FirstEpoch(const Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
                        const char* app_name);
 // After epoch `epoch` (its last Clock() done): a checkpoint when AppOptions asks for one, every
 // checkpoint_every_epochs epochs and after the last.

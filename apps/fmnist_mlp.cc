@@ -122,7 +122,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
   // epochs end at the same clock everywhere (checkpoints are taken there) and the schedule's
   // count above holds: a larger shard's one extra image is seen only when it fits the last batch.
   const int steps = (train_all->n / W + batch - 1) / batch;
-  auto first = FirstEpoch(client, app.epochs, [&](int e) { return int64_t(e) * steps; }, "fmnist_mlp");
+  auto first = FirstEpoch(client, app, [&](int e) { return int64_t(e) * steps; }, "fmnist_mlp");
   if (!first.ok()) return first.status();
   // Resuming: the skipped epochs' shuffles, so that the next epoch sees the order it would have.
   for (int e = 1; e < *first; ++e) std::shuffle(order.begin(), order.end(), rng);

@@ -65,7 +65,7 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   PP_RETURN_IF_ERROR(trace.status());
   std::vector<float> w(o.dim);
   const int batches = (o.examples_per_worker + app.batch - 1) / app.batch;
-  auto first = FirstEpoch(client, app.epochs, [&](int e) { return int64_t(e) * batches; }, "linreg");
+  auto first = FirstEpoch(client, app, [&](int e) { return int64_t(e) * batches; }, "linreg");
   if (!first.ok()) return first.status();
   int64_t start = NowMs(), samples = 0;
   double loss = 0;

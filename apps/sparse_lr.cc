@@ -140,7 +140,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
     for (int k = 1; k <= e; ++k) clocks += (examples_after(k) - examples_after(k - 1) + app.batch - 1) / app.batch;
     return clocks;
   };
-  auto first = FirstEpoch(client, app.epochs, clock_after, "sparse_lr");
+  auto first = FirstEpoch(client, app, clock_after, "sparse_lr");
   if (!first.ok()) return first.status();
   // Resuming: the examples of the skipped epochs are drawn and dropped (the stream is seeded).
   if (*first <= app.epochs)

@@ -92,6 +92,7 @@ struct ClusterMap {
   // worker starts. Empty / 0 for a fresh job.
   std::string restore_from;
   int64_t start_clock = 0;
+  bool checkpoints = false;  // the scheduler has a checkpoint directory: Client::Checkpoint() can work
 };
 
 // Which nodes are alive and whether the job is ending; the scheduler pushes it on every change

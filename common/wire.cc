@@ -179,6 +179,7 @@ void SaveBody(Ar& ar, const Header& h) {
         }
         ar(h.cluster.start_clock);
         SaveString(ar, h.cluster.restore_from);
+        ar(static_cast<uint8_t>(h.cluster.checkpoints));
       }
       ar(h.membership.version, h.membership.job_state);
       SavePodVector(ar, h.membership.worker_alive);
@@ -232,6 +233,10 @@ void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h) {
         }
         ar(h.cluster.start_clock);
         LoadString(ar, buf, h.cluster.restore_from, 4096, "checkpoint directory");
+        uint8_t checkpoints = 0;
+        ar(checkpoints);
+        if (checkpoints > 1) throw WireError("checkpoints flag " + std::to_string(checkpoints) + " is not a bool");
+        h.cluster.checkpoints = checkpoints != 0;
       }
       ar(h.membership.version, h.membership.job_state);
       LoadPodVector(ar, buf, h.membership.worker_alive, kMaxNodes, "worker list");

@@ -301,6 +301,16 @@ Status WriteTextFile(const std::string& path, const std::string& text) {
 
 }  // namespace
 
+Status EnsureWritableDir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Status::InvalidArgument("cannot create checkpoint directory " + dir + ": " + ec.message());
+  const fs::path probe = fs::path(dir) / ".pushpull-write-test";
+  if (!std::ofstream(probe)) return Status::InvalidArgument("checkpoint directory " + dir + " is not writable");
+  fs::remove(probe, ec);
+  return Status::OK();
+}
+
 Status PrepareCheckpointDir(const std::string& root, const std::string& dir) {
   std::error_code ec;
   const fs::path manifest = fs::path(dir) / "MANIFEST";

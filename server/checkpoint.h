@@ -52,6 +52,10 @@ Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::s
 Result<std::map<std::string, TableCheckpoint>> ReadCheckpointForServer(const std::string& dir, int rank,
                                                                        int num_servers);
 
+// Creates `dir` (and its parents) when missing and checks that a file can be written in it:
+// InvalidArgument naming it otherwise (an operator's setup: it fails the same way again).
+Status EnsureWritableDir(const std::string& dir);
+
 struct CheckpointManifest {
   int64_t clock = 0;
   int servers = 0;

@@ -74,6 +74,8 @@ class SchedulerImpl final : public Scheduler {
     auto a = BindTcp(router_, options_.bind_host, options_.port, options_.advertise_host);
     if (!a.ok()) return a.status();
     address_ = a.value();
+    // A checkpoint directory that cannot be written fails now, not at the first checkpoint.
+    if (!options_.checkpoint_dir.empty()) PP_RETURN_IF_ERROR(EnsureWritableDir(options_.checkpoint_dir));
     if (!options_.restore_from.empty()) {
       auto m = ReadLatestCheckpoint(options_.restore_from);
       if (!m.ok()) return m.status().Annotate("--restore_from");
@@ -482,6 +484,7 @@ void SchedulerImpl::HandleRegister(Message& m) {
     for (Node* s : servers_) h.cluster.servers.push_back({s->rank, s->address});
     h.cluster.restore_from = restore_.dir;
     h.cluster.start_clock = restore_.clock;
+    h.cluster.checkpoints = !options_.checkpoint_dir.empty();
     h.membership = membership_;
     int64_t now = NowMs();
     for (auto& [id, node] : nodes_) {

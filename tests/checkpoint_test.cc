@@ -548,6 +548,7 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
   EXPECT_EQ(ReadLatestCheckpoint(root.path())->clock, 40);  // after the last, epoch 4
   LocalClusterConfig cfg;
   cfg.workers = 2;
+  cfg.checkpoint_dir = root.path();  // a restart keeps checkpointing where it restores from
   cfg.restore_from = root.path();
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
@@ -593,7 +594,8 @@ TEST(Checkpoint, AppsRestoredAfterTheLastEpochEvaluateTheTrainedModel) {
     for (int pass = 0; pass < 2; ++pass) {
       LocalClusterConfig cfg;
       cfg.workers = 2;
-      (pass == 0 ? cfg.checkpoint_dir : cfg.restore_from) = root.path();
+      cfg.checkpoint_dir = root.path();  // a restart keeps checkpointing where it restores from
+      if (pass == 1) cfg.restore_from = root.path();
       LocalCluster cluster(cfg);
       ASSERT_TRUE(cluster.Start().ok());
       cluster.RunWorkers([&](Client& c, int w) {
@@ -609,6 +611,40 @@ TEST(Checkpoint, AppsRestoredAfterTheLastEpochEvaluateTheTrainedModel) {
     EXPECT_EQ(restored[0].final_metric, trained[0].final_metric) << restored[0].summary;
     EXPECT_TRUE(std::isfinite(restored[0].final_metric)) << restored[0].summary;
   }
+}
+
+// An app asked to checkpoint in a job without checkpoints (no scheduler --checkpoint_dir) fails
+// before it trains, saying so; a checkpoint directory that cannot be created fails the
+// scheduler at its start. Both are setup errors: the binaries exit 2, not restarted.
+TEST(Checkpoint, CheckpointsAskedForWithoutADirectoryFailAtTheStart) {
+  LocalClusterConfig cfg;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  EXPECT_FALSE(cluster.client(0).checkpoints_enabled());
+  AppOptions app;
+  app.progress_interval_s = 0;
+  app.checkpoint_every_epochs = 1;
+  LinregOptions o;
+  AppResult r;
+  Status st = RunLinreg(cluster.client(0), app, o, &r);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("--checkpoint_dir"), std::string::npos) << st.ToString();
+  EXPECT_EQ(cluster.client(0).clock(), 0);
+  cluster.FinishAndJoin().IgnoreError();
+
+  TempDir root;
+  const std::string file = root.path() + "/a-file";
+  std::ofstream(file) << "x";
+  SchedulerOptions so;
+  so.bind_host = "127.0.0.1";
+  so.port = 0;
+  so.checkpoint_dir = file + "/ckpt";  // under a regular file: cannot be created
+  auto s = Scheduler::Create(so);
+  EXPECT_EQ(s.status().code(), Code::kInvalidArgument) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("cannot create checkpoint directory"), std::string::npos) << s.status().ToString();
+  so.checkpoint_dir = root.path() + "/new/ckpt";  // created when missing
+  EXPECT_TRUE(Scheduler::Create(so).ok());
+  EXPECT_TRUE(fs::is_directory(so.checkpoint_dir));
 }
 
 // A worker that dies while the others wait in Checkpoint() (the job going on without it) no longer

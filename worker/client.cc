@@ -374,6 +374,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   int num_workers() const override { return control_.cluster().num_workers; }
   int num_servers() const override { return static_cast<int>(control_.cluster().servers.size()); }
   int64_t clock() const override { return clock_; }
+  bool checkpoints_enabled() const override { return control_.cluster().checkpoints; }
 
   Result<Table> CreateTable(const TableSpec& spec) override;
   Future Push(const Table& t, std::vector<Key> keys, std::shared_ptr<const std::vector<float>> grads) override;

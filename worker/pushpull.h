@@ -166,6 +166,8 @@ class Client {
   // This worker's clock: starts at 0 (in a job restored from a checkpoint, the scheduler's
   // --restore_from, at the checkpoint's clock, where the app resumes) and grows by one per Clock().
   virtual int64_t clock() const = 0;
+  // Whether the scheduler has a checkpoint directory (Checkpoint() fails without one).
+  virtual bool checkpoints_enabled() const = 0;
   // Collective: every live worker calls it at the same clock (after that clock's Clock()). Waits
   // until every server has written its shards of every table, with optimizer state, as of this
   // clock, and the scheduler has committed the checkpoint (server/checkpoint.h); a job started
