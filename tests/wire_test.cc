@@ -67,6 +67,32 @@ TEST(Wire, RegisterReplyForTheLargestClusterDecodes) {
   ASSERT_TRUE(st.ok()) << st.ToString();
   ASSERT_EQ(d.cluster.servers.size(), kMaxNodes);
   EXPECT_EQ(d.cluster.servers.back().address, h.cluster.servers.back().address);
+  EXPECT_FALSE(d.cluster.checkpoints);
+}
+
+// Whether the job checkpoints travels in the RegisterReply, as a byte that must be 0 or 1.
+TEST(Wire, RegisterReplySaysWhetherTheJobCheckpoints) {
+  Header h;
+  h.type = MsgType::kRegisterReply;
+  h.cluster.num_workers = 1;
+  h.cluster.servers.push_back({0, "tcp://10.0.0.2:7001"});
+  h.cluster.checkpoints = true;
+  const std::string e = EncodeHeader(h);
+  Header d;
+  ASSERT_TRUE(DecodeHeader(e.data(), e.size(), &d).ok());
+  EXPECT_TRUE(d.cluster.checkpoints);
+  // The flag is the byte after restore_from (a u32 length, empty here) and start_clock.
+  h.cluster.checkpoints = false;
+  std::string off = EncodeHeader(h);
+  ASSERT_EQ(off.size(), e.size());
+  size_t at = 0;
+  for (size_t i = 0; i < e.size(); ++i)
+    if (e[i] != off[i]) at = i;
+  std::string bad = e;
+  bad[at] = 2;
+  Status st = DecodeHeader(bad.data(), bad.size(), &d);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("not a bool"), std::string::npos) << st.ToString();
 }
 
 // A spec's bools travel as a byte each; from a peer, one that is neither 0 nor 1 is refused.
