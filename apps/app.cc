@@ -108,14 +108,9 @@ void Injector::AfterStep(double compute_s) {
   }
 }
 
-Result<int> FirstEpoch(const Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
-                       const char* app_name) {
-  if (app.checkpoint_every_epochs > 0 && !client.checkpoints_enabled())
-    return Status::InvalidArgument(std::string(app_name) + ": --checkpoint_every_epochs=" +
-                                   std::to_string(app.checkpoint_every_epochs) +
-                                   " needs checkpoints on (the scheduler's --checkpoint_dir)");
-  const int epochs = app.epochs;
-  const int64_t c = client.clock();
+namespace {
+// Where a run of `epochs` epochs starts when the job is at `c` (see FirstEpoch).
+Result<int> FirstEpochOf(int64_t c, int epochs, const std::function<int64_t(int)>& clock_after, const char* app_name) {
   if (c == 0) return 1;
   for (int e = 1; e <= epochs; ++e) {
     const int64_t end = clock_after(e);
@@ -133,6 +128,19 @@ Result<int> FirstEpoch(const Client& client, const AppOptions& app, const std::f
                                     ", which ends no epoch of this run (epochs end at clocks " +
                                     std::to_string(clock_after(1)) + ", " + std::to_string(clock_after(2)) +
                                     ", ...): resume with the data, batch size and workers of the checkpointed run");
+}
+}  // namespace
+
+Result<int> FirstEpoch(const Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
+                       const char* app_name) {
+  auto first = FirstEpochOf(client.clock(), app.epochs, clock_after, app_name);
+  // Checkpoints asked for in a job without them fail now rather than after an epoch (a job
+  // restored after its last epoch trains, and checkpoints, no more).
+  if (first.ok() && *first <= app.epochs && app.checkpoint_every_epochs > 0 && !client.checkpoints_enabled())
+    return Status::InvalidArgument(std::string(app_name) + ": --checkpoint_every_epochs=" +
+                                   std::to_string(app.checkpoint_every_epochs) +
+                                   " needs checkpoints on (the scheduler's --checkpoint_dir)");
+  return first;
 }
 
 Status CheckpointIfDue(Client& client, const AppOptions& app, int epoch, const char* app_name) {

@@ -32,7 +32,8 @@ Result<GzFile> Open(const std::string& path) {
     const int err = errno;
     const std::string why = err != 0 ? std::strerror(err) : "gzopen failed";
     if (err == ENOENT) return Status::NotFound("cannot open " + path + ": " + why + kDataDirHint);
-    return Status::NotFound("cannot open " + path + ": " + why);
+    // Not a missing file (out of descriptors, an I/O error, ...): may not fail again.
+    return Status::Unavailable("cannot open " + path + ": " + why);
   }
   return GzFile(f);
 }

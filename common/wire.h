@@ -24,7 +24,8 @@
 namespace pushpull {
 
 constexpr uint32_t kWireMagic = 0x50505348;  // "PPSH"
-constexpr uint16_t kWireVersion = 3;  // 2: pull replies may split their values over frames; 3: checkpoints
+constexpr uint16_t kWireVersion = 4;  // 2: pull replies may split their values over frames; 3: checkpoints;
+                                      // 4: heartbeats carry the membership version, RegisterReply whether the job checkpoints
 // A RegisterReply lists every server's address (up to kMaxNodes of at most 256 bytes): 1.1 MB
 // at most; data-message headers are a few dozen bytes.
 constexpr uint32_t kMaxNodes = 4096;

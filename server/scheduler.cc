@@ -321,9 +321,14 @@ Status SchedulerImpl::Run() {
       }
     }
     if (membership_.job_state != Membership::kRunning) {
-      bool all_told = true;
-      for (auto& [id, n] : nodes_) all_told &= (!n.alive || n.told_end);
-      if (all_told || NowMs() > end_deadline_ms_) break;
+      std::string untold;
+      for (auto& [id, n] : nodes_)
+        if (n.alive && !n.told_end) untold += (untold.empty() ? "" : ", ") + NodeName(n);
+      if (untold.empty()) break;
+      if (NowMs() > end_deadline_ms_) {
+        PP_LOG(Warning) << "ending without word that " << untold << " heard the job's end";
+        break;
+      }
     }
   }
   if (stop_ && membership_.job_state == Membership::kRunning) {
@@ -407,7 +412,6 @@ void SchedulerImpl::Handle(Message& m) {
       if (n.role == Role::kWorker && !n.done) {
         n.done = true;
         PP_LOG(Info) << "worker " << n.rank << " finished";
-        ReplyTo(Waiter{identity, m.header.request_id}, MsgType::kDoneReply, Status::OK());
         membership_.worker_done[n.rank] = 1;
         membership_.version++;
         CheckBarrier();
@@ -416,13 +420,15 @@ void SchedulerImpl::Handle(Message& m) {
         if (membership_.job_state == Membership::kRunning) {
           Broadcast();
         } else {
-          // This finish ended the job: its answer went out with the end, and both may be lost
-          // with a connection that drops now. The worker counts as told once it heartbeats that
-          // it holds the end (it does at once on hearing it), or at the end's deadline; until
-          // then it is answered what it asks again.
+          // This finish ended the job: the end goes out first (the worker, told the job finished
+          // with its finish in it, heartbeats that it holds the end and completes Finish()), its
+          // answer after; both may be lost with a connection that drops now. The worker counts
+          // as told once that heartbeat comes, or at the end's deadline; until then it is
+          // answered what it asks again.
           n.end_heard = true;
           n.told_end = false;
         }
+        ReplyTo(Waiter{identity, m.header.request_id}, MsgType::kDoneReply, Status::OK());
       } else if (n.role == Role::kWorker) {
         // Again (a retried Finish whose first answer was lost): done already.
         ReplyTo(Waiter{identity, m.header.request_id}, MsgType::kDoneReply, Status::OK());
@@ -763,6 +769,9 @@ void SchedulerImpl::End(Membership::JobState state, const std::string& reason) {
   membership_.version++;
   for (auto& [id, n] : nodes_) n.told_end = false;
   Broadcast();
+  // Workers that finished before were answered then, and may have exited since: nothing to tell.
+  for (auto& [id, n] : nodes_)
+    if (n.done) n.told_end = true;
   // Give nodes that missed the broadcast a heartbeat's chance to hear it.
   end_deadline_ms_ = NowMs() + std::min(options_.heartbeat_timeout_ms, 2000);
   // Pending callers learn why.

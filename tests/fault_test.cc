@@ -458,6 +458,28 @@ TEST(ConnectionFailure, ALostFinishAnswerOfTheLastWorker) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok()) << cluster.scheduler_status().ToString();
 }
 
+// A job whose workers leave right after their Finish() ends without the scheduler waiting out
+// its grace period for word from them: those that finished earlier need none, and the last one
+// heartbeats that it holds the end before its Finish() returns.
+TEST(ConnectionFailure, WorkersThatLeaveAfterFinishingAreNotWaitedFor) {
+  for (int rep = 0; rep < 5; ++rep) {
+    testing::internal::CaptureStderr();
+    {
+      LocalClusterConfig cfg;
+      cfg.workers = 2;
+      LocalCluster cluster(cfg);
+      ASSERT_TRUE(cluster.Start().ok());
+      for (int w : {1, 0}) {
+        ASSERT_TRUE(cluster.client(w).Finish().ok());
+        cluster.KillClient(w);  // gone at once, as pushpull-worker's process is
+      }
+      EXPECT_TRUE(cluster.FinishAndJoin().ok());
+    }
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(err.find("ending without word"), std::string::npos) << "rep " << rep << ":\n" << err;
+  }
+}
+
 // The scheduler's table creation request to a server is lost: the scheduler sends it again to the
 // server that has not answered, and the table is created before its deadline.
 TEST(ConnectionFailure, ALostTableRequestIsSentAgain) {
