@@ -51,6 +51,11 @@ int main(int argc, char** argv) {
   o.advertise_host = FLAGS_advertise_host;
   o.port = FLAGS_port;
   o.advertise_port = FLAGS_advertise_port;
+  if (FLAGS_update_threads < 0) {
+    PP_LOG(Error) << "--update_threads must be >= 0 (0: one per core left after the I/O thread), not "
+                  << FLAGS_update_threads;
+    return 2;
+  }
   int cores = static_cast<int>(std::thread::hardware_concurrency());
   // Default: the cores left after the I/O thread, at most one per values frame a pull reply may carry.
   o.update_threads = FLAGS_update_threads > 0 ? FLAGS_update_threads

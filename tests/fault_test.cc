@@ -586,6 +586,12 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-scheduler --num_servers=1 --num_workers=1 --port=0 "
                                   "--endpoint_file=/nonexistent/endpoint", 30, &out), 2) << out;
   EXPECT_NE(out.find("--endpoint_file"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-worker --scheduler=tcp://127.0.0.1:1 --app=linreg --batch=-3", 30, &out), 2)
+      << out;
+  EXPECT_NE(out.find("--batch"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-server --scheduler=tcp://127.0.0.1:1 --update_threads=-3", 30, &out), 2)
+      << out;
+  EXPECT_NE(out.find("--update_threads"), std::string::npos) << out;
 }
 
 // Real processes through pushpull-launch: SIGKILL worker `victim` (or a server) mid-run.

@@ -146,6 +146,10 @@ int main(int argc, char** argv) {
     PP_LOG(Error) << "--app is required (linreg, fmnist_mlp, sparse_lr); see --help";
     return 2;
   }
+  if (FLAGS_batch < 0) {
+    PP_LOG(Error) << "--batch must be >= 0 (0: the app's default), not " << FLAGS_batch;
+    return 2;
+  }
   pushpull::ClientOptions o;
   o.scheduler = FLAGS_scheduler;
   o.request_timeout_ms = FLAGS_request_timeout_ms;
