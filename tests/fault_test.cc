@@ -245,24 +245,35 @@ TEST(ServerFailure, RegistrationThatTimesOutSaysWhoIsMissing) {
 
 // Filling a large table takes longer than the scheduler waits for a heartbeat here (200 ms): the
 // server keeps its heartbeats going meanwhile, so it is not declared dead.
+// A dense table of `rows` x 1024 floats, each from the seeded initialiser: slow to fill.
+TableSpec BigUniform(const char* name, uint64_t rows) {
+  TableSpec spec;
+  spec.name = name;
+  spec.rows = rows;
+  spec.dim = 1024;
+  spec.init = InitKind::kUniform;
+  return spec;
+}
+
+// Worker 0 pulls row `key` of t: it holds the value `spec` initialises it to.
+void ExpectInitialRow(LocalCluster& cluster, const Table& t, const TableSpec& spec, Key key) {
+  std::vector<float> row(spec.dim);
+  EXPECT_TRUE(cluster.client(0).Pull(t, {key}, row.data()).Wait().ok());
+  EXPECT_EQ(row[7], InitialValue(spec, key, 7));
+}
+
 TEST(ServerFailure, ALongTableFillIsNoDeath) {
   LocalClusterConfig cfg;
   cfg.heartbeat_interval_ms = 30;
   cfg.heartbeat_timeout_ms = 200;
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
-  TableSpec spec;
-  spec.name = "big";
-  spec.rows = 1 << 16;
-  spec.dim = 1024;  // 64M floats (256 MB), each from the seeded initialiser: 0.35 s here
-  spec.init = InitKind::kUniform;
+  const TableSpec spec = BigUniform("big", 1 << 16);  // 64M floats (256 MB): 0.35 s here
   const int64_t t0 = NowMs();
   auto t = cluster.client(0).CreateTable(spec);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   RecordProperty("fill_ms", static_cast<int>(NowMs() - t0));
-  std::vector<float> row(1024);
-  EXPECT_TRUE(cluster.client(0).Pull(*t, {12345}, row.data()).Wait().ok());
-  EXPECT_EQ(row[7], InitialValue(spec, 12345, 7));
+  ExpectInitialRow(cluster, *t, spec, 12345);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
@@ -276,11 +287,7 @@ TEST(ServerFailure, ARetriedTableCreationIsTheSameTable) {
   cfg.table_timeout_ms = 10;
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
-  TableSpec spec;
-  spec.name = "big";
-  spec.rows = 1 << 15;
-  spec.dim = 1024;  // 32M floats, each from the seeded initialiser: over 10 ms on each server
-  spec.init = InitKind::kUniform;
+  TableSpec spec = BigUniform("big", 1 << 15);  // 32M floats: over 10 ms on each server
   auto both_hold = [&](uint64_t n) {
     return Eventually([&] { return cluster.server(0).stats().tables == n && cluster.server(1).stats().tables == n; },
                       20000);
@@ -297,9 +304,7 @@ TEST(ServerFailure, ARetriedTableCreationIsTheSameTable) {
   (void)both_hold(1);  // checked below
   auto again = create(spec);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
-  std::vector<float> row(1024);
-  EXPECT_TRUE(cluster.client(0).Pull(*again, {12345}, row.data()).Wait().ok());
-  EXPECT_EQ(row[7], InitialValue(spec, 12345, 7));
+  ExpectInitialRow(cluster, *again, spec, 12345);
   EXPECT_EQ(cluster.server(0).stats().tables, 1u);
   EXPECT_EQ(cluster.server(1).stats().tables, 1u);
 
@@ -313,8 +318,7 @@ TEST(ServerFailure, ARetriedTableCreationIsTheSameTable) {
   other.init = InitKind::kNormal;
   auto made = create(other);
   ASSERT_TRUE(made.ok()) << made.status().ToString();
-  EXPECT_TRUE(cluster.client(0).Pull(*made, {33}, row.data()).Wait().ok());
-  EXPECT_EQ(row[7], InitialValue(other, 33, 7));
+  ExpectInitialRow(cluster, *made, other, 33);
   EXPECT_EQ(cluster.server(0).stats().tables, 2u);
   EXPECT_EQ(cluster.server(1).stats().tables, 2u);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());

@@ -72,15 +72,29 @@ TableSpec EightBySgd() {
   return spec;
 }
 
-TEST(Shard, SharedRowsAreASnapshotUnderCopyOnWrite) {
-  const TableSpec spec = EightBySgd();
-  TableInfo info = TableInfo::Make(0, spec, 1);
-  TableShard t(info, 0, 1);
+// EightBySgd as one shard of one stripe, SGD steps at lr 1, and the selection of all 8 rows.
+struct EightRows {
+  TableShard t{TableInfo::Make(0, EightBySgd(), 1), 0, 1};
   Stripe& s = t.stripe(0);
-  opt::StepContext ctx;
-  ctx.lr = 1.0f;
-  std::vector<RowSelection> all, part;
-  t.SplitRange(0, 8, &all);
+  opt::StepContext ctx = [] {
+    opt::StepContext c;
+    c.lr = 1.0f;
+    return c;
+  }();
+  std::vector<RowSelection> all = [this] {
+    std::vector<RowSelection> v;
+    t.SplitRange(0, 8, &v);
+    return v;
+  }();
+};
+
+TEST(Shard, SharedRowsAreASnapshotUnderCopyOnWrite) {
+  EightRows e;
+  TableShard& t = e.t;
+  Stripe& s = e.s;
+  const opt::StepContext& ctx = e.ctx;
+  const std::vector<RowSelection>& all = e.all;
+  std::vector<RowSelection> part;
   t.SplitRange(2, 5, &part);
   auto read = [&] {
     std::vector<float> out(16);
@@ -303,14 +317,11 @@ TEST(Shard, CopyOnWriteDropsASparseSpareThatNoLongerFits) {
 // copies the others; a key given twice is updated twice, the second time from the first's
 // result, as in place.
 TEST(Shard, KeyedPushUnderCopyOnWriteWritesOutOfPlace) {
-  const TableSpec spec = EightBySgd();
-  TableInfo info = TableInfo::Make(0, spec, 1);
-  TableShard t(info, 0, 1);
-  Stripe& s = t.stripe(0);
-  opt::StepContext ctx;
-  ctx.lr = 1.0f;
-  std::vector<RowSelection> all;
-  t.SplitRange(0, 8, &all);
+  EightRows e;
+  TableShard& t = e.t;
+  Stripe& s = e.s;
+  const opt::StepContext& ctx = e.ctx;
+  const std::vector<RowSelection>& all = e.all;
   const std::vector<float> minus1(16, -1.0f);  // SGD, lr 1: each push adds 1
   s.ApplyPush(all[0], nullptr, minus1.data(), ctx);  // all rows 1
   auto push_keys = [&](const std::vector<Key>& keys) {

@@ -281,6 +281,12 @@ struct Command {
 };
 
 constexpr int kScheduler = -1;
+
+// A worker's side of the control plane, from its options.
+ControlOptions ControlOptionsOf(const ClientOptions& o) {
+  return ControlOptions{o.scheduler, o.heartbeat_interval_ms, o.scheduler_timeout_ms, o.register_timeout_ms,
+                        o.requested_rank};
+}
 constexpr int64_t kDrainMs = 2;
 constexpr int64_t kIdleDrainMs = 10;
 
@@ -288,9 +294,7 @@ class ClientImpl final : public Client, private internal::Receiver {
  public:
   explicit ClientImpl(const ClientOptions& o)
       : options_(o),
-        control_(ctx_, Role::kWorker,
-                 ControlOptions{o.scheduler, o.heartbeat_interval_ms, o.scheduler_timeout_ms,
-                                o.register_timeout_ms, o.requested_rank}),
+        control_(ctx_, Role::kWorker, ControlOptionsOf(o)),
         cmd_in_(ctx_, zmq::socket_type::pull),
         cmd_out_(ctx_, zmq::socket_type::push) {}
 
@@ -1251,9 +1255,7 @@ void ClientImpl::FailAll(const Status& st) {
 }  // namespace
 
 Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
-  PP_RETURN_IF_ERROR((ControlOptions{options.scheduler, options.heartbeat_interval_ms, options.scheduler_timeout_ms,
-                                     options.register_timeout_ms, options.requested_rank}
-                          .Validate()));
+  PP_RETURN_IF_ERROR(ControlOptionsOf(options).Validate());
   if (options.request_timeout_ms < 1)
     return Status::InvalidArgument("request_timeout_ms must be at least 1, not " + std::to_string(options.request_timeout_ms));
   auto c = std::make_unique<ClientImpl>(options);
