@@ -47,7 +47,8 @@ Status MakeDirs(const std::string& dir) {
 // (server files; the text files go without), fsyncs and renames it into place.
 class FileWriter {
  public:
-  explicit FileWriter(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
+  explicit FileWriter(std::string path, std::function<bool()> abandon = nullptr)
+      : path_(std::move(path)), tmp_(path_ + ".tmp"), abandon_(std::move(abandon)) {
     f_ = std::fopen(tmp_.c_str(), "wb");
     if (!f_) error_ = "cannot create " + tmp_ + ": " + ErrnoText();
   }
@@ -56,11 +57,16 @@ class FileWriter {
     if (!committed_) std::remove(tmp_.c_str());
   }
   void Put(const void* p, size_t n) {
-    if (!error_.empty() || n == 0) return;
     const auto* b = static_cast<const unsigned char*>(p);
-    crc_ = Crc32c(crc_, b, n);
-    if (std::fwrite(b, 1, n, f_) != n) error_ = "writing " + tmp_ + ": " + ErrnoText();
-    bytes_ += n;
+    while (error_.empty() && n > 0) {
+      if (Abandoned()) return;
+      const size_t k = std::min(n, kIoChunk);
+      crc_ = Crc32c(crc_, b, k);
+      if (std::fwrite(b, 1, k, f_) != k) error_ = "writing " + tmp_ + ": " + ErrnoText();
+      bytes_ += k;
+      b += k;
+      n -= k;
+    }
   }
   template <class T>
   void Pod(const T& v) {
@@ -75,6 +81,7 @@ class FileWriter {
       Pod(crc);
     }
     if (!f_) return Status::Unavailable(error_);  // the file could not be created
+    if (abandoned_) return Status::Aborted(error_);  // (asked last for the trailer); the destructor removes it
     if (error_.empty() && (std::fflush(f_) != 0 || ::fsync(fileno(f_)) != 0)) error_ = "syncing " + tmp_ + ": " + ErrnoText();
     if (std::fclose(f_) != 0 && error_.empty()) error_ = "closing " + tmp_ + ": " + ErrnoText();
     f_ = nullptr;
@@ -88,7 +95,17 @@ class FileWriter {
   }
 
  private:
+  bool Abandoned() {
+    if (!abandoned_ && error_.empty() && abandon_ && abandon_()) {
+      abandoned_ = true;
+      error_ = "writing " + tmp_ + " abandoned after " + std::to_string(bytes_) + " bytes";
+    }
+    return abandoned_;
+  }
+
   std::string path_, tmp_;
+  std::function<bool()> abandon_;
+  bool abandoned_ = false;
   std::FILE* f_ = nullptr;
   std::string error_;
   uint32_t crc_ = 0;
@@ -193,9 +210,10 @@ std::string ServerCheckpointFile(const std::string& dir, int rank) {
 }
 
 Status WriteServerCheckpoint(const std::string& dir, int rank, int num_servers, int64_t clock,
-                             const std::vector<const TableShard*>& tables, uint64_t* bytes) {
+                             const std::vector<const TableShard*>& tables, uint64_t* bytes,
+                             const std::function<bool()>& abandon) {
   PP_RETURN_IF_ERROR(MakeDirs(dir));
-  FileWriter w(ServerCheckpointFile(dir, rank));
+  FileWriter w(ServerCheckpointFile(dir, rank), abandon);
   w.Put(kMagic, sizeof kMagic);
   w.Pod(int32_t(rank));
   w.Pod(int32_t(num_servers));

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -39,9 +40,12 @@ struct TableCheckpoint {
 };
 
 // Writes this server's shards of `tables` into dir (created if missing) as of `clock`. Only
-// while no update thread works on them. *bytes: the file's size.
+// while no update thread works on them. *bytes: the file's size. `abandon`, when given, is asked
+// before each write of at most 4 MB (the last comes just before the sync): once it says yes, the write
+// stops, what it wrote is removed and the result is Aborted (a server stopping mid-write).
 Status WriteServerCheckpoint(const std::string& dir, int rank, int num_servers, int64_t clock,
-                             const std::vector<const TableShard*>& tables, uint64_t* bytes);
+                             const std::vector<const TableShard*>& tables, uint64_t* bytes,
+                             const std::function<bool()>& abandon = nullptr);
 // Reads and checks a server's file (checksum, then rank, server count and clock); tables by name.
 Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::string& dir, int rank,
                                                                     int num_servers, int64_t clock);

@@ -153,6 +153,7 @@ class ServerImpl final : public Server {
     uint64_t request_id = 0;
     std::thread writer;
     std::atomic<bool> written{false};
+    std::atomic<bool> abandon{false};  // the server is stopping: its answer could not be sent
     Status status;
     uint64_t bytes = 0;
     int64_t started_ms = 0;
@@ -265,7 +266,15 @@ Status ServerImpl::Run() {
 
   if (stop_ && exit_status.ok() && control_.membership().job_state == Membership::kRunning)
     exit_status = Status::Aborted("stopped before the job ended");
-  if (ckpt_.writer.joinable()) ckpt_.writer.join();
+  if (ckpt_.writer.joinable()) {
+    // Nobody can take this server's answer any more, so the checkpoint could never be committed:
+    // stop writing it (at most one 4 MB write on) rather than wait for the whole file.
+    ckpt_.abandon = true;
+    ckpt_.writer.join();
+    PP_LOG(Warning) << "checkpoint at clock " << ckpt_.clock << " abandoned, the server stopping ("
+                    << (ckpt_.status.ok() ? "it was written, but not answered" : ckpt_.status.ToString())
+                    << "); the last committed checkpoint stays";
+  }
   // Shutdown: stop the update threads after the work they hold, answer parked pulls.
   for (auto& q : queues_) q->Push(nullptr);
   for (auto& t : threads_) t.join();
@@ -908,7 +917,8 @@ void ServerImpl::StartCheckpointWhenReady() {
   const int servers = static_cast<int>(control_.cluster().servers.size());
   ckpt_.writer = std::thread([this, tables, servers] {
     SetThreadName("pp-checkpoint");
-    ckpt_.status = WriteServerCheckpoint(ckpt_.dir, rank_, servers, ckpt_.clock, tables, &ckpt_.bytes);
+    ckpt_.status = WriteServerCheckpoint(ckpt_.dir, rank_, servers, ckpt_.clock, tables, &ckpt_.bytes,
+                                         [this] { return ckpt_.abandon.load(std::memory_order_relaxed); });
     ckpt_.written = true;
   });
 }

@@ -182,6 +182,39 @@ TEST(Checkpoint, DamagedOrForeignFilesAreRefused) {
   EXPECT_TRUE(ReadServerCheckpoint(dir.path(), 0, 1, 3).ok());
 }
 
+// A server that stops while it writes a checkpoint stops writing it (its answer could not be
+// sent, so the checkpoint could never be committed): the writer asks before each write of at most
+// 4 MB (the last just before syncing), and an abandoned file leaves nothing behind.
+TEST(Checkpoint, AnAbandonedWriteStopsPartWayAndLeavesNoFile) {
+  TempDir dir;
+  const std::string file = ServerCheckpointFile(dir.path(), 0);
+  TableSpec spec = Spec("big", false, opt::Kind::kAdam);
+  TableShard small(TableInfo::Make(0, spec, 1), 0, 1);
+  spec.rows = 3 << 18;  // 12 MB each of parameters and of both moments, 3 MB of steps
+  TableShard t(TableInfo::Make(0, spec, 1), 0, 1);
+  // The same fields, one ask per write of 4 MB or less: 10 for the big table's arrays, 4 for the
+  // small one's.
+  int asked_small = 0, asked = 0;
+  ASSERT_TRUE(WriteServerCheckpoint(dir.path(), 0, 1, 3, {&small}, nullptr, [&] { return ++asked_small < 0; }).ok());
+  ASSERT_TRUE(WriteServerCheckpoint(dir.path(), 0, 1, 3, {&t}, nullptr, [&] { return ++asked < 0; }).ok());
+  ASSERT_TRUE(ReadServerCheckpoint(dir.path(), 0, 1, 3).ok());
+  EXPECT_EQ(asked - asked_small, 6);
+  fs::remove(file);
+  auto files_left = [&] {
+    std::vector<std::string> v;
+    for (auto& e : fs::directory_iterator(dir.path())) v.push_back(e.path().filename().string());
+    return v;
+  };
+  for (int stop_at : {asked / 2, asked}) {  // part way through the moments; at the last field, before the sync
+    int n = 0;
+    Status st = WriteServerCheckpoint(dir.path(), 0, 1, 3, {&t}, nullptr, [&] { return ++n >= stop_at; });
+    EXPECT_EQ(st.code(), Code::kAborted) << st.ToString();
+    EXPECT_NE(st.message().find("abandoned"), std::string::npos) << st.ToString();
+    EXPECT_EQ(n, stop_at) << "asked again after it said to stop";
+    EXPECT_TRUE(files_left().empty()) << files_left().front();
+  }
+}
+
 TEST(Checkpoint, LatestNamesTheNewestCompleteOneAndOldOnesArePruned) {
   TempDir root;
   EXPECT_EQ(ReadLatestCheckpoint(root.path()).status().code(), Code::kNotFound);
