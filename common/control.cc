@@ -43,6 +43,7 @@ Status ControlChannel::Register(const std::string& address) {
   h.address = address;
   h.sender_role = role_;
   h.sender_rank = options_.requested_rank;
+  h.clock = options_.heartbeat_interval_ms;  // checked against the scheduler's timeout
   PP_RETURN_IF_ERROR(SendMessage(sock_, nullptr, h));
   Deadline deadline = Deadline::In(options_.register_timeout_ms);
   while (!deadline.Expired()) {

@@ -37,7 +37,7 @@ constexpr size_t kMaxDataFrames = 2 + kMaxValueFrames;  // header, keys, values
 
 enum class MsgType : uint8_t {
   // control plane
-  kRegister = 1,         // node -> scheduler: role, address
+  kRegister = 1,         // node -> scheduler: role, address; clock: the node's heartbeat interval, ms
   kRegisterReply = 2,    // rank, cluster map, membership (sent once everyone registered)
   kHeartbeat = 3,        // node -> scheduler; clock: the membership version the node holds
   kMembership = 4,       // scheduler -> node: membership (also the heartbeat reply)
@@ -76,7 +76,7 @@ struct Header {
   Role sender_role = Role::kWorker;
   int32_t sender_rank = -1;
   uint32_t table = 0;
-  int64_t clock = 0;
+  int64_t clock = 0;       // the sender's clock; kHeartbeat, kRegister: see MsgType
   uint64_t num_keys = 0;   // keyed requests: keys in the keys frame
   uint32_t dim = 0;        // floats per row in the values frame
   uint64_t row_begin = 0;  // kFlagRange

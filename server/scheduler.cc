@@ -461,6 +461,18 @@ void SchedulerImpl::HandleRegister(Message& m) {
     ReplyTo(w, MsgType::kRegisterReply, Status::InvalidArgument("a server must give its address"));
     return;
   }
+  // A node that heartbeats less than twice per timeout would be declared dead between two
+  // heartbeats, over and over: refused at once, saying which two settings disagree.
+  const int64_t interval = m.header.clock;  // kRegister: the node's heartbeat interval (0: not said)
+  if (interval > 0 && 2 * interval > options_.heartbeat_timeout_ms) {
+    Status st = Status::InvalidArgument(
+        "this " + std::string(RoleName(role)) + " heartbeats every " + std::to_string(interval) +
+        " ms, but the scheduler declares a node dead after " + std::to_string(options_.heartbeat_timeout_ms) +
+        " ms of silence: its --heartbeat_interval_ms must be at most half the scheduler's --heartbeat_timeout_ms");
+    PP_LOG(Error) << "refused a " << RoleName(role) << "'s registration: " << st.message();
+    ReplyTo(w, MsgType::kRegisterReply, st);
+    return;
+  }
   // A node may ask for a rank (the launcher numbers its processes); otherwise the first free.
   std::vector<bool> taken(want, false);
   for (Node* o : list) taken[o->rank] = true;

@@ -72,5 +72,6 @@ int main(int argc, char** argv) {
   pushpull::CallOnStopSignal([&] { (*s)->Stop(); });
   pushpull::Status st = (*s)->Run();
   if (!st.ok()) PP_LOG(Error) << st.ToString();
-  return st.ok() ? 0 : 1;
+  // 2: a setting no run of this job can get past (the scheduler refused it at registration).
+  return st.ok() ? 0 : st.code() == pushpull::Code::kInvalidArgument ? 2 : 1;
 }

@@ -587,6 +587,15 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
             2) << out;
   EXPECT_NE(out.find("heartbeat_interval_ms"), std::string::npos) << out;
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --grace_ms=-1 -- --app=linreg", 30, &out), 2) << out;
+  // Nodes that would heartbeat less than twice per scheduler timeout are refused at registration
+  // (they would be declared dead between heartbeats), naming both settings; exit 2, no restart.
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --heartbeat_timeout_ms=1000 --heartbeat_interval_ms=600 "
+                                  "--max_restarts=3 -- --app=linreg --epochs=1",
+                       60, &out),
+            2) << out;
+  EXPECT_NE(out.find("heartbeats every 600 ms, but the scheduler declares a node dead after 1000 ms"),
+            std::string::npos) << out;
+  EXPECT_EQ(out.find("restart 1 of"), std::string::npos) << out;
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-scheduler --num_servers=1 --num_workers=1 --port=0 "
                                   "--endpoint_file=/nonexistent/endpoint", 30, &out), 2) << out;
   EXPECT_NE(out.find("--endpoint_file"), std::string::npos) << out;
