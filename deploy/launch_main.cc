@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -39,6 +40,8 @@ DEFINE_string(restore_from, "", "scheduler: resume from the newest complete chec
 DEFINE_int32(max_restarts, 0, "when a process dies or fails (not for bad flags, exit 2, or a missed target, "
              "exit 3), start the job again this many times at most: from the newest checkpoint this job "
              "wrote in --checkpoint_dir when there is one");
+DEFINE_int32(restart_delay_ms, 1000, "with --max_restarts: wait this long before the first restart, twice as long "
+             "before each next one (at most 60 s), so that a cause that takes time to clear can clear");
 
 namespace {
 
@@ -164,8 +167,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pushpull-launch: --on_worker_death must be abort or continue\n");
     return 2;
   }
-  if (FLAGS_grace_ms < 0 || FLAGS_max_restarts < 0) {
-    std::fprintf(stderr, "pushpull-launch: --grace_ms and --max_restarts must be >= 0\n");
+  if (FLAGS_grace_ms < 0 || FLAGS_max_restarts < 0 || FLAGS_restart_delay_ms < 0) {
+    std::fprintf(stderr, "pushpull-launch: --grace_ms, --max_restarts and --restart_delay_ms must be >= 0\n");
     return 2;
   }
   const std::string dir = FLAGS_bin_dir.empty() ? pushpull::ExecutableDir() : FLAGS_bin_dir;
@@ -199,8 +202,17 @@ int main(int argc, char** argv) {
     if (code == 0 || g_interrupted || !crashed || attempt >= FLAGS_max_restarts) return code;
     const std::string now = FLAGS_checkpoint_dir.empty() ? "" : latest();
     if (!now.empty() && now != latest_at_start) restore = FLAGS_checkpoint_dir;
+    const int64_t delay_ms = std::min<int64_t>(int64_t(FLAGS_restart_delay_ms) << std::min(attempt, 16), 60000);
     Say("restart " + std::to_string(attempt + 1) + " of " + std::to_string(FLAGS_max_restarts) + ": " +
-        (restore.empty() ? "from the start (no checkpoint of this job)" : "from the newest checkpoint in " + restore));
+        (restore.empty() ? "from the start (no checkpoint of this job)" : "from the newest checkpoint in " + restore) +
+        ", starting in " + std::to_string(delay_ms) + " ms");
+    for (const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
+         !g_interrupted && std::chrono::steady_clock::now() < until;)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (g_interrupted) {
+      Say("interrupted; not restarting");
+      return code;
+    }
   }
 }
 

@@ -763,6 +763,7 @@ TEST(MultiProcess, LauncherRestartsAJobFromItsCheckpointWhenAServerDies) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("restart 1 of 1: from the newest checkpoint in " + j.dir), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("resuming after epoch 2 (clock 160)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", starting in 1000 ms"), std::string::npos) << r.output;  // --restart_delay_ms
   const size_t restart = r.output.find("restart 1 of 1");
   ASSERT_NE(restart, std::string::npos) << r.output;
   EXPECT_EQ(FinalLoss(r.output.substr(restart)), j.whole_loss) << r.output;
