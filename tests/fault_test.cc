@@ -12,6 +12,7 @@
 
 #include "common/time.h"
 #include "deploy/local_cluster.h"
+#include "worker/mlp_backend.h"
 #include "tests/eventually.h"
 #include "tests/tcp_proxy.h"
 
@@ -605,6 +606,16 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-server --scheduler=tcp://127.0.0.1:1 --update_threads=-3", 30, &out), 2)
       << out;
   EXPECT_NE(out.find("--update_threads"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand("env PP_TRANSPORT_PROFILE=garbage " + BinDir() + "/pushpull-bench --filter=transport --out=/dev/null",
+                       30, &out),
+            2) << out;
+  EXPECT_NE(out.find("PP_TRANSPORT_PROFILE=garbage: want OP/SIZE/SsWw"), std::string::npos) << out;
+  if (!GpuAvailable()) {  // no GPU: no restart would find one
+    EXPECT_EQ(RunCommand(BinDir() + "/pushpull-worker --scheduler=tcp://127.0.0.1:1 --app=fmnist_mlp --device=gpu", 30,
+                         &out),
+              2) << out;
+    EXPECT_NE(out.find("--device=gpu"), std::string::npos) << out;
+  }
 }
 
 // Real processes through pushpull-launch: SIGKILL worker `victim` (or a server) mid-run.

@@ -10,6 +10,7 @@
 #include "apps/linreg.h"
 #include "apps/sparse_lr.h"
 #include "common/log.h"
+#include "worker/mlp_backend.h"
 #include "worker/pushpull.h"
 
 DEFINE_string(scheduler, "tcp://127.0.0.1:7000", "address of pushpull-scheduler");
@@ -148,6 +149,16 @@ int main(int argc, char** argv) {
   }
   if (FLAGS_batch < 0) {
     PP_LOG(Error) << "--batch must be >= 0 (0: the app's default), not " << FLAGS_batch;
+    return 2;
+  }
+  // A GPU asked for where there is none fails the same way on every restart: say so before
+  // joining the job, as bad flags (exit 2).
+  if (FLAGS_app == "fmnist_mlp" && FLAGS_device == "gpu" && !pushpull::GpuAvailable()) {
+#ifdef PUSHPULL_CUDA
+    PP_LOG(Error) << "--device=gpu: no usable CUDA device on this machine (--device=auto uses the CPU then)";
+#else
+    PP_LOG(Error) << "--device=gpu: this build has no CUDA support (built with CUDA=0; --device=auto uses the CPU)";
+#endif
     return 2;
   }
   pushpull::ClientOptions o;

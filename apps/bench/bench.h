@@ -66,6 +66,12 @@ class Reporter {
   }
 
   int rows() const { return rows_; }
+  // A bench that cannot run as asked (a malformed setting): said on stderr, and the run exits 2.
+  void Refuse(const std::string& why) {
+    std::fprintf(stderr, "pushpull-bench: %s\n", why.c_str());
+    refused_ = true;
+  }
+  bool refused() const { return refused_; }
 
  private:
   static std::string Number(double v) {
@@ -93,6 +99,7 @@ class Reporter {
 
   std::FILE* out_;
   int rows_ = 0;
+  bool refused_ = false;
 };
 
 using BenchFn = std::function<void(Reporter&, const Options&)>;

@@ -85,5 +85,5 @@ int main(int argc, char** argv) {
   std::printf("\nran %zu bench(es):", ran.size());
   for (const auto& name : ran) std::printf(" %s", name.c_str());
   std::printf("; %d figure(s) in %s\n", reporter.rows(), FLAGS_out.c_str());
-  return 0;
+  return reporter.refused() ? 2 : 0;
 }

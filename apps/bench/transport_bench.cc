@@ -1069,7 +1069,7 @@ void RunTransportBench(Reporter& rep, const Options& o) {
     int S = 0, W = 0;
     if (std::sscanf(prof, "%31[a-z_0-9]/%31[0-9KMB]/%ds%dw/%31s", op, size, &S, &W, side) < 4 || S < 1 ||
         W < 1) {
-      std::fprintf(stderr, "PP_TRANSPORT_PROFILE=%s: want OP/SIZE/SsWw[/raw]\n", prof);
+      rep.Refuse("PP_TRANSPORT_PROFILE=" + std::string(prof) + ": want OP/SIZE/SsWw[/raw]");
       return;
     }
     std::string ops = op;
@@ -1083,7 +1083,7 @@ void RunTransportBench(Reporter& rep, const Options& o) {
       if (ops == OpName(static_cast<Op>(o))) cfg.profile_op = o;
     size_t bytes = std::strtoull(size, nullptr, 10) * (std::strchr(size, 'M') ? kMB : kKB);
     if (cfg.profile_op < 0 || bytes == 0) {
-      std::fprintf(stderr, "PP_TRANSPORT_PROFILE=%s: unknown op or size\n", prof);
+      rep.Refuse("PP_TRANSPORT_PROFILE=" + std::string(prof) + ": unknown op or size");
       return;
     }
     cfg.profile_raw = std::string(side) == "raw";
