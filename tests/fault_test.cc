@@ -606,6 +606,13 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-server --scheduler=tcp://127.0.0.1:1 --update_threads=-3", 30, &out), 2)
       << out;
   EXPECT_NE(out.find("--update_threads"), std::string::npos) << out;
+  // Unknown flags are bad flags (gflags' own exit is 1, which the launcher restarts); values given
+  // apart, negative ones too, and --noBOOL are no flags of their own.
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-server --bogus=1", 30, &out), 2) << out;
+  EXPECT_NE(out.find("unknown flag --bogus=1"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-bench --threads -3 --filter=nothing", 30, &out), 2) << out;
+  EXPECT_NE(out.find("--threads=-3"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-bench --noquick --filter nothing --list", 30, &out), 0) << out;
   EXPECT_EQ(RunCommand("env PP_TRANSPORT_PROFILE=garbage " + BinDir() + "/pushpull-bench --filter=transport --out=/dev/null",
                        30, &out),
             2) << out;
