@@ -299,6 +299,7 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
   int exit_code = 0;
   bool stopping = false;
   bool job_finished = false;  // the scheduler exited 0: it ended the job as finished
+  bool interrupt_seen = false;
   std::chrono::steady_clock::time_point kill_at;
   auto stop_all = [&](const std::string& why, int code) {
     if (stopping) return;
@@ -316,7 +317,15 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       if (c.fd >= 0) pfds.push_back({c.fd, POLLIN, 0});
     poll(pfds.data(), pfds.size(), 100);
     for (auto& c : children) Drain(c, false);
-    if (g_interrupted) stop_all("interrupted", 130);
+    if (g_interrupted && !interrupt_seen) {
+      interrupt_seen = true;
+      if (!stopping) {
+        stop_all("interrupted", 130);
+      } else {  // already stopping after a failure: whoever interrupts wants it over now
+        Say("interrupted while stopping; killing what is left now");
+        kill_at = std::chrono::steady_clock::now();
+      }
+    }
     bool all_exited = true;
     for (auto& c : children) {
       if (c.exited) continue;
