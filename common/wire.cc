@@ -482,6 +482,17 @@ Status SendFrames(zmq::socket_t& sock, const zmq::message_t* identity, const Hea
 
 }  // namespace
 
+Status SendDataFrames(zmq::socket_t& sock, zmq::message_t header, zmq::message_t keys, zmq::message_t values) {
+  try {
+    if (!sock.send(header, zmq::send_flags::sndmore)) return Status::Unavailable("send would block");
+    sock.send(keys, zmq::send_flags::sndmore);
+    sock.send(values, zmq::send_flags::none);
+  } catch (const zmq::error_t& e) {
+    return Status::Unavailable(std::string("send: ") + e.what());
+  }
+  return Status::OK();
+}
+
 Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const Header& h,
                    zmq::message_t keys, zmq::message_t values) {
   return SendFrames(sock, identity, h, &keys, &values, 1);

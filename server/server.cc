@@ -21,6 +21,7 @@
 #include "common/wire.h"
 #include "server/checkpoint.h"
 #include "server/consistency.h"
+#include "server/request_record.h"
 #include "server/table_shard.h"
 
 namespace pushpull {
@@ -89,11 +90,16 @@ class ServerImpl final : public Server {
   void HandleRouter();
   bool ReceiveRequest(int64_t wait_ms);
   void HandleData(Message& m);
-  Status Validate(const Message& m, TableShard** shard);
+  // again: a pull answered already, asked again; its clock tag may be behind its worker's by now.
+  Status Validate(const Message& m, TableShard** shard, bool again = false);
   void Dispatch(Request* r);
   void HandleDone();
   void Reply(Request* r);
-  void ReplyError(const Message& m, const Status& st);
+  // record: the answer goes into the sender's RequestRecord (a repeat gets it again).
+  void ReplyError(const Message& m, const Status& st, bool record = true);
+  void Answered(const Header& request, const Header& reply);
+  enum class Repeat { kNo, kHandled, kServeAgain };  // kServeAgain: a pull answered already
+  Repeat LookUpRepeat(const Message& m);
   void HandleControl();
   void OnMembership();
   void DropBspSums(int w);
@@ -130,7 +136,7 @@ class ServerImpl final : public Server {
   std::vector<std::unique_ptr<TableShard>> tables_;  // by table id
   ClockVector clocks_;
   int64_t min_live_ = 0;
-  std::vector<uint64_t> last_push_id_;               // per worker: replay protection
+  std::vector<RequestRecord> requests_;              // per worker: requests asked again run once
   std::multimap<int64_t, Request*> parked_;          // pulls by the min clock they need
   StalenessHistogram staleness_;
   std::vector<std::unique_ptr<SpscQueue<Request>>> queues_;
@@ -182,7 +188,7 @@ Status ServerImpl::Run() {
   const ClusterMap& cluster = control_.cluster();
   const int W = cluster.num_workers;
   clocks_.Reset(W, cluster.start_clock);
-  last_push_id_.assign(W, 0);
+  requests_ = std::vector<RequestRecord>(W);
   if (!cluster.restore_from.empty()) {
     auto r = WhileHeartbeating(
         [&] { return ReadCheckpointForServer(cluster.restore_from, rank_, static_cast<int>(cluster.servers.size())); });
@@ -425,7 +431,7 @@ bool ServerImpl::ReceiveRequest(int64_t wait_ms) {
   return true;
 }
 
-Status ServerImpl::Validate(const Message& m, TableShard** shard) {
+Status ServerImpl::Validate(const Message& m, TableShard** shard, bool again) {
   const Header& h = m.header;
   if (h.sender_role != Role::kWorker || h.sender_rank < 0 || h.sender_rank >= clocks_.size())
     return Status::InvalidArgument("sender rank " + std::to_string(h.sender_rank) + " is not a worker of this job");
@@ -461,12 +467,8 @@ Status ServerImpl::Validate(const Message& m, TableShard** shard) {
       }
     }
   }
-  // A replayed push is a duplicate whatever clock it was tagged with.
-  if (h.type == MsgType::kPush && h.request_id <= last_push_id_[h.sender_rank])
-    return Status::AlreadyExists("push " + std::to_string(h.request_id) + " from worker " +
-                                 std::to_string(h.sender_rank) + " already received (replay)");
   int64_t own = clocks_.clock(h.sender_rank);
-  if (h.clock != own)
+  if (h.clock != own && !(again && h.clock < own))
     return Status::FailedPrecondition(std::string(MsgTypeName(h.type)) + " tagged clock " +
                                       std::to_string(h.clock) + " but worker " +
                                       std::to_string(h.sender_rank) + " is at clock " +
@@ -504,10 +506,12 @@ void ServerImpl::HandleData(Message& m) {
     SendMessage(router_, &to, rh).IgnoreError();
     return;
   }
+  const Repeat repeat = LookUpRepeat(m);
+  if (repeat == Repeat::kHandled) return;
   TableShard* shard = nullptr;
-  Status st = Validate(m, &shard);
+  Status st = Validate(m, &shard, repeat == Repeat::kServeAgain);
   if (!st.ok()) {
-    if (st.code() == Code::kAlreadyExists) ++stats_.duplicates; else ++stats_.rejected;
+    ++stats_.rejected;
     if (refused_logged_++ < 20 || refused_logged_ % 1000 == 0)
       PP_LOG(Warning) << "refused " << MsgTypeName(h.type) << " from worker " << h.sender_rank
                       << ": " << st.ToString();
@@ -530,6 +534,7 @@ void ServerImpl::HandleData(Message& m) {
     rh.clock = h.clock;
     zmq::message_t to = ReplyIdentity(m);
     SendMessage(router_, &to, rh).IgnoreError();
+    Answered(h, rh);
     AdvanceMinClock();
     return;
   }
@@ -543,7 +548,6 @@ void ServerImpl::HandleData(Message& m) {
 
   if (rh.type == MsgType::kPush) {
     ++stats_.pushes;
-    last_push_id_[rh.sender_rank] = rh.request_id;
     const opt::OptimizerConfig& oc = shard->spec().optimizer;
     float scale = 1.0f;
     if (oc.clip_norm > 0) {
@@ -715,10 +719,11 @@ void ServerImpl::Reply(Request* r) {
   Status st = split.empty() ? SendMessage(router_, &to, out, zmq::message_t(), std::move(values))
                             : SendMessage(router_, &to, out, zmq::message_t(), &split);
   if (!st.ok()) PP_LOG(Warning) << "reply to worker " << h.sender_rank << " lost: " << st.ToString();
+  Answered(h, out);
   delete r;
 }
 
-void ServerImpl::ReplyError(const Message& m, const Status& st) {
+void ServerImpl::ReplyError(const Message& m, const Status& st, bool record) {
   Header out;
   switch (m.header.type) {
     case MsgType::kPush: out.type = MsgType::kPushReply; break;
@@ -732,6 +737,63 @@ void ServerImpl::ReplyError(const Message& m, const Status& st) {
   out.SetStatus(st);
   zmq::message_t to = ReplyIdentity(m);
   SendMessage(router_, &to, out).IgnoreError();
+  if (record) Answered(m.header, out);
+}
+
+void ServerImpl::Answered(const Header& request, const Header& reply) {
+  if (request.sender_rank < 0 || request.sender_rank >= static_cast<int>(requests_.size())) return;
+  RequestRecord::Answer a;
+  a.type = reply.type;
+  a.table = reply.table;
+  a.clock = reply.clock;
+  a.code = reply.status;
+  a.error = reply.error;
+  requests_[request.sender_rank].End(request.request_id, std::move(a));
+}
+
+// A worker sends its unanswered requests to a server again when a connection to it dropped
+// (server/request_record.h): a repeat is answered from the record, or dropped while the request is
+// in progress, and never run twice; a pull answered already is served again.
+ServerImpl::Repeat ServerImpl::LookUpRepeat(const Message& m) {
+  const Header& h = m.header;
+  if (h.sender_role != Role::kWorker || h.sender_rank < 0 || h.sender_rank >= static_cast<int>(requests_.size()))
+    return Repeat::kNo;  // Validate() refuses it
+  RequestRecord& record = requests_[h.sender_rank];
+  const RequestRecord::Answer* a = nullptr;
+  switch (record.Look(h.request_id, &a)) {
+    case RequestRecord::Seen::kNew:
+      record.Begin(h.request_id);
+      return Repeat::kNo;
+    case RequestRecord::Seen::kInProgress:
+      ++stats_.duplicates;
+      return Repeat::kHandled;
+    case RequestRecord::Seen::kAnswered: {
+      ++stats_.duplicates;
+      if (a->type == MsgType::kPullReply) {
+        record.Begin(h.request_id);
+        return Repeat::kServeAgain;
+      }
+      Header out;
+      out.type = a->type;
+      out.request_id = h.request_id;
+      out.sender_role = Role::kServer;
+      out.sender_rank = rank_;
+      out.table = a->table;
+      out.clock = a->clock;
+      out.SetStatus(a->code == Code::kOk ? Status::OK() : Status(a->code, a->error));
+      zmq::message_t to = ReplyIdentity(m);
+      SendMessage(router_, &to, out).IgnoreError();
+      return Repeat::kHandled;
+    }
+    case RequestRecord::Seen::kForgotten:
+      ++stats_.duplicates;
+      ReplyError(m, Status::FailedPrecondition(std::string(MsgTypeName(h.type)) + " " + std::to_string(h.request_id) +
+                                               " from worker " + std::to_string(h.sender_rank) +
+                                               " asked again after this server forgot its answer; not run again"),
+                 /*record=*/false);
+      return Repeat::kHandled;
+  }
+  return Repeat::kNo;
 }
 
 void ServerImpl::AdvanceMinClock() {

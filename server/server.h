@@ -38,7 +38,7 @@ struct ServerStats {
   std::atomic<uint64_t> pushes{0}, pulls{0}, clocks{0};
   std::atomic<uint64_t> bad_messages{0};     // malformed: dropped or answered with an error
   std::atomic<uint64_t> rejected{0};         // well-formed but refused (bad rows, NaN, ...)
-  std::atomic<uint64_t> duplicates{0};       // replayed pushes, not applied
+  std::atomic<uint64_t> duplicates{0};       // requests asked again: answered once, never run twice
   std::atomic<uint64_t> parked_pulls{0};     // pulls that had to wait for slower workers
   std::atomic<uint64_t> parked_now{0};       // pulls waiting right now
   std::atomic<uint64_t> bytes_in{0}, bytes_out{0};

@@ -12,6 +12,7 @@
 
 #include "common/time.h"
 #include "deploy/local_cluster.h"
+#include "server/request_record.h"
 #include "worker/mlp_backend.h"
 #include "tests/eventually.h"
 #include "tests/tcp_proxy.h"
@@ -542,6 +543,147 @@ TEST(ConnectionFailure, ALostCheckpointAnswerIsNotWrittenTwice) {
   EXPECT_EQ(cluster.server(0).stats().checkpoints, 1u);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
   std::filesystem::remove_all(tmpl);
+}
+
+// Worker data connections to server `rank` go through `proxy` (the server advertises the proxy's
+// port); the scheduler's do not.
+std::function<void(int, ServerOptions*)> DataThrough(TcpProxy& proxy, int rank) {
+  return [&proxy, rank](int s, ServerOptions* o) {
+    if (s != rank) return;
+    o->port = TcpProxy::FreePort();
+    o->advertise_port = proxy.port();
+    proxy.SetUpstream("tcp://127.0.0.1:" + std::to_string(o->port));
+  };
+}
+
+TableSpec AspZeros(const char* name, int rows) {
+  TableSpec s = Dense(name, rows);
+  s.init = InitKind::kZeros;
+  s.consistency = *ParseConsistency("asp");
+  return s;
+}
+
+// The record a server keeps of a worker's requests (server/request_record.h).
+TEST(RequestRecord, RepeatsAreAnsweredOnceAndOnlyOldAnswersAreForgotten) {
+  RequestRecord r;
+  const RequestRecord::Answer* a = nullptr;
+  using Seen = RequestRecord::Seen;
+  EXPECT_EQ(r.Look(5, &a), Seen::kNew);
+  r.Begin(5);
+  EXPECT_EQ(r.Look(5, &a), Seen::kInProgress);
+  RequestRecord::Answer refused;
+  refused.code = Code::kInvalidArgument;
+  refused.error = "NaN";
+  r.End(5, refused);
+  ASSERT_EQ(r.Look(5, &a), Seen::kAnswered);
+  EXPECT_EQ(a->code, Code::kInvalidArgument);
+  EXPECT_EQ(a->error, "NaN");
+  r.End(5, RequestRecord::Answer{});  // a second answer changes nothing
+  ASSERT_EQ(r.Look(5, &a), Seen::kAnswered);
+  EXPECT_EQ(a->code, Code::kInvalidArgument);
+  // An older request never seen is new (a lost one sent again), not forgotten, while nothing was.
+  EXPECT_EQ(r.Look(3, &a), Seen::kNew);
+  // A pull served again is in progress again until its new answer.
+  r.Begin(6);
+  RequestRecord::Answer pulled;
+  pulled.type = MsgType::kPullReply;
+  r.End(6, pulled);
+  ASSERT_EQ(r.Look(6, &a), Seen::kAnswered);
+  EXPECT_EQ(a->type, MsgType::kPullReply);
+  r.Begin(6);
+  EXPECT_EQ(r.Look(6, &a), Seen::kInProgress);
+  r.End(6, pulled);
+  // Past kKept answers the oldest are forgotten, and only those; one in progress stops that.
+  r.Begin(7);
+  const uint64_t n = RequestRecord::kKept + 10;
+  for (uint64_t id = 100; id < 100 + n; ++id) {
+    r.Begin(id);
+    r.End(id, {});
+  }
+  EXPECT_EQ(r.Look(5, &a), Seen::kForgotten);
+  EXPECT_EQ(r.Look(7, &a), Seen::kInProgress);
+  EXPECT_EQ(r.Look(100, &a), Seen::kAnswered);  // kept while 7, older, waits
+  EXPECT_GT(r.size(), RequestRecord::kKept);
+  r.End(7, {});
+  r.Begin(100 + n);
+  r.End(100 + n, {});
+  EXPECT_EQ(r.Look(7, &a), Seen::kForgotten);
+  EXPECT_EQ(r.Look(100, &a), Seen::kForgotten);
+  EXPECT_EQ(r.Look(4, &a), Seen::kForgotten);  // (never seen, but older than what is kept)
+  EXPECT_EQ(r.Look(100 + n, &a), Seen::kAnswered);
+  EXPECT_EQ(r.Look(100 + n + 1, &a), Seen::kNew);
+  EXPECT_LE(r.size(), RequestRecord::kKept);
+}
+
+// A push and a pull lost with a dropped data connection: the worker sends them again on a new
+// connection, and the push is applied once.
+TEST(ConnectionFailure, RequestsLostWithADroppedDataConnectionAreSentAgain) {
+  TcpProxy proxy;
+  LocalClusterConfig cfg;
+  cfg.server_options = DataThrough(proxy, 0);
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  auto t = c.CreateTable(AspZeros("w", 8));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  proxy.Hold(/*to_upstream=*/true, /*from_upstream=*/false);
+  std::vector<float> v(32, 7.0f);
+  Future push = c.PushDense(*t, std::vector<float>(32, 1.0f));
+  Future pull = c.PullDense(*t, v.data());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(cluster.server(0).stats().pushes, 0u);  // held
+  proxy.Cut();  // what was held is lost
+  // A clock right after the drop reaches the server after the lost push and pull, which are
+  // tagged with the clock before it (else the server would refuse them).
+  Status st = c.Clock();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  st = push.WaitFor(10000);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  st = pull.WaitFor(10000);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (float x : v) EXPECT_EQ(x, -0.1f);  // the push, applied once, before the pull
+  EXPECT_EQ(cluster.server(0).stats().pushes, 1u);
+  EXPECT_GE(c.stats().resent, 2u);
+  // And the job goes on over the new connection.
+  ASSERT_TRUE(c.PushDense(*t, std::vector<float>(32, 1.0f)).Wait().ok());
+  ASSERT_TRUE(c.PullDense(*t, v.data()).Wait().ok());
+  EXPECT_EQ(v[0], -0.2f);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+// Answers lost with a dropped data connection: the worker asks again, and the server answers the
+// push and the clock from its record (not applied again) and serves the pull again.
+TEST(ConnectionFailure, AnswersLostWithADroppedDataConnectionAreGivenAgainNotRunTwice) {
+  TcpProxy proxy;
+  LocalClusterConfig cfg;
+  cfg.server_options = DataThrough(proxy, 0);
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  auto t = c.CreateTable(AspZeros("w", 8));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
+  std::vector<float> v(32, 7.0f);
+  Future push = c.PushDense(*t, std::vector<float>(32, 1.0f));
+  Future pull = c.PullDense(*t, v.data());
+  Status clocked = Status::Unavailable("not yet");
+  std::thread clock([&] { clocked = c.Clock(); });
+  const Server& server = cluster.server(0);
+  EXPECT_TRUE(Eventually([&] { return server.stats().pushes == 1 && server.stats().pulls == 1 && server.stats().clocks == 1; }, 5000));
+  proxy.Cut();  // the answers held are lost
+  clock.join();
+  ASSERT_TRUE(clocked.ok()) << clocked.ToString();
+  ASSERT_TRUE(push.WaitFor(10000).ok());
+  ASSERT_TRUE(pull.WaitFor(10000).ok());
+  for (float x : v) EXPECT_EQ(x, -0.1f);
+  EXPECT_EQ(server.stats().pushes, 1u);
+  EXPECT_EQ(server.stats().clocks, 1u);
+  EXPECT_GE(server.stats().duplicates, 2u);  // the push and the clock, answered from the record
+  EXPECT_EQ(server.stats().rejected, 0u);
+  ASSERT_TRUE(c.PushDense(*t, std::vector<float>(32, 1.0f)).Wait().ok());  // tagged with the new clock
+  ASSERT_TRUE(c.PullDense(*t, v.data()).Wait().ok());
+  EXPECT_EQ(v[0], -0.2f);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
 // Options no job can run with are refused when a node is made, naming the option, before it

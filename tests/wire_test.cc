@@ -456,22 +456,37 @@ TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
     h.sender_rank = 7;
     expect_error(h, key, g, Code::kInvalidArgument, "sender is not a worker");
   }
-  // A valid push, then the same push replayed: applied once.
+  // A valid push, then the same push replayed (as a worker sends it again after a dropped
+  // connection): answered again, applied once.
   Header ok = push;
   ok.request_id = ++id;
   peer.Send(ok, key, g);
   EXPECT_EQ(peer.Reply().status, Code::kOk);
   peer.Send(ok, key, g);
   Header r = peer.Reply();
-  EXPECT_EQ(r.status, Code::kAlreadyExists) << r.error;
+  EXPECT_EQ(r.status, Code::kOk) << r.error;
+  EXPECT_EQ(r.request_id, ok.request_id);
   EXPECT_EQ(stats.duplicates.load(), 1u);
   // Replayed with another clock tag (as a replay from an earlier clock would be): still a
   // duplicate, not a clock error.
   Header stale = ok;
   stale.clock += 5;
   peer.Send(stale, key, g);
-  EXPECT_EQ(peer.Reply().status, Code::kAlreadyExists);
+  EXPECT_EQ(peer.Reply().status, Code::kOk);
   EXPECT_EQ(stats.duplicates.load(), 2u);
+  // A refused push asked again gets its refusal again.
+  {
+    Header nan = push;
+    nan.request_id = ++id;
+    const std::vector<float> bad = {std::nanf(""), -1, -1, -1};
+    peer.Send(nan, key, bad);
+    EXPECT_EQ(peer.Reply().status, Code::kInvalidArgument);
+    peer.Send(nan, key, bad);
+    Header again = peer.Reply();
+    EXPECT_EQ(again.status, Code::kInvalidArgument);
+    EXPECT_NE(again.error.find("NaN"), std::string::npos) << again.error;
+    EXPECT_EQ(stats.duplicates.load(), 3u);
+  }
 
   // The server still serves a normal worker, and row 2 moved exactly once (lr 1, grad -1).
   std::vector<float> vals(8 * 4);
@@ -482,9 +497,10 @@ TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
   ASSERT_TRUE(cluster.client(0).Pull(*t, {5, 2}, vals.data()).Wait().ok());
   EXPECT_EQ(vals[0], 2.0f);
   EXPECT_EQ(vals[4], 1.0f);
-  // Malformed: 2 dropped + 4 answered; refused: the 8 well-formed but invalid ones.
+  // Malformed: 2 dropped + 4 answered; refused: the 8 well-formed but invalid ones and the NaN
+  // push (its repeat was answered from the record, not refused again).
   EXPECT_EQ(stats.bad_messages.load(), 6u);
-  EXPECT_EQ(stats.rejected.load(), 8u);
+  EXPECT_EQ(stats.rejected.load(), 9u);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 

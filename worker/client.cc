@@ -4,6 +4,7 @@
 // Future (no hand-off between threads on the reply path), or else the I/O thread, which drains
 // it periodically and owns the control channel to the scheduler. Replies are matched to
 // requests by id and complete Futures.
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -272,6 +273,9 @@ struct Part {
   std::vector<uint32_t> positions; // ... out + positions[i]*dim, or out + i*dim when empty
   uint64_t rows = 0;
   uint32_t dim = 0;
+  // Server requests: the frames as sent (sharing their buffers), to send again when a connection
+  // to the server drops before the answer came (the server answers a repeat once).
+  zmq::message_t sent_header, sent_keys, sent_values;
 };
 
 struct Command {
@@ -288,6 +292,7 @@ ControlOptions ControlOptionsOf(const ClientOptions& o) {
                         o.requested_rank};
 }
 constexpr int64_t kDrainMs = 2;
+constexpr int kTxReconnectMs = 2000;  // ZeroMQ's reconnect of a request socket (the client replaces it first)
 constexpr int64_t kIdleDrainMs = 10;
 
 class ClientImpl final : public Client, private internal::Receiver {
@@ -320,18 +325,19 @@ class ClientImpl final : public Client, private internal::Receiver {
     rx_id_ = RandomRoutingId("rx-" + std::to_string(control_.rank()));
     ConfigureSocket(rx_, false, -1);
     rx_.set(zmq::sockopt::routing_id, rx_id_);
-    for (const auto& s : cm.servers) {
-      tx_.emplace_back(ctx_, zmq::socket_type::dealer);
-      ConfigureSocket(tx_.back(), false, -1);
-      // A server that takes nothing (its queue full: stalled, or dead and not declared yet) fails
-      // the send after the request deadline instead of blocking the caller, and every caller
-      // behind it on the send lock, for good.
-      tx_.back().set(zmq::sockopt::sndtimeo, options_.request_timeout_ms);
+    // A dropped connection (OnConnectionEvents): rx_ reconnects by itself, under its routing id.
+    rx_monitor_ = MonitorOf(rx_, "rx", ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+    tx_.resize(cm.servers.size());
+    tx_monitors_.resize(cm.servers.size());
+    rx_dropped_.assign(cm.servers.size(), false);
+    for (size_t s = 0; s < cm.servers.size(); ++s) {
+      server_of_endpoint_[cm.servers[s].address] = static_cast<int>(s);
+      PP_RETURN_IF_ERROR(OpenTx(s));
       try {
-        rx_.connect(s.address);
-        tx_.back().connect(s.address);
+        rx_.connect(cm.servers[s].address);
       } catch (const zmq::error_t& e) {
-        return Status::Unavailable("connect to server " + std::to_string(s.rank) + " at " + s.address + ": " + e.what());
+        return Status::Unavailable("connect to server " + std::to_string(s) + " at " + cm.servers[s].address + ": " +
+                                   e.what());
       }
     }
     PP_RETURN_IF_ERROR(Hello());
@@ -341,6 +347,43 @@ class ClientImpl final : public Client, private internal::Receiver {
     cmd_out_.connect(ep);
     receiver_->client = this;
     io_ = std::thread([this] { IoLoop(); });
+    return Status::OK();
+  }
+
+  // A monitor of `sock`'s connections: a PAIR socket that receives the `events` ZeroMQ reports.
+  zmq::socket_t MonitorOf(zmq::socket_t& sock, const std::string& name, int events) {
+    static std::atomic<uint64_t> serial{0};
+    const std::string ep = "inproc://pp-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this)) + "-" + name +
+                           "-" + std::to_string(serial++);
+    if (zmq_socket_monitor(sock.handle(), ep.c_str(), events) != 0) throw zmq::error_t();
+    zmq::socket_t pair(ctx_, zmq::socket_type::pair);
+    pair.set(zmq::sockopt::linger, 0);
+    pair.connect(ep);
+    return pair;
+  }
+
+  // tx_[s], new: a DEALER to server s, its connection watched. ZeroMQ does not reconnect it (not
+  // within kTxReconnectMs): a dropped one is replaced by a new socket (OnConnectionEvents), which
+  // sends the requests the drop may have lost ahead of any later one. ZeroMQ's own reconnect would
+  // send what callers queued after the drop first, out of order (a push tagged with a clock the
+  // server has not heard of yet is refused). Start(), or the I/O thread under send_mu_.
+  Status OpenTx(size_t s) {
+    const std::string& address = control_.cluster().servers[s].address;
+    try {
+      zmq::socket_t sock(ctx_, zmq::socket_type::dealer);
+      ConfigureSocket(sock, false, -1);
+      // A server that takes nothing (its queue full: stalled, or dead and not declared yet) fails
+      // the send after the request deadline instead of blocking the caller, and every caller
+      // behind it on the send lock, for good.
+      sock.set(zmq::sockopt::sndtimeo, options_.request_timeout_ms);
+      sock.set(zmq::sockopt::reconnect_ivl, kTxReconnectMs);
+      zmq::socket_t monitor = MonitorOf(sock, "tx" + std::to_string(s), ZMQ_EVENT_DISCONNECTED);
+      sock.connect(address);
+      tx_[s] = std::move(sock);
+      tx_monitors_[s] = std::move(monitor);
+    } catch (const zmq::error_t& e) {
+      return Status::Unavailable("connect to server " + std::to_string(s) + " at " + address + ": " + e.what());
+    }
     return Status::OK();
   }
 
@@ -429,6 +472,8 @@ class ClientImpl final : public Client, private internal::Receiver {
   void SendCommand(std::unique_ptr<Command> c);
   // Sends again the scheduler requests still unanswered when they are due (see control_requests_).
   void ResendControlRequests();
+  void OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollitem_t& rx_item);
+  void ResendTo(int s, const char* why);
   void SendToServer(std::unique_ptr<Command> c);
   void HandleReply(Message& m, int from);
   void OnMembership();
@@ -440,6 +485,12 @@ class ClientImpl final : public Client, private internal::Receiver {
   ControlChannel control_;  // I/O thread after Start()
   std::vector<zmq::socket_t> tx_;       // requests, from calling threads, under send_mu_
   zmq::socket_t rx_{ctx_, zmq::socket_type::dealer};  // replies from all servers, under receiver_->mu
+  // Dropped connections to servers, seen by the I/O thread: tx_'s and rx_'s monitors; rx_'s
+  // connections dropped and not back yet; which server an rx_ event's endpoint is.
+  std::vector<zmq::socket_t> tx_monitors_;
+  zmq::socket_t rx_monitor_;
+  std::vector<bool> rx_dropped_;
+  std::map<std::string, int> server_of_endpoint_;
   std::vector<zmq::message_t> frames_;     // under receiver_->mu
   const std::shared_ptr<internal::ReceiverHandle> receiver_ = std::make_shared<internal::ReceiverHandle>();
   std::string rx_id_;                   // rx_'s routing id, named in every request's reply_to
@@ -551,6 +602,10 @@ void ClientImpl::SendToServer(std::unique_ptr<Command> c) {
   const uint64_t id = c->header.request_id;
   c->header.reply_to = rx_id_;
   std::shared_ptr<FutureState> fs = c->part.fs;
+  zmq::message_t header = EncodeHeaderFrame(c->header);
+  c->part.sent_header.copy(header);
+  c->part.sent_keys.copy(c->keys);
+  c->part.sent_values.copy(c->values);
   {
     std::lock_guard<std::mutex> l(pending_mu_);
     pending_.emplace(id, std::move(c->part));
@@ -559,7 +614,7 @@ void ClientImpl::SendToServer(std::unique_ptr<Command> c) {
   // pending: one that came in between the caller's check and the line above has not seen this
   // request, so it is failed here. Whoever takes it out of pending_ completes it, once.
   Status st = Sticky();
-  if (st.ok()) st = SendMessage(tx_[s], nullptr, c->header, std::move(c->keys), std::move(c->values));
+  if (st.ok()) st = SendDataFrames(tx_[s], std::move(header), std::move(c->keys), std::move(c->values));
   if (!st.ok()) {
     bool mine;
     {
@@ -933,9 +988,14 @@ Status ClientImpl::Finish() {
 
 void ClientImpl::IoLoop() {
   SetThreadName("pp-client-io");
-  zmq::pollitem_t items[2] = {{static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0},
-                              {static_cast<void*>(cmd_in_), 0, ZMQ_POLLIN, 0}};
+  std::vector<zmq::pollitem_t> items;
   while (!stop_) {
+    // The control socket, commands, then the connection monitors (tx_'s are replaced with their
+    // sockets).
+    items.assign({{static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0},
+                  {static_cast<void*>(cmd_in_), 0, ZMQ_POLLIN, 0},
+                  {static_cast<void*>(rx_monitor_), 0, ZMQ_POLLIN, 0}});
+    for (auto& m : tx_monitors_) items.push_back({static_cast<void*>(m), 0, ZMQ_POLLIN, 0});
     // Replies nobody waits for (a push never waited on) are drained every kDrainMs while requests
     // are open and no waiting caller receives, and within kIdleDrainMs otherwise.
     int64_t timeout = std::min<int64_t>(control_.MsUntilTick(), kIdleDrainMs);
@@ -944,7 +1004,8 @@ void ClientImpl::IoLoop() {
       if (!pending_.empty()) timeout = std::min<int64_t>(timeout, kDrainMs);
     }
     if (!delayed_.empty()) timeout = std::max<int64_t>(0, std::min(timeout, delayed_.front().first - NowMs()));
-    Poll(items, 2, timeout);
+    Poll(items.data(), items.size(), timeout);
+    OnConnectionEvents(&items[3], items[2]);
     if (items[1].revents & ZMQ_POLLIN) {
       for (int i = 0; i < 1024; ++i) {
         zmq::message_t m;
@@ -986,6 +1047,88 @@ void ClientImpl::IoLoop() {
     if (!st.ok()) FailAll(st);
     if (!control_requests_.empty()) ResendControlRequests();
   }
+}
+
+// A connection to a server that dropped may have lost requests on their way and answers on theirs.
+// Requests: tx_[s] is replaced at once and every unanswered request to s is sent on the new
+// socket again, oldest first, before anything sent later (callers wait on send_mu_). Answers: once
+// rx_ is connected to s again, the requests to s still unanswered are sent again. The server
+// answers a repeat once and never runs it twice (server/request_record.h).
+void ClientImpl::OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollitem_t& rx_item) {
+  auto next_event = [](zmq::socket_t& monitor, uint16_t* event, std::string* endpoint) {
+    zmq::message_t a, b;
+    if (!monitor.recv(a, zmq::recv_flags::dontwait)) return false;
+    if (a.size() < sizeof(uint16_t) || !a.more() || !monitor.recv(b)) return false;
+    std::memcpy(event, a.data(), sizeof(uint16_t));
+    endpoint->assign(static_cast<const char*>(b.data()), b.size());
+    return true;
+  };
+  uint16_t event = 0;
+  std::string endpoint;
+  for (size_t s = 0; s < tx_monitors_.size(); ++s) {
+    if (!(tx_items[s].revents & ZMQ_POLLIN)) continue;
+    bool dropped = false;
+    while (next_event(tx_monitors_[s], &event, &endpoint)) dropped |= event == ZMQ_EVENT_DISCONNECTED;
+    if (!dropped || stop_) continue;
+    std::lock_guard<std::mutex> send_lock(send_mu_);
+    Status st = OpenTx(s);
+    if (!st.ok()) {
+      PP_LOG(Error) << "connection to server " << s << " dropped, and a new one failed: " << st.ToString();
+      continue;
+    }
+    ResendTo(static_cast<int>(s), "its connection for requests dropped");
+  }
+  if (!(rx_item.revents & ZMQ_POLLIN)) return;
+  while (next_event(rx_monitor_, &event, &endpoint)) {
+    auto it = server_of_endpoint_.find(endpoint);
+    if (it == server_of_endpoint_.end()) {
+      PP_LOG(Warning) << "connection event " << event << " for " << endpoint << ", which is no server's address";
+      continue;
+    }
+    const int s = it->second;
+    if (event == ZMQ_EVENT_DISCONNECTED && !rx_dropped_[s]) {
+      rx_dropped_[s] = true;  // (servers leaving at the end of the job drop theirs too: no warning)
+      PP_LOG(Debug) << "connection for answers from server " << s << " dropped; reconnecting";
+    } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && rx_dropped_[s]) {
+      rx_dropped_[s] = false;
+      if (stop_) continue;
+      std::lock_guard<std::mutex> send_lock(send_mu_);
+      ResendTo(s, "its connection for answers dropped and is back");
+    }
+  }
+}
+
+// Sends every unanswered request to server s again on tx_[s], oldest first. Caller holds send_mu_.
+void ClientImpl::ResendTo(int s, const char* why) {
+  std::vector<std::array<zmq::message_t, 3>> again;
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    for (auto& [id, p] : pending_) {
+      if (p.target != s) continue;
+      again.emplace_back();
+      again.back()[0].copy(p.sent_header);
+      again.back()[1].copy(p.sent_keys);
+      again.back()[2].copy(p.sent_values);
+    }
+  }
+  size_t sent = 0;
+  for (auto& f : again) {
+    Status st = SendDataFrames(tx_[s], std::move(f[0]), std::move(f[1]), std::move(f[2]));
+    if (!st.ok()) {
+      PP_LOG(Warning) << "sending requests to server " << s << " again: " << st.ToString();
+      break;
+    }
+    ++sent;
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stats_.resent += sent;
+  }
+  if (sent > 0 || again.size() > 0)
+    PP_LOG(Warning) << "server " << s << ": " << why << "; sent " << sent << " of its " << again.size()
+                    << " unanswered requests again";
+  else
+    PP_LOG(Debug) << "server " << s << ": " << why << "; nothing unanswered to send again";
 }
 
 void ClientImpl::ReceiveFor(const FutureState& fs, int64_t ms) {

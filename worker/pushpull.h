@@ -118,6 +118,7 @@ struct ClientStats {
   uint64_t pushes = 0, pulls = 0, clocks = 0;
   uint64_t bytes_sent = 0, bytes_received = 0;
   int32_t max_staleness = 0;
+  uint64_t resent = 0;  // requests sent to a server again after a connection to it dropped
 };
 
 class Client {
