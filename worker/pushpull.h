@@ -17,7 +17,8 @@
 // (ClientOptions::request_timeout_ms unless given) and says what it waited for when it expires.
 // A dead server, an aborted job or a refused clock fails the pending calls and is sticky: later
 // calls return it. Other refusals (a bad row, a non-finite gradient) fail only their own call, so
-// check the Futures of pushes that matter.
+// check the Futures of pushes that matter. A connection to a server that drops is no failure:
+// the calls it had no answer for are sent again (ClientStats::resent), and answered once.
 //
 // Threading: a Client may be used from several threads. Calling threads send their requests
 // themselves, one at a time under an internal lock (so request ids and per-server order are
