@@ -137,6 +137,7 @@ class ServerImpl final : public Server {
   ClockVector clocks_;
   int64_t min_live_ = 0;
   std::vector<RequestRecord> requests_;              // per worker: requests asked again run once
+  std::vector<std::string> sessions_;                // per worker: its client's receive socket (Hello)
   std::multimap<int64_t, Request*> parked_;          // pulls by the min clock they need
   StalenessHistogram staleness_;
   std::vector<std::unique_ptr<SpscQueue<Request>>> queues_;
@@ -189,6 +190,7 @@ Status ServerImpl::Run() {
   const int W = cluster.num_workers;
   clocks_.Reset(W, cluster.start_clock);
   requests_ = std::vector<RequestRecord>(W);
+  sessions_.assign(W, std::string());
   if (!cluster.restore_from.empty()) {
     auto r = WhileHeartbeating(
         [&] { return ReadCheckpointForServer(cluster.restore_from, rank_, static_cast<int>(cluster.servers.size())); });
@@ -497,6 +499,16 @@ Status ServerImpl::Validate(const Message& m, TableShard** shard, bool again) {
 void ServerImpl::HandleData(Message& m) {
   const Header& h = m.header;
   if (h.type == MsgType::kHello) {
+    // A client new to this worker rank (another receive socket: a new process) numbers its
+    // requests from the start again, so its record starts over.
+    if (h.sender_role == Role::kWorker && h.sender_rank >= 0 && h.sender_rank < static_cast<int>(requests_.size())) {
+      std::string session = h.reply_to.empty() ? std::string(static_cast<const char*>(m.identity.data()), m.identity.size())
+                                               : h.reply_to;
+      if (sessions_[h.sender_rank] != session) {
+        sessions_[h.sender_rank] = std::move(session);
+        requests_[h.sender_rank] = RequestRecord();
+      }
+    }
     Header rh;
     rh.type = MsgType::kHelloReply;
     rh.request_id = h.request_id;

@@ -353,6 +353,66 @@ class RawPeer {
   zmq::socket_t sock_;
 };
 
+// A server answers a request id it has seen from a worker again instead of running it twice (a
+// worker sends its unanswered requests again after a dropped connection), but a new client of
+// that worker (a Hello from another receive socket) numbers its requests from the start again.
+TEST(MalformedInput, AHelloFromAnotherClientStartsAWorkersRequestRecordOver) {
+  LocalClusterConfig cfg;
+  cfg.workers = 2;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  TableSpec spec;
+  spec.name = "w";
+  spec.rows = 8;
+  spec.dim = 4;
+  spec.init = InitKind::kZeros;
+  spec.consistency = *ParseConsistency("asp");
+  spec.optimizer.lr = 1.0f;
+  auto t = cluster.client(0).CreateTable(spec);
+  ASSERT_TRUE(t.ok());
+  const ServerStats& stats = cluster.server(0).stats();
+  Header hello;
+  hello.type = MsgType::kHello;
+  hello.sender_rank = 1;
+  Header push;
+  push.type = MsgType::kPush;
+  push.sender_rank = 1;
+  push.table = t->id;
+  push.num_keys = 1;
+  push.dim = 4;
+  push.request_id = 5;
+  const std::vector<Key> key{2};
+  const std::vector<float> g{-1, -1, -1, -1};
+  auto row2 = [&] {
+    std::vector<float> v(4);
+    EXPECT_TRUE(cluster.client(0).Pull(*t, {2}, v.data()).Wait().ok());
+    return v[0];
+  };
+  {
+    RawPeer a(cluster.server(0).address());
+    a.Send(hello, {}, {});
+    EXPECT_EQ(a.Reply().type, MsgType::kHelloReply);
+    a.Send(push, key, g);
+    EXPECT_EQ(a.Reply().status, Code::kOk);
+    a.Send(push, key, g);  // the same id again: answered, not applied
+    EXPECT_EQ(a.Reply().status, Code::kOk);
+    a.Send(hello, {}, {});  // the same client again: its record stays
+    EXPECT_EQ(a.Reply().type, MsgType::kHelloReply);
+    a.Send(push, key, g);
+    EXPECT_EQ(a.Reply().status, Code::kOk);
+    EXPECT_EQ(stats.duplicates.load(), 2u);
+    EXPECT_EQ(row2(), 1.0f);
+  }
+  RawPeer b(cluster.server(0).address());
+  b.Send(hello, {}, {});
+  EXPECT_EQ(b.Reply().type, MsgType::kHelloReply);
+  b.Send(push, key, g);  // id 5 of another client: a new request
+  EXPECT_EQ(b.Reply().status, Code::kOk);
+  EXPECT_EQ(stats.duplicates.load(), 2u);
+  EXPECT_EQ(row2(), 2.0f);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
   LocalClusterConfig cfg;
   cfg.servers = 1;
