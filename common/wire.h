@@ -57,7 +57,7 @@ enum class MsgType : uint8_t {
   kClock = 24,           // the worker's new clock
   kClockReply = 25,
   kHello = 26,           // a client checks that replies addressed to its receive socket arrive
-  kHelloReply = 27,
+  kHelloReply = 27,      // num_rows: the largest frame the server takes, bytes (0: no limit)
 };
 const char* MsgTypeName(MsgType t);
 bool IsDataType(MsgType t);

@@ -41,7 +41,7 @@ DEFINE_int32(max_restarts, 0, "when a process dies or fails (not for bad flags, 
              "exit 3), start the job again this many times at most: from the newest checkpoint this job "
              "wrote in --checkpoint_dir when there is one");
 DEFINE_int32(restart_delay_ms, 1000, "with --max_restarts: wait this long before the first restart, twice as long "
-             "before each next one (at most 60 s), so that a cause that takes time to clear can clear");
+             "before each next one (at most 60 s, or this if longer), so that a cause that takes time to clear can clear");
 
 namespace {
 
@@ -202,7 +202,8 @@ int main(int argc, char** argv) {
     if (code == 0 || g_interrupted || !crashed || attempt >= FLAGS_max_restarts) return code;
     const std::string now = FLAGS_checkpoint_dir.empty() ? "" : latest();
     if (!now.empty() && now != latest_at_start) restore = FLAGS_checkpoint_dir;
-    const int64_t delay_ms = std::min<int64_t>(int64_t(FLAGS_restart_delay_ms) << std::min(attempt, 16), 60000);
+    const int64_t delay_ms = std::min<int64_t>(int64_t(FLAGS_restart_delay_ms) << std::min(attempt, 16),
+                                               std::max(60000, FLAGS_restart_delay_ms));
     Say("restart " + std::to_string(attempt + 1) + " of " + std::to_string(FLAGS_max_restarts) + ": " +
         (restore.empty() ? "from the start (no checkpoint of this job)" : "from the newest checkpoint in " + restore) +
         ", starting in " + std::to_string(delay_ms) + " ms");

@@ -6,11 +6,14 @@
 //   nothing), however far its worker's clock has moved since;
 // - in progress: is dropped (the answer is on its way);
 // - never seen: is run, as any new request;
-// - forgotten (older than the last kKept requests answered): gets an error, and is not run.
+// - forgotten (older than the last kKept requests answered): the server decides by its type
+//   (ServerImpl::LookUpRepeat: a pull is served again, a clock answered by the worker's clock, a
+//   push refused).
 //
 // Used by the server's request thread only.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -50,9 +53,9 @@ class RequestRecord {
     it->second.done = true;
     it->second.answer = std::move(a);
     // Oldest answers first; one still in progress stops the trim (the record grows past the
-    // limit only while it waits).
-    while (entries_.size() > kKept && entries_.begin()->second.done) {
-      forgotten_below_ = entries_.begin()->first + 1;
+    // limit only while it waits), up to twice the limit (one that never got its answer).
+    while (entries_.size() > kKept && (entries_.begin()->second.done || entries_.size() > 2 * kKept)) {
+      forgotten_below_ = std::max(forgotten_below_, entries_.begin()->first + 1);  // (a pull served again may be older)
       entries_.erase(entries_.begin());
     }
   }

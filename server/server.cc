@@ -147,7 +147,7 @@ class ServerImpl final : public Server {
   std::vector<zmq::message_t> frames_;
   // Log lines so far, malformed messages and refused requests apart: the first 20 of each, then
   // one in 1000 (a flood of one kind does not silence the other).
-  uint64_t malformed_logged_ = 0, refused_logged_ = 0;
+  uint64_t malformed_logged_ = 0, refused_logged_ = 0, lost_logged_ = 0;
   // Restoring: the checkpoint's tables of this server not created yet, by name.
   std::map<std::string, TableCheckpoint> restore_;
   // Checkpointing (server/checkpoint.h): asked by the scheduler, written by a thread of its own
@@ -429,7 +429,23 @@ bool ServerImpl::ReceiveRequest(int64_t wait_ms) {
                                      " on the data socket"), "message dropped");
     return true;
   }
-  HandleData(m);
+  // A request that throws (out of memory for it) gets an error answer in the record, so that a
+  // repeat is answered rather than taken for one in progress for good.
+  const int w = m.header.sender_rank;
+  const uint64_t id = m.header.request_id;
+  const MsgType type = m.header.type;
+  try {
+    HandleData(m);
+  } catch (const std::exception& e) {
+    if (w >= 0 && w < static_cast<int>(requests_.size()) && type != MsgType::kHello) {
+      RequestRecord::Answer a;
+      a.type = type == MsgType::kPush ? MsgType::kPushReply : type == MsgType::kPull ? MsgType::kPullReply : MsgType::kClockReply;
+      a.code = Code::kInternal;
+      a.error = std::string("the server could not handle it: ") + e.what();
+      requests_[w].End(id, std::move(a));
+    }
+    throw;
+  }
   return true;
 }
 
@@ -470,6 +486,11 @@ Status ServerImpl::Validate(const Message& m, TableShard** shard, bool again) {
     }
   }
   int64_t own = clocks_.clock(h.sender_rank);
+  if (again && h.clock < own && h.type == MsgType::kPull && spec.consistency.model == Consistency::kBsp)
+    return Status::FailedPrecondition("pull at clock " + std::to_string(h.clock) + " of BSP table '" + spec.name +
+                                      "' asked again after worker " + std::to_string(h.sender_rank) +
+                                      " moved on to clock " + std::to_string(own) +
+                                      ": what it would have seen then is gone");
   if (h.clock != own && !(again && h.clock < own))
     return Status::FailedPrecondition(std::string(MsgTypeName(h.type)) + " tagged clock " +
                                       std::to_string(h.clock) + " but worker " +
@@ -512,6 +533,7 @@ void ServerImpl::HandleData(Message& m) {
     Header rh;
     rh.type = MsgType::kHelloReply;
     rh.request_id = h.request_id;
+    rh.num_rows = options_.max_message_bytes > 0 ? uint64_t(options_.max_message_bytes) : 0;
     rh.sender_role = Role::kServer;
     rh.sender_rank = rank_;
     zmq::message_t to = ReplyIdentity(m);
@@ -730,7 +752,9 @@ void ServerImpl::Reply(Request* r) {
   zmq::message_t to = ReplyIdentity(r->msg);
   Status st = split.empty() ? SendMessage(router_, &to, out, zmq::message_t(), std::move(values))
                             : SendMessage(router_, &to, out, zmq::message_t(), &split);
-  if (!st.ok()) PP_LOG(Warning) << "reply to worker " << h.sender_rank << " lost: " << st.ToString();
+  if (!st.ok() && (lost_logged_++ < 20 || lost_logged_ % 1000 == 0))  // (a dropped connection loses many)
+    PP_LOG(Warning) << "reply to worker " << h.sender_rank << " lost: " << st.ToString() << " (" << lost_logged_
+                    << " so far; the worker asks again once it has reconnected)";
   Answered(h, out);
   delete r;
 }
@@ -798,7 +822,29 @@ ServerImpl::Repeat ServerImpl::LookUpRepeat(const Message& m) {
       return Repeat::kHandled;
     }
     case RequestRecord::Seen::kForgotten:
+      // Older than the answers kept. A pull is served again. A clock the worker's clock has
+      // reached was applied: answered so; one it has not reached never was: run. Only a push
+      // cannot be told apart (applied, refused or lost): refused, not run again.
       ++stats_.duplicates;
+      if (h.type == MsgType::kPull) {
+        record.Begin(h.request_id);
+        return Repeat::kServeAgain;
+      }
+      if (h.type == MsgType::kClock) {
+        if (h.clock > clocks_.clock(h.sender_rank)) {
+          record.Begin(h.request_id);
+          return Repeat::kNo;
+        }
+        Header out;
+        out.type = MsgType::kClockReply;
+        out.request_id = h.request_id;
+        out.sender_role = Role::kServer;
+        out.sender_rank = rank_;
+        out.clock = h.clock;
+        zmq::message_t to = ReplyIdentity(m);
+        SendMessage(router_, &to, out).IgnoreError();
+        return Repeat::kHandled;
+      }
       ReplyError(m, Status::FailedPrecondition(std::string(MsgTypeName(h.type)) + " " + std::to_string(h.request_id) +
                                                " from worker " + std::to_string(h.sender_rank) +
                                                " asked again after this server forgot its answer; not run again"),

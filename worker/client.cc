@@ -4,6 +4,10 @@
 // Future (no hand-off between threads on the reply path), or else the I/O thread, which drains
 // it periodically and owns the control channel to the scheduler. Replies are matched to
 // requests by id and complete Futures.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -274,8 +278,9 @@ struct Part {
   uint64_t rows = 0;
   uint32_t dim = 0;
   // Server requests: the frames as sent (sharing their buffers), to send again when a connection
-  // to the server drops before the answer came (the server answers a repeat once).
+  // to the server drops before the answer came (the server answers a repeat once); how often.
   zmq::message_t sent_header, sent_keys, sent_values;
+  int resends = 0;
 };
 
 struct Command {
@@ -292,7 +297,36 @@ ControlOptions ControlOptionsOf(const ClientOptions& o) {
                         o.requested_rank};
 }
 constexpr int64_t kDrainMs = 2;
-constexpr int kTxReconnectMs = 2000;  // ZeroMQ's reconnect of a request socket (the client replaces it first)
+// Request sockets are reconnected by the client, not by ZeroMQ (OpenTx): a new one when the old
+// one dropped, after kTxBackoffMinMs doubling to kTxBackoffMaxMs while drops come within
+// kTxStableMs of each other; a new one too when one has not connected within kTxConnectMs.
+constexpr int64_t kTxConnectMs = 2000;
+constexpr int64_t kTxBackoffMinMs = 100, kTxBackoffMaxMs = 5000, kTxStableMs = 10000;
+// A request is sent again after drops at most this many times (a request the server's ZeroMQ
+// refuses, one over its message size limit, drops the connection every time).
+constexpr int kMaxResends = 8;
+// After the answer socket is back, the requests still unanswered are sent again once more this
+// much later: answers the server sent before it had attached the new connection were lost too.
+constexpr int64_t kRecheckMs = 1000;
+
+// "tcp://HOST:PORT" with HOST resolved to an IPv4 address, as ZeroMQ names a connection's
+// endpoint in its events once it has reconnected; unchanged when HOST does not resolve.
+std::string NumericTcpAddress(const std::string& address) {
+  const std::string prefix = "tcp://";
+  const size_t colon = address.rfind(':');
+  if (address.compare(0, prefix.size(), prefix) != 0 || colon == std::string::npos || colon < prefix.size())
+    return address;
+  const std::string host = address.substr(prefix.size(), colon - prefix.size());
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return address;
+  char ip[INET_ADDRSTRLEN] = {0};
+  const bool ok = inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, ip, sizeof ip) != nullptr;
+  freeaddrinfo(found);
+  return ok ? prefix + ip + address.substr(colon) : address;
+}
 constexpr int64_t kIdleDrainMs = 10;
 
 class ClientImpl final : public Client, private internal::Receiver {
@@ -329,12 +363,16 @@ class ClientImpl final : public Client, private internal::Receiver {
     rx_monitor_ = MonitorOf(rx_, "rx", ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
     tx_.resize(cm.servers.size());
     tx_monitors_.resize(cm.servers.size());
-    rx_dropped_.assign(cm.servers.size(), false);
+    rx_state_.resize(cm.servers.size());
+    tx_state_.resize(cm.servers.size());
+    max_frame_.assign(cm.servers.size(), 0);
     for (size_t s = 0; s < cm.servers.size(); ++s) {
-      server_of_endpoint_[cm.servers[s].address] = static_cast<int>(s);
+      // Connected to by numeric address, so that its events name it the same way every time.
+      addresses_.push_back(NumericTcpAddress(cm.servers[s].address));
+      server_of_endpoint_[addresses_[s]] = static_cast<int>(s);
       PP_RETURN_IF_ERROR(OpenTx(s));
       try {
-        rx_.connect(cm.servers[s].address);
+        rx_.connect(addresses_[s]);
       } catch (const zmq::error_t& e) {
         return Status::Unavailable("connect to server " + std::to_string(s) + " at " + cm.servers[s].address + ": " +
                                    e.what());
@@ -362,13 +400,16 @@ class ClientImpl final : public Client, private internal::Receiver {
     return pair;
   }
 
-  // tx_[s], new: a DEALER to server s, its connection watched. ZeroMQ does not reconnect it (not
-  // within kTxReconnectMs): a dropped one is replaced by a new socket (OnConnectionEvents), which
-  // sends the requests the drop may have lost ahead of any later one. ZeroMQ's own reconnect would
-  // send what callers queued after the drop first, out of order (a push tagged with a clock the
-  // server has not heard of yet is refused). Start(), or the I/O thread under send_mu_.
+  // tx_[s], new: a DEALER to server s, its connection watched. ZeroMQ never reconnects it: a
+  // dropped one is replaced by a new socket (OnConnectionEvents), which sends the requests the
+  // drop may have lost ahead of any later one. ZeroMQ's own reconnect would send what callers
+  // queued after the drop first, out of order (a push tagged with a clock the server has not
+  // heard of yet is refused). Start(), or the I/O thread under send_mu_.
   Status OpenTx(size_t s) {
-    const std::string& address = control_.cluster().servers[s].address;
+    const std::string& address = addresses_[s];
+    tx_state_[s].up = false;
+    tx_state_[s].opened_ms = NowMs();
+    tx_state_[s].replace_at_ms = -1;
     try {
       zmq::socket_t sock(ctx_, zmq::socket_type::dealer);
       ConfigureSocket(sock, false, -1);
@@ -376,8 +417,9 @@ class ClientImpl final : public Client, private internal::Receiver {
       // the send after the request deadline instead of blocking the caller, and every caller
       // behind it on the send lock, for good.
       sock.set(zmq::sockopt::sndtimeo, options_.request_timeout_ms);
-      sock.set(zmq::sockopt::reconnect_ivl, kTxReconnectMs);
-      zmq::socket_t monitor = MonitorOf(sock, "tx" + std::to_string(s), ZMQ_EVENT_DISCONNECTED);
+      sock.set(zmq::sockopt::reconnect_ivl, -1);
+      zmq::socket_t monitor =
+          MonitorOf(sock, "tx" + std::to_string(s), ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
       sock.connect(address);
       tx_[s] = std::move(sock);
       tx_monitors_[s] = std::move(monitor);
@@ -393,7 +435,12 @@ class ClientImpl final : public Client, private internal::Receiver {
     for (size_t s = 0; s < tx_.size(); ++s) {
       Deadline deadline = Deadline::In(options_.register_timeout_ms);
       bool answered = false;
+      int64_t reopen = NowMs() + kTxConnectMs;
       while (!answered && !deadline.Expired()) {
+        if (NowMs() > reopen) {  // not connected yet, and ZeroMQ does not try again by itself
+          PP_RETURN_IF_ERROR(OpenTx(s));
+          reopen = NowMs() + kTxConnectMs;
+        }
         Header h;
         h.type = MsgType::kHello;
         h.sender_role = Role::kWorker;
@@ -405,8 +452,10 @@ class ClientImpl final : public Client, private internal::Receiver {
         while ((item.revents & ZMQ_POLLIN) && RecvFrames(rx_, &frames, kMaxDataFrames + 1)) {
           Message m;
           if (Decode(&frames, &m).ok() && m.header.type == MsgType::kHelloReply &&
-              m.header.sender_role == Role::kServer && m.header.sender_rank == static_cast<int>(s))
+              m.header.sender_role == Role::kServer && m.header.sender_rank == static_cast<int>(s)) {
             answered = true;  // (a late answer to an earlier server's hello is dropped)
+            max_frame_[s] = m.header.num_rows;
+          }
           Poll(&item, 1, 0);
         }
       }
@@ -473,7 +522,8 @@ class ClientImpl final : public Client, private internal::Receiver {
   // Sends again the scheduler requests still unanswered when they are due (see control_requests_).
   void ResendControlRequests();
   void OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollitem_t& rx_item);
-  void ResendTo(int s, const char* why);
+  void ResendTo(int s, const char* why, uint64_t below = UINT64_MAX);
+  void ReplaceDueTx();
   void SendToServer(std::unique_ptr<Command> c);
   void HandleReply(Message& m, int from);
   void OnMembership();
@@ -489,8 +539,26 @@ class ClientImpl final : public Client, private internal::Receiver {
   // connections dropped and not back yet; which server an rx_ event's endpoint is.
   std::vector<zmq::socket_t> tx_monitors_;
   zmq::socket_t rx_monitor_;
-  std::vector<bool> rx_dropped_;
+  std::vector<std::string> addresses_;  // the servers' addresses, numeric
   std::map<std::string, int> server_of_endpoint_;
+  struct TxState {
+    bool up = false;            // connected (handshake done)
+    int64_t opened_ms = 0;
+    int64_t replace_at_ms = -1;  // a new socket is due then (-1: none)
+    int64_t backoff_ms = 0;
+    int64_t replaced_ms = -kTxStableMs;
+  };
+  std::vector<TxState> tx_state_;  // I/O thread (and Start)
+  // The largest frame each server takes (its HelloReply; 0: no limit). Its ZeroMQ drops the
+  // connection for a larger one, so such a request is refused here instead.
+  std::vector<uint64_t> max_frame_;
+  struct RxState {
+    bool dropped = false;
+    bool resend = false;         // back after a drop: requests below `below` to be sent again ...
+    int64_t recheck_at_ms = -1;  // ... and those still unanswered then once more
+    uint64_t below = 0;
+  };
+  std::vector<RxState> rx_state_;  // I/O thread
   std::vector<zmq::message_t> frames_;     // under receiver_->mu
   const std::shared_ptr<internal::ReceiverHandle> receiver_ = std::make_shared<internal::ReceiverHandle>();
   std::string rx_id_;                   // rx_'s routing id, named in every request's reply_to
@@ -602,6 +670,13 @@ void ClientImpl::SendToServer(std::unique_ptr<Command> c) {
   const uint64_t id = c->header.request_id;
   c->header.reply_to = rx_id_;
   std::shared_ptr<FutureState> fs = c->part.fs;
+  const uint64_t frame = std::max(c->keys.size(), c->values.size());
+  if (max_frame_[s] > 0 && frame > max_frame_[s]) {
+    fs->Complete(s, Status::InvalidArgument(std::string(MsgTypeName(c->header.type)) + " of " + std::to_string(frame) +
+                                            " bytes to server " + std::to_string(s) + ", over its message limit of " +
+                                            std::to_string(max_frame_[s]) + " bytes (pushpull-server --max_message_mb)"));
+    return;
+  }
   zmq::message_t header = EncodeHeaderFrame(c->header);
   c->part.sent_header.copy(header);
   c->part.sent_keys.copy(c->keys);
@@ -1006,6 +1081,7 @@ void ClientImpl::IoLoop() {
     if (!delayed_.empty()) timeout = std::max<int64_t>(0, std::min(timeout, delayed_.front().first - NowMs()));
     Poll(items.data(), items.size(), timeout);
     OnConnectionEvents(&items[3], items[2]);
+    ReplaceDueTx();
     if (items[1].revents & ZMQ_POLLIN) {
       for (int i = 0; i < 1024; ++i) {
         zmq::message_t m;
@@ -1050,10 +1126,11 @@ void ClientImpl::IoLoop() {
 }
 
 // A connection to a server that dropped may have lost requests on their way and answers on theirs.
-// Requests: tx_[s] is replaced at once and every unanswered request to s is sent on the new
-// socket again, oldest first, before anything sent later (callers wait on send_mu_). Answers: once
-// rx_ is connected to s again, the requests to s still unanswered are sent again. The server
-// answers a repeat once and never runs it twice (server/request_record.h).
+// Requests: tx_[s] is replaced (ReplaceDueTx) and every unanswered request to s is sent on the
+// new socket again, oldest first, before anything sent later (callers wait on send_mu_). Answers:
+// once rx_ is connected to s again, the requests to s still unanswered are sent again, and those
+// still unanswered kRecheckMs later once more. The server answers a repeat once and never runs it
+// twice (server/request_record.h).
 void ClientImpl::OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollitem_t& rx_item) {
   auto next_event = [](zmq::socket_t& monitor, uint16_t* event, std::string* endpoint) {
     zmq::message_t a, b;
@@ -1065,55 +1142,118 @@ void ClientImpl::OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollit
   };
   uint16_t event = 0;
   std::string endpoint;
+  const int64_t now = NowMs();
   for (size_t s = 0; s < tx_monitors_.size(); ++s) {
     if (!(tx_items[s].revents & ZMQ_POLLIN)) continue;
-    bool dropped = false;
-    while (next_event(tx_monitors_[s], &event, &endpoint)) dropped |= event == ZMQ_EVENT_DISCONNECTED;
-    if (!dropped || stop_) continue;
-    std::lock_guard<std::mutex> send_lock(send_mu_);
-    Status st = OpenTx(s);
+    TxState& tx = tx_state_[s];
+    while (next_event(tx_monitors_[s], &event, &endpoint)) {
+      if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+        tx.up = true;
+      } else if (event == ZMQ_EVENT_DISCONNECTED && tx.replace_at_ms < 0) {
+        // Drops in a row (a request the server's ZeroMQ refuses drops it every time) back off.
+        tx.backoff_ms = now - tx.replaced_ms < kTxStableMs
+                            ? std::min(std::max(2 * tx.backoff_ms, kTxBackoffMinMs), kTxBackoffMaxMs)
+                            : 0;
+        tx.replace_at_ms = now + tx.backoff_ms;
+        tx.up = false;
+      }
+    }
+  }
+  for (size_t s = 0; s < tx_state_.size(); ++s) {
+    TxState& tx = tx_state_[s];
+    if (!tx.up && tx.replace_at_ms < 0 && now - tx.opened_ms > kTxConnectMs) tx.replace_at_ms = now;  // never connected
+  }
+  if (rx_item.revents & ZMQ_POLLIN) {
+    while (next_event(rx_monitor_, &event, &endpoint)) {
+      auto it = server_of_endpoint_.find(endpoint);
+      if (it == server_of_endpoint_.end()) {
+        PP_LOG(Warning) << "connection event " << event << " for " << endpoint << ", which is no server's address";
+        continue;
+      }
+      RxState& rx = rx_state_[it->second];
+      if (event == ZMQ_EVENT_DISCONNECTED && !rx.dropped) {
+        rx.dropped = true;  // (servers leaving at the end of the job drop theirs too: no warning)
+        PP_LOG(Debug) << "connection for answers from server " << it->second << " dropped; reconnecting";
+      } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && rx.dropped) {
+        rx.dropped = false;
+        rx.resend = true;
+        rx.recheck_at_ms = -1;
+        std::lock_guard<std::mutex> l(mu_);
+        rx.below = next_request_id_;  // what is sent from now on is answered on the new connection
+      }
+    }
+  }
+  if (stop_) return;
+  for (size_t s = 0; s < rx_state_.size(); ++s) {
+    RxState& rx = rx_state_[s];
+    const bool recheck = rx.recheck_at_ms >= 0 && rx.recheck_at_ms <= now;
+    if (!rx.resend && !recheck) continue;
+    std::unique_lock<std::mutex> send_lock(send_mu_, std::try_to_lock);
+    if (!send_lock.owns_lock()) continue;  // a caller is sending: next pass (heartbeats go on)
+    ResendTo(static_cast<int>(s), rx.resend ? "its connection for answers dropped and is back"
+                                            : "answers still missing a while after its connection for answers came back",
+             rx.below);
+    rx.recheck_at_ms = rx.resend ? now + kRecheckMs : -1;
+    rx.resend = false;
+  }
+}
+
+// Replaces the request sockets that are due (dropped, or never connected), each under send_mu_,
+// and sends the requests unanswered on them again. A caller holding send_mu_ (its send may block
+// up to the request timeout) only delays this: the I/O thread does not wait for it, and nothing
+// goes out on the old socket meanwhile (ZeroMQ does not reconnect it).
+void ClientImpl::ReplaceDueTx() {
+  if (stop_) return;
+  const int64_t now = NowMs();
+  for (size_t s = 0; s < tx_state_.size(); ++s) {
+    TxState& tx = tx_state_[s];
+    if (tx.replace_at_ms < 0 || tx.replace_at_ms > now) continue;
+    std::unique_lock<std::mutex> send_lock(send_mu_, std::try_to_lock);
+    if (!send_lock.owns_lock()) continue;
+    tx.replaced_ms = now;
+    Status st = OpenTx(s);  // clears replace_at_ms
     if (!st.ok()) {
-      PP_LOG(Error) << "connection to server " << s << " dropped, and a new one failed: " << st.ToString();
+      PP_LOG(Error) << "a new connection to server " << s << " failed: " << st.ToString();
+      tx.replace_at_ms = now + std::max(tx.backoff_ms, kTxBackoffMinMs);
       continue;
     }
     ResendTo(static_cast<int>(s), "its connection for requests dropped");
   }
-  if (!(rx_item.revents & ZMQ_POLLIN)) return;
-  while (next_event(rx_monitor_, &event, &endpoint)) {
-    auto it = server_of_endpoint_.find(endpoint);
-    if (it == server_of_endpoint_.end()) {
-      PP_LOG(Warning) << "connection event " << event << " for " << endpoint << ", which is no server's address";
-      continue;
-    }
-    const int s = it->second;
-    if (event == ZMQ_EVENT_DISCONNECTED && !rx_dropped_[s]) {
-      rx_dropped_[s] = true;  // (servers leaving at the end of the job drop theirs too: no warning)
-      PP_LOG(Debug) << "connection for answers from server " << s << " dropped; reconnecting";
-    } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && rx_dropped_[s]) {
-      rx_dropped_[s] = false;
-      if (stop_) continue;
-      std::lock_guard<std::mutex> send_lock(send_mu_);
-      ResendTo(s, "its connection for answers dropped and is back");
-    }
-  }
 }
 
-// Sends every unanswered request to server s again on tx_[s], oldest first. Caller holds send_mu_.
-void ClientImpl::ResendTo(int s, const char* why) {
-  std::vector<std::array<zmq::message_t, 3>> again;
+// Sends the unanswered requests to server s below id `below` again on tx_[s], oldest first,
+// except those sent again kMaxResends times already and those whose caller gave up. Caller holds
+// send_mu_.
+void ClientImpl::ResendTo(int s, const char* why, uint64_t below) {
+  struct Again {
+    std::array<zmq::message_t, 3> frames;
+    std::shared_ptr<FutureState> fs;
+  };
+  std::vector<Again> again;
+  size_t unanswered = 0;
   {
     std::lock_guard<std::mutex> l(pending_mu_);
     for (auto& [id, p] : pending_) {
-      if (p.target != s) continue;
+      if (p.target != s || id >= below) continue;
+      ++unanswered;
+      if (p.resends >= kMaxResends) continue;
+      ++p.resends;
       again.emplace_back();
-      again.back()[0].copy(p.sent_header);
-      again.back()[1].copy(p.sent_keys);
-      again.back()[2].copy(p.sent_values);
+      again.back().frames[0].copy(p.sent_header);
+      again.back().frames[1].copy(p.sent_keys);
+      again.back().frames[2].copy(p.sent_values);
+      again.back().fs = p.fs;
     }
   }
   size_t sent = 0;
-  for (auto& f : again) {
-    Status st = SendDataFrames(tx_[s], std::move(f[0]), std::move(f[1]), std::move(f[2]));
+  uint64_t bytes = 0;
+  for (auto& a : again) {
+    {
+      std::lock_guard<std::mutex> l(a.fs->mu);
+      if (a.fs->abandoned) continue;
+    }
+    bytes += a.frames[1].size() + a.frames[2].size();
+    Status st = SendDataFrames(tx_[s], std::move(a.frames[0]), std::move(a.frames[1]), std::move(a.frames[2]));
     if (!st.ok()) {
       PP_LOG(Warning) << "sending requests to server " << s << " again: " << st.ToString();
       break;
@@ -1123,9 +1263,10 @@ void ClientImpl::ResendTo(int s, const char* why) {
   {
     std::lock_guard<std::mutex> l(mu_);
     stats_.resent += sent;
+    stats_.bytes_sent += bytes;
   }
-  if (sent > 0 || again.size() > 0)
-    PP_LOG(Warning) << "server " << s << ": " << why << "; sent " << sent << " of its " << again.size()
+  if (unanswered > 0)
+    PP_LOG(Warning) << "server " << s << ": " << why << "; sent " << sent << " of its " << unanswered
                     << " unanswered requests again";
   else
     PP_LOG(Debug) << "server " << s << ": " << why << "; nothing unanswered to send again";
