@@ -1143,25 +1143,26 @@ void ClientImpl::OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollit
   uint16_t event = 0;
   std::string endpoint;
   const int64_t now = NowMs();
+  // Replacements in a row (a server gone, or one whose ZeroMQ drops the connection for what is
+  // sent again) back off.
+  auto schedule_replace = [now](TxState& tx) {
+    tx.backoff_ms = now - tx.replaced_ms < kTxStableMs
+                        ? std::min(std::max(2 * tx.backoff_ms, kTxBackoffMinMs), kTxBackoffMaxMs)
+                        : 0;
+    tx.replace_at_ms = now + tx.backoff_ms;
+    tx.up = false;
+  };
   for (size_t s = 0; s < tx_monitors_.size(); ++s) {
     if (!(tx_items[s].revents & ZMQ_POLLIN)) continue;
     TxState& tx = tx_state_[s];
     while (next_event(tx_monitors_[s], &event, &endpoint)) {
-      if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-        tx.up = true;
-      } else if (event == ZMQ_EVENT_DISCONNECTED && tx.replace_at_ms < 0) {
-        // Drops in a row (a request the server's ZeroMQ refuses drops it every time) back off.
-        tx.backoff_ms = now - tx.replaced_ms < kTxStableMs
-                            ? std::min(std::max(2 * tx.backoff_ms, kTxBackoffMinMs), kTxBackoffMaxMs)
-                            : 0;
-        tx.replace_at_ms = now + tx.backoff_ms;
-        tx.up = false;
-      }
+      if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) tx.up = true;
+      else if (event == ZMQ_EVENT_DISCONNECTED && tx.replace_at_ms < 0) schedule_replace(tx);
     }
   }
   for (size_t s = 0; s < tx_state_.size(); ++s) {
     TxState& tx = tx_state_[s];
-    if (!tx.up && tx.replace_at_ms < 0 && now - tx.opened_ms > kTxConnectMs) tx.replace_at_ms = now;  // never connected
+    if (!tx.up && tx.replace_at_ms < 0 && now - tx.opened_ms > kTxConnectMs) schedule_replace(tx);  // never connected
   }
   if (rx_item.revents & ZMQ_POLLIN) {
     while (next_event(rx_monitor_, &event, &endpoint)) {
@@ -1203,8 +1204,11 @@ void ClientImpl::OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollit
 // up to the request timeout) only delays this: the I/O thread does not wait for it, and nothing
 // goes out on the old socket meanwhile (ZeroMQ does not reconnect it).
 void ClientImpl::ReplaceDueTx() {
-  if (stop_) return;
   const int64_t now = NowMs();
+  bool due = false;
+  for (const TxState& tx : tx_state_) due |= tx.replace_at_ms >= 0 && tx.replace_at_ms <= now;
+  // Not once the job is over for this worker (servers leave at its end): nothing to send.
+  if (!due || stop_ || finished_ || control_.membership().job_state != Membership::kRunning || !Sticky().ok()) return;
   for (size_t s = 0; s < tx_state_.size(); ++s) {
     TxState& tx = tx_state_[s];
     if (tx.replace_at_ms < 0 || tx.replace_at_ms > now) continue;
