@@ -482,9 +482,15 @@ Status SendFrames(zmq::socket_t& sock, const zmq::message_t* identity, const Hea
 
 }  // namespace
 
-Status SendDataFrames(zmq::socket_t& sock, zmq::message_t header, zmq::message_t keys, zmq::message_t values) {
+Status SendDataFrames(zmq::socket_t& sock, zmq::message_t header, zmq::message_t keys, zmq::message_t values,
+                      bool* would_block) {
+  *would_block = false;
   try {
-    if (!sock.send(header, zmq::send_flags::sndmore)) return Status::Unavailable("send would block");
+    // Once the first part is taken, ZeroMQ takes the rest of the message.
+    if (!sock.send(header, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      *would_block = true;
+      return Status::OK();
+    }
     sock.send(keys, zmq::send_flags::sndmore);
     sock.send(values, zmq::send_flags::none);
   } catch (const zmq::error_t& e) {

@@ -161,7 +161,10 @@ Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const He
 // Sends a data request whose header is already encoded (EncodeHeaderFrame): [header][keys][values].
 // A worker keeps copies of its requests' frames (zmq::message_t::copy shares the buffer: no
 // payload is copied) until they are answered, to send them again after a dropped connection.
-Status SendDataFrames(zmq::socket_t& sock, zmq::message_t header, zmq::message_t keys, zmq::message_t values);
+// Never blocks: when ZeroMQ cannot take the message now (no connection to queue it on, or the
+// queue full) nothing is sent and *would_block is set (the status is OK).
+Status SendDataFrames(zmq::socket_t& sock, zmq::message_t header, zmq::message_t keys, zmq::message_t values,
+                      bool* would_block);
 
 // zmq_poll that treats EINTR (a signal arrived) as "nothing ready" instead of throwing.
 int Poll(zmq::pollitem_t* items, size_t n, int64_t timeout_ms);

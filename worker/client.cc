@@ -413,10 +413,7 @@ class ClientImpl final : public Client, private internal::Receiver {
     try {
       zmq::socket_t sock(ctx_, zmq::socket_type::dealer);
       ConfigureSocket(sock, false, -1);
-      // A server that takes nothing (its queue full: stalled, or dead and not declared yet) fails
-      // the send after the request deadline instead of blocking the caller, and every caller
-      // behind it on the send lock, for good.
-      sock.set(zmq::sockopt::sndtimeo, options_.request_timeout_ms);
+      // (Sends never block: SendDataFrames. A request ZeroMQ cannot take now stays pending.)
       sock.set(zmq::sockopt::reconnect_ivl, -1);
       zmq::socket_t monitor =
           MonitorOf(sock, "tx" + std::to_string(s), ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
@@ -446,7 +443,8 @@ class ClientImpl final : public Client, private internal::Receiver {
         h.sender_role = Role::kWorker;
         h.sender_rank = control_.rank();
         h.reply_to = rx_id_;
-        PP_RETURN_IF_ERROR(SendMessage(tx_[s], nullptr, h));
+        bool would_block = false;  // (not connected: tried again, on a new socket after kTxConnectMs)
+        PP_RETURN_IF_ERROR(SendDataFrames(tx_[s], EncodeHeaderFrame(h), zmq::message_t(), zmq::message_t(), &would_block));
         zmq::pollitem_t item{static_cast<void*>(rx_), 0, ZMQ_POLLIN, 0};
         Poll(&item, 1, 100);
         while ((item.revents & ZMQ_POLLIN) && RecvFrames(rx_, &frames, kMaxDataFrames + 1)) {
@@ -689,14 +687,18 @@ void ClientImpl::SendToServer(std::unique_ptr<Command> c) {
   // pending: one that came in between the caller's check and the line above has not seen this
   // request, so it is failed here. Whoever takes it out of pending_ completes it, once.
   Status st = Sticky();
-  if (st.ok()) st = SendDataFrames(tx_[s], std::move(header), std::move(c->keys), std::move(c->values));
+  bool would_block = false;
+  if (st.ok()) st = SendDataFrames(tx_[s], std::move(header), std::move(c->keys), std::move(c->values), &would_block);
+  // Not sendable now: its connection dropped (ZeroMQ does not reconnect request sockets, so none is
+  // there to queue it on) or the server takes nothing. It stays pending: the new connection sends
+  // it again (OnConnectionEvents), or its caller's deadline ends the wait. Callers never block.
+  if (would_block) PP_LOG(Debug) << "request " << id << " to server " << s << " waits for a connection";
   if (!st.ok()) {
     bool mine;
     {
       std::lock_guard<std::mutex> l(pending_mu_);
       mine = pending_.erase(id) > 0;
     }
-    // (A send times out after request_timeout_ms: the server took nothing, its queue full.)
     if (mine) fs->Complete(s, st.Annotate("sending to server " + std::to_string(s)));
   }
 }
@@ -1257,9 +1259,11 @@ void ClientImpl::ResendTo(int s, const char* why, uint64_t below) {
       if (a.fs->abandoned) continue;
     }
     bytes += a.frames[1].size() + a.frames[2].size();
-    Status st = SendDataFrames(tx_[s], std::move(a.frames[0]), std::move(a.frames[1]), std::move(a.frames[2]));
-    if (!st.ok()) {
-      PP_LOG(Warning) << "sending requests to server " << s << " again: " << st.ToString();
+    bool would_block = false;
+    Status st =
+        SendDataFrames(tx_[s], std::move(a.frames[0]), std::move(a.frames[1]), std::move(a.frames[2]), &would_block);
+    if (!st.ok() || would_block) {  // (its connection is not there yet: the new one sends them)
+      if (!st.ok()) PP_LOG(Warning) << "sending requests to server " << s << " again: " << st.ToString();
       break;
     }
     ++sent;
