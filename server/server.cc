@@ -98,6 +98,8 @@ class ServerImpl final : public Server {
   // record: the answer goes into the sender's RequestRecord (a repeat gets it again).
   void ReplyError(const Message& m, const Status& st, bool record = true);
   void Answered(const Header& request, const Header& reply);
+  // Sends m's sender a reply of `type` without payload; returns it.
+  Header SendBareReply(const Message& m, MsgType type, uint32_t table, int64_t clock, const Status& st);
   enum class Repeat { kNo, kHandled, kServeAgain };  // kServeAgain: a pull answered already
   Repeat LookUpRepeat(const Message& m);
   void HandleControl();
@@ -560,15 +562,7 @@ void ServerImpl::HandleData(Message& m) {
       return;
     }
     ++stats_.clocks;
-    Header rh;
-    rh.type = MsgType::kClockReply;
-    rh.request_id = h.request_id;
-    rh.sender_role = Role::kServer;
-    rh.sender_rank = rank_;
-    rh.clock = h.clock;
-    zmq::message_t to = ReplyIdentity(m);
-    SendMessage(router_, &to, rh).IgnoreError();
-    Answered(h, rh);
+    Answered(h, SendBareReply(m, MsgType::kClockReply, 0, h.clock, Status::OK()));
     AdvanceMinClock();
     return;
   }
@@ -776,6 +770,20 @@ void ServerImpl::ReplyError(const Message& m, const Status& st, bool record) {
   if (record) Answered(m.header, out);
 }
 
+Header ServerImpl::SendBareReply(const Message& m, MsgType type, uint32_t table, int64_t clock, const Status& st) {
+  Header out;
+  out.type = type;
+  out.request_id = m.header.request_id;
+  out.sender_role = Role::kServer;
+  out.sender_rank = rank_;
+  out.table = table;
+  out.clock = clock;
+  out.SetStatus(st);
+  zmq::message_t to = ReplyIdentity(m);
+  SendMessage(router_, &to, out).IgnoreError();
+  return out;
+}
+
 void ServerImpl::Answered(const Header& request, const Header& reply) {
   if (request.sender_rank < 0 || request.sender_rank >= static_cast<int>(requests_.size())) return;
   RequestRecord::Answer a;
@@ -809,16 +817,7 @@ ServerImpl::Repeat ServerImpl::LookUpRepeat(const Message& m) {
         record.Begin(h.request_id);
         return Repeat::kServeAgain;
       }
-      Header out;
-      out.type = a->type;
-      out.request_id = h.request_id;
-      out.sender_role = Role::kServer;
-      out.sender_rank = rank_;
-      out.table = a->table;
-      out.clock = a->clock;
-      out.SetStatus(a->code == Code::kOk ? Status::OK() : Status(a->code, a->error));
-      zmq::message_t to = ReplyIdentity(m);
-      SendMessage(router_, &to, out).IgnoreError();
+      SendBareReply(m, a->type, a->table, a->clock, a->code == Code::kOk ? Status::OK() : Status(a->code, a->error));
       return Repeat::kHandled;
     }
     case RequestRecord::Seen::kForgotten:
@@ -835,14 +834,7 @@ ServerImpl::Repeat ServerImpl::LookUpRepeat(const Message& m) {
           record.Begin(h.request_id);
           return Repeat::kNo;
         }
-        Header out;
-        out.type = MsgType::kClockReply;
-        out.request_id = h.request_id;
-        out.sender_role = Role::kServer;
-        out.sender_rank = rank_;
-        out.clock = h.clock;
-        zmq::message_t to = ReplyIdentity(m);
-        SendMessage(router_, &to, out).IgnoreError();
+        SendBareReply(m, MsgType::kClockReply, 0, h.clock, Status::OK());
         return Repeat::kHandled;
       }
       ReplyError(m, Status::FailedPrecondition(std::string(MsgTypeName(h.type)) + " " + std::to_string(h.request_id) +

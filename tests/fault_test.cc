@@ -564,6 +564,26 @@ TableSpec AspZeros(const char* name, int rows) {
   return s;
 }
 
+// One worker and one server whose data connections go through `proxy`, and table "w" (8 rows of
+// zeros, SGD lr 0.1, ASP unless given).
+struct ProxiedDataJob {
+  explicit ProxiedDataJob(const char* consistency = "asp", const std::string& host = "127.0.0.1")
+      : cluster(Config(proxy, host)) {
+    if (!cluster.Start().ok()) return;
+    TableSpec spec = AspZeros("w", 8);
+    spec.consistency = *ParseConsistency(consistency);
+    t = cluster.client(0).CreateTable(spec);
+  }
+  static LocalClusterConfig Config(TcpProxy& proxy, const std::string& host) {
+    LocalClusterConfig cfg;
+    cfg.server_options = DataThrough(proxy, 0, host);
+    return cfg;
+  }
+  TcpProxy proxy;
+  LocalCluster cluster;
+  Result<Table> t = Status::Unavailable("the cluster did not start");
+};
+
 // The record a server keeps of a worker's requests (server/request_record.h).
 TEST(RequestRecord, RepeatsAreAnsweredOnceAndOnlyOldAnswersAreForgotten) {
   RequestRecord r;
@@ -632,14 +652,12 @@ TEST(RequestRecord, RepeatsAreAnsweredOnceAndOnlyOldAnswersAreForgotten) {
 // A push and a pull lost with a dropped data connection: the worker sends them again on a new
 // connection, and the push is applied once.
 TEST(ConnectionFailure, RequestsLostWithADroppedDataConnectionAreSentAgain) {
-  TcpProxy proxy;
-  LocalClusterConfig cfg;
-  cfg.server_options = DataThrough(proxy, 0);
-  LocalCluster cluster(cfg);
-  ASSERT_TRUE(cluster.Start().ok());
+  ProxiedDataJob job;
+  ASSERT_TRUE(job.t.ok()) << job.t.status().ToString();
+  TcpProxy& proxy = job.proxy;
+  LocalCluster& cluster = job.cluster;
   Client& c = cluster.client(0);
-  auto t = c.CreateTable(AspZeros("w", 8));
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  Result<Table>& t = job.t;
   proxy.Hold(/*to_upstream=*/true, /*from_upstream=*/false);
   std::vector<float> v(32, 7.0f);
   Future push = c.PushDense(*t, std::vector<float>(32, 1.0f));
@@ -668,16 +686,12 @@ TEST(ConnectionFailure, RequestsLostWithADroppedDataConnectionAreSentAgain) {
 // A BSP pull answers with exactly the updates of the clocks before its own. One asked again after
 // its worker went on to a later clock cannot be: it is refused, saying so, not served inexactly.
 TEST(ConnectionFailure, ABspPullAskedAgainAfterItsClockIsRefusedNotServedInexactly) {
-  TcpProxy proxy;
-  LocalClusterConfig cfg;
-  cfg.server_options = DataThrough(proxy, 0);
-  LocalCluster cluster(cfg);
-  ASSERT_TRUE(cluster.Start().ok());
+  ProxiedDataJob job("bsp");
+  ASSERT_TRUE(job.t.ok()) << job.t.status().ToString();
+  TcpProxy& proxy = job.proxy;
+  LocalCluster& cluster = job.cluster;
   Client& c = cluster.client(0);
-  TableSpec spec = AspZeros("w", 8);
-  spec.consistency = *ParseConsistency("bsp");
-  auto t = c.CreateTable(spec);
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  Result<Table>& t = job.t;
   proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
   std::vector<float> v(4);
   Future pull = c.Pull(*t, {1}, v.data());
@@ -721,14 +735,12 @@ TEST(ConnectionFailure, ARequestOverAServersMessageLimitIsRefusedNotSent) {
 // is answered (the worker's clock reached it), the pull served again, the pushes refused rather
 // than applied twice; those still kept are answered from the record.
 TEST(ConnectionFailure, AnswersLostBeyondTheRecordAreNeverRunTwice) {
-  TcpProxy proxy;
-  LocalClusterConfig cfg;
-  cfg.server_options = DataThrough(proxy, 0);
-  LocalCluster cluster(cfg);
-  ASSERT_TRUE(cluster.Start().ok());
+  ProxiedDataJob job;
+  ASSERT_TRUE(job.t.ok()) << job.t.status().ToString();
+  TcpProxy& proxy = job.proxy;
+  LocalCluster& cluster = job.cluster;
   Client& c = cluster.client(0);
-  auto t = c.CreateTable(AspZeros("w", 8));
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  Result<Table>& t = job.t;
   proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
   std::vector<float> v(4, 7.0f);
   Future pull = c.Pull(*t, {1}, v.data());
@@ -766,14 +778,12 @@ TEST(ConnectionFailure, AnswersLostBeyondTheRecordAreNeverRunTwice) {
 // push and the clock from its record (not applied again) and serves the pull again. (The server
 // advertises a host name: the worker knows its connection's events by the address resolved.)
 TEST(ConnectionFailure, AnswersLostWithADroppedDataConnectionAreGivenAgainNotRunTwice) {
-  TcpProxy proxy;
-  LocalClusterConfig cfg;
-  cfg.server_options = DataThrough(proxy, 0, "localhost");
-  LocalCluster cluster(cfg);
-  ASSERT_TRUE(cluster.Start().ok());
+  ProxiedDataJob job("asp", "localhost");
+  ASSERT_TRUE(job.t.ok()) << job.t.status().ToString();
+  TcpProxy& proxy = job.proxy;
+  LocalCluster& cluster = job.cluster;
   Client& c = cluster.client(0);
-  auto t = c.CreateTable(AspZeros("w", 8));
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  Result<Table>& t = job.t;
   proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
   std::vector<float> v(32, 7.0f);
   Future push = c.PushDense(*t, std::vector<float>(32, 1.0f));
