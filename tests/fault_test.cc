@@ -683,6 +683,45 @@ TEST(ConnectionFailure, RequestsLostWithADroppedDataConnectionAreSentAgain) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// A push whose caller gave up waiting before a drop is not sent again (nobody waits for it), and
+// does not hold up Finish(), which waits for what is unanswered.
+TEST(ConnectionFailure, ARequestItsCallerGaveUpOnIsDroppedNotResent) {
+  ProxiedDataJob job;
+  ASSERT_TRUE(job.t.ok()) << job.t.status().ToString();
+  Client& c = job.cluster.client(0);
+  job.proxy.Hold(/*to_upstream=*/true, /*from_upstream=*/false);
+  EXPECT_EQ(c.PushDense(*job.t, std::vector<float>(32, 1.0f)).WaitFor(200).code(), Code::kDeadlineExceeded);
+  job.proxy.Cut();
+  std::vector<float> v(32, 7.0f);
+  ASSERT_TRUE(c.PullDense(*job.t, v.data()).Wait().ok());
+  EXPECT_EQ(v[0], 0.0f);  // the push was lost with the connection, and not sent again
+  EXPECT_EQ(job.cluster.server(0).stats().pushes, 0u);
+  EXPECT_TRUE(job.cluster.FinishAndJoin().ok());
+}
+
+// A server unreachable for a while (every new connection fails): the client keeps trying, backing
+// off, and the request goes out once the server is reachable again.
+TEST(ConnectionFailure, RequestsWaitOutAServerUnreachableForAWhile) {
+  ProxiedDataJob job;
+  ASSERT_TRUE(job.t.ok()) << job.t.status().ToString();
+  Client& c = job.cluster.client(0);
+  const std::string server = job.proxy.upstream();
+  job.proxy.Hold(/*to_upstream=*/true, /*from_upstream=*/false);
+  Future push = c.PushDense(*job.t, std::vector<float>(32, 1.0f));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  job.proxy.SetUpstream("tcp://127.0.0.1:" + std::to_string(TcpProxy::FreePort()));  // nothing listens there
+  job.proxy.Cut();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // several new connections fail meanwhile
+  job.proxy.SetUpstream(server);
+  Status st = push.WaitFor(15000);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::vector<float> v(32);
+  ASSERT_TRUE(c.PullDense(*job.t, v.data()).Wait().ok());
+  EXPECT_EQ(v[0], -0.1f);
+  EXPECT_EQ(job.cluster.server(0).stats().pushes, 1u);
+  EXPECT_TRUE(job.cluster.FinishAndJoin().ok());
+}
+
 // A BSP pull answers with exactly the updates of the clocks before its own. One asked again after
 // its worker went on to a later clock cannot be: it is refused, saying so, not served inexactly.
 TEST(ConnectionFailure, ABspPullAskedAgainAfterItsClockIsRefusedNotServedInexactly) {

@@ -59,6 +59,10 @@ class TcpProxy {
     std::lock_guard<std::mutex> l(mu_);
     upstream_port_ = std::atoi(tcp_address.substr(tcp_address.rfind(':') + 1).c_str());
   }
+  std::string upstream() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return "tcp://127.0.0.1:" + std::to_string(upstream_port_);
+  }
   // to_upstream: bytes from the accepting side (the client) to upstream; from_upstream: the other
   // way. Until the next Cut(), which ends the hold.
   void Hold(bool to_upstream, bool from_upstream) {
@@ -173,7 +177,7 @@ class TcpProxy {
   }
 
   int listen_ = -1, port_ = 0, wake_[2] = {-1, -1};
-  std::mutex mu_;
+  mutable std::mutex mu_;
   int upstream_port_ = 0;
   std::vector<std::pair<int, int>> pairs_;  // accepted, upstream: the loop's only
   std::vector<int> silent_;                 // upstream sides left open by Cut(true)

@@ -280,7 +280,7 @@ struct Part {
   // Server requests: the frames as sent (sharing their buffers), to send again when a connection
   // to the server drops before the answer came (the server answers a repeat once); how often.
   zmq::message_t sent_header, sent_keys, sent_values;
-  int resends = 0;
+  bool unsent = false;  // held back (ZeroMQ could not take it, or one before it): FlushHeld sends it
 };
 
 struct Command {
@@ -302,9 +302,6 @@ constexpr int64_t kDrainMs = 2;
 // kTxStableMs of each other; a new one too when one has not connected within kTxConnectMs.
 constexpr int64_t kTxConnectMs = 2000;
 constexpr int64_t kTxBackoffMinMs = 100, kTxBackoffMaxMs = 5000, kTxStableMs = 10000;
-// A request is sent again after drops at most this many times (a request the server's ZeroMQ
-// refuses, one over its message size limit, drops the connection every time).
-constexpr int kMaxResends = 8;
 // After the answer socket is back, the requests still unanswered are sent again once more this
 // much later: answers the server sent before it had attached the new connection were lost too.
 constexpr int64_t kRecheckMs = 1000;
@@ -366,6 +363,7 @@ class ClientImpl final : public Client, private internal::Receiver {
     rx_state_.resize(cm.servers.size());
     tx_state_.resize(cm.servers.size());
     max_frame_.assign(cm.servers.size(), 0);
+    held_.assign(cm.servers.size(), 0);
     for (size_t s = 0; s < cm.servers.size(); ++s) {
       // Connected to by numeric address, so that its events name it the same way every time.
       addresses_.push_back(NumericTcpAddress(cm.servers[s].address));
@@ -521,6 +519,8 @@ class ClientImpl final : public Client, private internal::Receiver {
   void ResendControlRequests();
   void OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollitem_t& rx_item);
   void ResendTo(int s, const char* why, uint64_t below = UINT64_MAX);
+  size_t SendPending(int s, bool unsent_only, uint64_t below, size_t* unanswered);
+  void FlushHeld();
   void ReplaceDueTx();
   void SendToServer(std::unique_ptr<Command> c);
   void HandleReply(Message& m, int from);
@@ -561,6 +561,8 @@ class ClientImpl final : public Client, private internal::Receiver {
   const std::shared_ptr<internal::ReceiverHandle> receiver_ = std::make_shared<internal::ReceiverHandle>();
   std::string rx_id_;                   // rx_'s routing id, named in every request's reply_to
   std::mutex send_mu_;                  // request ids are assigned and sent in one order
+  std::vector<char> held_;              // under send_mu_: per server, requests held back (FlushHeld)
+  std::atomic<bool> any_held_{false};
   std::mutex pending_mu_;               // guards pending_
   zmq::socket_t cmd_in_;
   std::thread io_;
@@ -687,12 +689,20 @@ void ClientImpl::SendToServer(std::unique_ptr<Command> c) {
   // pending: one that came in between the caller's check and the line above has not seen this
   // request, so it is failed here. Whoever takes it out of pending_ completes it, once.
   Status st = Sticky();
-  bool would_block = false;
-  if (st.ok()) st = SendDataFrames(tx_[s], std::move(header), std::move(c->keys), std::move(c->values), &would_block);
-  // Not sendable now: its connection dropped (ZeroMQ does not reconnect request sockets, so none is
-  // there to queue it on) or the server takes nothing. It stays pending: the new connection sends
-  // it again (OnConnectionEvents), or its caller's deadline ends the wait. Callers never block.
-  if (would_block) PP_LOG(Debug) << "request " << id << " to server " << s << " waits for a connection";
+  // Held back, in order, while ZeroMQ cannot take requests to s (a connection not there: request
+  // sockets are not reconnected by ZeroMQ; or the server takes nothing and the queue is full): the
+  // I/O thread sends them once it can (FlushHeld), or a new connection does (OnConnectionEvents).
+  // Callers never block on a send.
+  bool would_block = held_[s];
+  if (st.ok() && !would_block)
+    st = SendDataFrames(tx_[s], std::move(header), std::move(c->keys), std::move(c->values), &would_block);
+  if (st.ok() && would_block) {
+    held_[s] = 1;
+    any_held_ = true;
+    std::lock_guard<std::mutex> l(pending_mu_);
+    auto it = pending_.find(id);
+    if (it != pending_.end()) it->second.unsent = true;
+  }
   if (!st.ok()) {
     bool mine;
     {
@@ -1084,6 +1094,7 @@ void ClientImpl::IoLoop() {
     Poll(items.data(), items.size(), timeout);
     OnConnectionEvents(&items[3], items[2]);
     ReplaceDueTx();
+    FlushHeld();
     if (items[1].revents & ZMQ_POLLIN) {
       for (int i = 0; i < 1024; ++i) {
         zmq::message_t m;
@@ -1202,9 +1213,9 @@ void ClientImpl::OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollit
 }
 
 // Replaces the request sockets that are due (dropped, or never connected), each under send_mu_,
-// and sends the requests unanswered on them again. A caller holding send_mu_ (its send may block
-// up to the request timeout) only delays this: the I/O thread does not wait for it, and nothing
-// goes out on the old socket meanwhile (ZeroMQ does not reconnect it).
+// and sends the requests unanswered on them again. The I/O thread does not wait for send_mu_ (a
+// caller may hold it): it tries again on its next pass, and nothing goes out on the old socket
+// meanwhile (ZeroMQ does not reconnect it).
 void ClientImpl::ReplaceDueTx() {
   const int64_t now = NowMs();
   bool due = false;
@@ -1227,57 +1238,101 @@ void ClientImpl::ReplaceDueTx() {
   }
 }
 
-// Sends the unanswered requests to server s below id `below` again on tx_[s], oldest first,
-// except those sent again kMaxResends times already and those whose caller gave up. Caller holds
-// send_mu_.
-void ClientImpl::ResendTo(int s, const char* why, uint64_t below) {
+// Sends the unanswered requests to server s below id `below` on tx_[s], oldest first: all of them
+// (`unsent_only` false: again, after a drop) or those held back (true). Those whose caller gave up
+// are dropped instead (failed: nobody waits for them). What ZeroMQ cannot take now stays held, in
+// order, for the next try (FlushHeld). Caller holds send_mu_.
+size_t ClientImpl::SendPending(int s, bool unsent_only, uint64_t below, size_t* unanswered) {
   struct Again {
+    uint64_t id;
     std::array<zmq::message_t, 3> frames;
     std::shared_ptr<FutureState> fs;
   };
   std::vector<Again> again;
-  size_t unanswered = 0;
   {
     std::lock_guard<std::mutex> l(pending_mu_);
     for (auto& [id, p] : pending_) {
-      if (p.target != s || id >= below) continue;
-      ++unanswered;
-      if (p.resends >= kMaxResends) continue;
-      ++p.resends;
-      again.emplace_back();
+      if (p.target != s || id >= below || (unsent_only && !p.unsent)) continue;
+      again.push_back({id, {}, p.fs});
       again.back().frames[0].copy(p.sent_header);
       again.back().frames[1].copy(p.sent_keys);
       again.back().frames[2].copy(p.sent_values);
-      again.back().fs = p.fs;
     }
   }
-  size_t sent = 0;
+  if (unanswered) *unanswered = again.size();
+  std::vector<uint64_t> gave_up, went;
+  size_t i = 0;
   uint64_t bytes = 0;
-  for (auto& a : again) {
+  for (; i < again.size(); ++i) {
+    Again& a = again[i];
+    bool abandoned;
     {
       std::lock_guard<std::mutex> l(a.fs->mu);
-      if (a.fs->abandoned) continue;
+      abandoned = a.fs->abandoned;
     }
-    bytes += a.frames[1].size() + a.frames[2].size();
+    if (abandoned) {
+      gave_up.push_back(a.id);
+      continue;
+    }
+    const uint64_t b = a.frames[1].size() + a.frames[2].size();
     bool would_block = false;
     Status st =
         SendDataFrames(tx_[s], std::move(a.frames[0]), std::move(a.frames[1]), std::move(a.frames[2]), &would_block);
-    if (!st.ok() || would_block) {  // (its connection is not there yet: the new one sends them)
-      if (!st.ok()) PP_LOG(Warning) << "sending requests to server " << s << " again: " << st.ToString();
-      break;
-    }
-    ++sent;
+    if (would_block) break;  // this one and the rest stay held, in order
+    if (!st.ok()) PP_LOG(Warning) << "sending request " << a.id << " to server " << s << ": " << st.ToString();
+    went.push_back(a.id);
+    bytes += b;
   }
+  held_[s] = i < again.size();
+  if (held_[s]) any_held_ = true;
+  std::vector<std::shared_ptr<FutureState>> failed;
   {
-    std::lock_guard<std::mutex> l(mu_);
-    stats_.resent += sent;
-    stats_.bytes_sent += bytes;
+    std::lock_guard<std::mutex> l(pending_mu_);
+    for (uint64_t id : went) {
+      auto it = pending_.find(id);
+      if (it != pending_.end()) it->second.unsent = false;
+    }
+    for (size_t k = i; k < again.size(); ++k) {
+      auto it = pending_.find(again[k].id);
+      if (it != pending_.end()) it->second.unsent = true;
+    }
+    for (uint64_t id : gave_up) {
+      auto it = pending_.find(id);
+      if (it == pending_.end()) continue;
+      failed.push_back(it->second.fs);
+      pending_.erase(it);
+    }
   }
+  for (auto& fs : failed) fs->Complete(s, Status::DeadlineExceeded("given up on by its caller before it was answered"));
+  std::lock_guard<std::mutex> l(mu_);
+  if (!unsent_only) stats_.resent += went.size();
+  stats_.bytes_sent += unsent_only ? 0 : bytes;  // (held ones were counted when first asked)
+  return went.size();
+}
+
+void ClientImpl::ResendTo(int s, const char* why, uint64_t below) {
+  size_t unanswered = 0;
+  const size_t sent = SendPending(s, /*unsent_only=*/false, below, &unanswered);
   if (unanswered > 0)
     PP_LOG(Warning) << "server " << s << ": " << why << "; sent " << sent << " of its " << unanswered
-                    << " unanswered requests again";
+                    << " unanswered requests again" << (held_[s] ? " (the rest once its connection takes them)" : "");
   else
     PP_LOG(Debug) << "server " << s << ": " << why << "; nothing unanswered to send again";
+}
+
+// Requests held back because ZeroMQ could not take them (a queue full, a connection not there):
+// sent in order once it can, before anything sent later. I/O thread.
+void ClientImpl::FlushHeld() {
+  if (!any_held_.load(std::memory_order_relaxed)) return;
+  std::unique_lock<std::mutex> send_lock(send_mu_, std::try_to_lock);
+  if (!send_lock.owns_lock()) return;
+  bool still = false;
+  for (size_t s = 0; s < held_.size(); ++s) {
+    if (!held_[s]) continue;
+    SendPending(static_cast<int>(s), /*unsent_only=*/true, UINT64_MAX, nullptr);
+    still |= held_[s];
+  }
+  any_held_ = still;
 }
 
 void ClientImpl::ReceiveFor(const FutureState& fs, int64_t ms) {
