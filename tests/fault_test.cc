@@ -770,6 +770,27 @@ TEST(ConnectionFailure, ARequestOverAServersMessageLimitIsRefusedNotSent) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// A push split over servers, one part over its server's limit: refused whole, applied nowhere.
+TEST(ConnectionFailure, APushOverOneServersLimitIsAppliedNowhere) {
+  LocalClusterConfig cfg;
+  cfg.servers = 2;
+  cfg.server_options = [](int s, ServerOptions* o) {
+    if (s == 1) o->max_message_bytes = 32 << 10;
+  };
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  auto t = c.CreateTable(AspZeros("w", 8192));  // 64 KB of parameters on each server
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  Status st = c.PushDense(*t, std::vector<float>(8192 * 4, 1.0f)).WaitFor(5000);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("to server 1, over its message limit of 32768 bytes"), std::string::npos)
+      << st.ToString();
+  EXPECT_EQ(cluster.server(0).stats().pushes, 0u);
+  EXPECT_EQ(cluster.server(1).stats().pushes, 0u);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 // More answers lost than the server's record keeps: what it forgot is decided by kind. The clock
 // is answered (the worker's clock reached it), the pull served again, the pushes refused rather
 // than applied twice; those still kept are answered from the record.

@@ -622,6 +622,18 @@ Future ClientImpl::Failed(const Status& st) {
 }
 
 void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
+  // A part over its server's frame limit fails the whole call before any part is sent (a push
+  // split over servers is applied on all of them or on none).
+  for (const auto& c : cmds) {
+    const int s = c->part.target;
+    const uint64_t frame = std::max(c->keys.size(), c->values.size());
+    if (s == kScheduler || max_frame_[s] == 0 || frame <= max_frame_[s]) continue;
+    const Status st = Status::InvalidArgument(std::string(MsgTypeName(c->header.type)) + " of " + std::to_string(frame) +
+                                              " bytes to server " + std::to_string(s) + ", over its message limit of " +
+                                              std::to_string(max_frame_[s]) + " bytes (pushpull-server --max_message_mb)");
+    for (const auto& d : cmds) d->part.fs->Complete(d->part.target, st);
+    return;
+  }
   // One lock around id assignment and sending: a server sees each worker's push ids increase.
   // Pushes, pulls and clocks are stamped with this worker's clock here too, so that with several
   // threads a push sent after a Clock() carries the new clock (the server refuses stale ones).
@@ -670,13 +682,6 @@ void ClientImpl::SendToServer(std::unique_ptr<Command> c) {
   const uint64_t id = c->header.request_id;
   c->header.reply_to = rx_id_;
   std::shared_ptr<FutureState> fs = c->part.fs;
-  const uint64_t frame = std::max(c->keys.size(), c->values.size());
-  if (max_frame_[s] > 0 && frame > max_frame_[s]) {
-    fs->Complete(s, Status::InvalidArgument(std::string(MsgTypeName(c->header.type)) + " of " + std::to_string(frame) +
-                                            " bytes to server " + std::to_string(s) + ", over its message limit of " +
-                                            std::to_string(max_frame_[s]) + " bytes (pushpull-server --max_message_mb)"));
-    return;
-  }
   zmq::message_t header = EncodeHeaderFrame(c->header);
   c->part.sent_header.copy(header);
   c->part.sent_keys.copy(c->keys);
