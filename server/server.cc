@@ -150,6 +150,11 @@ class ServerImpl final : public Server {
   // Log lines so far, malformed messages and refused requests apart: the first 20 of each, then
   // one in 1000 (a flood of one kind does not silence the other).
   uint64_t malformed_logged_ = 0, refused_logged_ = 0, lost_logged_ = 0;
+  // Counts one more of a kind; true for the first 20, then one in 1000.
+  static bool LogThisOne(uint64_t* n) {
+    ++*n;
+    return *n <= 20 || *n % 1000 == 0;
+  }
   // Restoring: the checkpoint's tables of this server not created yet, by name.
   std::map<std::string, TableCheckpoint> restore_;
   // Checkpointing (server/checkpoint.h): asked by the scheduler, written by a thread of its own
@@ -392,7 +397,7 @@ void ServerImpl::LogStats(int64_t now) {
 
 void ServerImpl::CountBad(const Status& st, const char* what) {
   ++stats_.bad_messages;
-  if (malformed_logged_++ < 20 || malformed_logged_ % 1000 == 0)
+  if (LogThisOne(&malformed_logged_))
     PP_LOG(Warning) << what << " (" << stats_.bad_messages << " so far): " << st.ToString();
 }
 
@@ -548,7 +553,7 @@ void ServerImpl::HandleData(Message& m) {
   Status st = Validate(m, &shard, repeat == Repeat::kServeAgain);
   if (!st.ok()) {
     ++stats_.rejected;
-    if (refused_logged_++ < 20 || refused_logged_ % 1000 == 0)
+    if (LogThisOne(&refused_logged_))
       PP_LOG(Warning) << "refused " << MsgTypeName(h.type) << " from worker " << h.sender_rank
                       << ": " << st.ToString();
     ReplyError(m, st);
@@ -746,7 +751,7 @@ void ServerImpl::Reply(Request* r) {
   zmq::message_t to = ReplyIdentity(r->msg);
   Status st = split.empty() ? SendMessage(router_, &to, out, zmq::message_t(), std::move(values))
                             : SendMessage(router_, &to, out, zmq::message_t(), &split);
-  if (!st.ok() && (lost_logged_++ < 20 || lost_logged_ % 1000 == 0))  // (a dropped connection loses many)
+  if (!st.ok() && LogThisOne(&lost_logged_))  // (a dropped connection loses many)
     PP_LOG(Warning) << "reply to worker " << h.sender_rank << " lost: " << st.ToString() << " (" << lost_logged_
                     << " so far; the worker asks again once it has reconnected)";
   Answered(h, out);

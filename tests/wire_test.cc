@@ -353,6 +353,18 @@ class RawPeer {
   zmq::socket_t sock_;
 };
 
+// 8 rows of dim 4, zeros, ASP, SGD with lr 1: a gradient of -1 moves a row by exactly 1.
+TableSpec AspLrOne(const char* name) {
+  TableSpec spec;
+  spec.name = name;
+  spec.rows = 8;
+  spec.dim = 4;
+  spec.init = InitKind::kZeros;
+  spec.consistency = {Consistency::kAsp, 0};
+  spec.optimizer.lr = 1.0f;
+  return spec;
+}
+
 // A server answers a request id it has seen from a worker again instead of running it twice (a
 // worker sends its unanswered requests again after a dropped connection), but a new client of
 // that worker (a Hello from another receive socket) numbers its requests from the start again.
@@ -361,14 +373,7 @@ TEST(MalformedInput, AHelloFromAnotherClientStartsAWorkersRequestRecordOver) {
   cfg.workers = 2;
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
-  TableSpec spec;
-  spec.name = "w";
-  spec.rows = 8;
-  spec.dim = 4;
-  spec.init = InitKind::kZeros;
-  spec.consistency = *ParseConsistency("asp");
-  spec.optimizer.lr = 1.0f;
-  auto t = cluster.client(0).CreateTable(spec);
+  auto t = cluster.client(0).CreateTable(AspLrOne("w"));
   ASSERT_TRUE(t.ok());
   const ServerStats& stats = cluster.server(0).stats();
   Header hello;
@@ -419,13 +424,7 @@ TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
   cfg.workers = 2;
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
-  TableSpec spec;
-  spec.name = "t";
-  spec.rows = 8;
-  spec.dim = 4;
-  spec.consistency = {Consistency::kAsp, 0};
-  spec.optimizer.lr = 1.0f;
-  auto t = cluster.client(0).CreateTable(spec);
+  auto t = cluster.client(0).CreateTable(AspLrOne("t"));
   ASSERT_TRUE(t.ok());
   RawPeer peer(cluster.server(0).address());
   const ServerStats& stats = cluster.server(0).stats();

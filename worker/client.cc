@@ -278,7 +278,7 @@ struct Part {
   uint64_t rows = 0;
   uint32_t dim = 0;
   // Server requests: the frames as sent (sharing their buffers), to send again when a connection
-  // to the server drops before the answer came (the server answers a repeat once); how often.
+  // to the server drops before the answer came (the server answers a repeat once).
   zmq::message_t sent_header, sent_keys, sent_values;
   bool unsent = false;  // held back (ZeroMQ could not take it, or one before it): FlushHeld sends it
 };
@@ -411,7 +411,7 @@ class ClientImpl final : public Client, private internal::Receiver {
     try {
       zmq::socket_t sock(ctx_, zmq::socket_type::dealer);
       ConfigureSocket(sock, false, -1);
-      // (Sends never block: SendDataFrames. A request ZeroMQ cannot take now stays pending.)
+      // (Sends never block: SendDataFrames. A request ZeroMQ cannot take now is held back.)
       sock.set(zmq::sockopt::reconnect_ivl, -1);
       zmq::socket_t monitor =
           MonitorOf(sock, "tx" + std::to_string(s), ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
