@@ -101,6 +101,7 @@ struct AppResult {
   double final_metric = 0;        // loss or accuracy, as the app defines
   int32_t max_staleness = 0;      // largest staleness any pull observed
   double samples_per_s = 0;       // training throughput of this worker (data loading excluded)
+  double wait_fraction = 0;       // share of step time spent waiting on pulls (fmnist_mlp)
   std::string summary;            // one line
 };
 

@@ -212,6 +212,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
     PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, epoch, "fmnist_mlp"));
   }
   result->samples_per_s = samples / std::max(1e-3, (NowMs() - start) / 1000.0);
+  result->wait_fraction = wait_s / std::max(1e-9, wait_s + compute_s);
   result->final_metric = accuracy;
   result->reached_target = rank != 0 || accuracy >= target;
   char buf[512];

@@ -83,6 +83,10 @@ TEST(FmnistMlp, LearnsOnASubsetAndWritesMetrics) {
   auto results = RunOnCluster(2, 2, [&](Client& c, AppResult* r) { return RunFmnistMlp(c, app, o, r); });
   EXPECT_TRUE(results[0].reached_target) << results[0].summary;
   EXPECT_GT(results[0].final_metric, 0.7);
+  for (const AppResult& r : results) {  // pulls took some of the step time, not all of it
+    EXPECT_GT(r.wait_fraction, 0) << r.summary;
+    EXPECT_LT(r.wait_fraction, 1) << r.summary;
+  }
   std::ifstream f(metrics);
   std::string line;
   int lines = 0, with_acc = 0;
@@ -94,6 +98,31 @@ TEST(FmnistMlp, LearnsOnASubsetAndWritesMetrics) {
   }
   EXPECT_EQ(lines, 4);     // 2 workers x 2 epochs
   EXPECT_EQ(with_acc, 2);  // worker 0 evaluates
+}
+
+// The same small run with GPU workers (cuBLAS backend), two sharing one GPU: it learns as on the
+// CPU, and the summary names the backend that ran.
+TEST(FmnistMlp, LearnsOnTheGpuBackend) {
+  if (!GpuAvailable()) GTEST_SKIP() << "no usable CUDA device: fmnist_mlp on the GPU not checked";
+  AppOptions app;
+  app.consistency = {Consistency::kBsp, 0};
+  app.epochs = 2;
+  app.batch = 64;
+  app.progress_interval_s = 0;
+  app.target = 0.7;
+  FmnistOptions o;
+  o.device = Device::kGpu;
+  o.train_limit = 6000;
+  o.test_limit = 2000;
+  auto results = RunOnCluster(2, 2, [&](Client& c, AppResult* r) { return RunFmnistMlp(c, app, o, r); });
+  EXPECT_TRUE(results[0].reached_target) << results[0].summary;
+  EXPECT_GT(results[0].final_metric, 0.7);
+  for (const AppResult& r : results) {
+    EXPECT_NE(r.summary.find("backend=gpu (cuBLAS, "), std::string::npos) << r.summary;
+    EXPECT_GT(r.samples_per_s, 0);
+    EXPECT_GT(r.wait_fraction, 0);
+    EXPECT_LT(r.wait_fraction, 1);
+  }
 }
 
 TEST(FmnistMlp, MissingDataIsAClearError) {

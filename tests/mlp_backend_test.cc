@@ -292,13 +292,11 @@ void ExpectClose(const std::vector<float>& cpu, const std::vector<float>& gpu, c
   EXPECT_EQ(bad, 0) << what;
 }
 
-TEST(MlpBackend, CpuAndGpuAgree) {
-  if (!GpuAvailable()) {
-    GTEST_SKIP() << "no usable CUDA device (GpuAvailable() is false, or built with CUDA=0): "
-                    "CPU-vs-GPU agreement not checked";
-  }
-  const std::vector<int> layers = {784, 256, 128, 10};
-  const int max_batch = 64, batch = 50;
+// Both backends on the same batches: loss, every gradient entry, and Predict over more rows than
+// max_batch (chunked on both).
+void ExpectBackendsAgree(const std::vector<int>& layers, int max_batch, int batch) {
+  SCOPED_TRACE("layers " + std::to_string(layers.size()) + ", first " + std::to_string(layers[0]) +
+               ", classes " + std::to_string(layers.back()) + ", batch " + std::to_string(batch));
   auto cpu = MlpBackend::Create(Device::kCpu, layers, max_batch);
   auto gpu = MlpBackend::Create(Device::kGpu, layers, max_batch);
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
@@ -306,7 +304,8 @@ TEST(MlpBackend, CpuAndGpuAgree) {
   EXPECT_EQ((*gpu)->name().rfind("gpu (cuBLAS, ", 0), 0u) << (*gpu)->name();
 
   Net a(layers, 0.08f, 7), g(layers, 0.08f, 7);
-  Batch b = RandomBatch(200, layers[0], layers.back(), 8);
+  const int rows = std::max(200, 2 * batch);
+  Batch b = RandomBatch(rows, layers[0], layers.back(), 8);
   for (int step = 0; step < 2; ++step) {  // twice: buffers reused across calls
     float lc = 0.0f, lg = 0.0f;
     const float* x = b.x.data() + size_t(step) * batch * layers[0];
@@ -320,16 +319,28 @@ TEST(MlpBackend, CpuAndGpuAgree) {
     }
   }
 
-  // Predict over more rows than max_batch (chunked on both).
-  std::vector<int> pc(200), pg(200);
+  std::vector<int> pc(rows), pg(rows);
   float lc = 0.0f, lg = 0.0f;
-  ASSERT_TRUE((*cpu)->Predict(a.p(), b.x.data(), 200, pc.data(), b.labels.data(), &lc).ok());
-  Status s = (*gpu)->Predict(g.p(), b.x.data(), 200, pg.data(), b.labels.data(), &lg);
+  ASSERT_TRUE((*cpu)->Predict(a.p(), b.x.data(), rows, pc.data(), b.labels.data(), &lc).ok());
+  Status s = (*gpu)->Predict(g.p(), b.x.data(), rows, pg.data(), b.labels.data(), &lg);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_NEAR(lc, lg, 1e-5f * std::abs(lc));
   int differ = 0;
-  for (int i = 0; i < 200; ++i) differ += pc[i] != pg[i];
+  for (int i = 0; i < rows; ++i) differ += pc[i] != pg[i];
   EXPECT_LE(differ, 1) << "only a near-tie may round differently";
+}
+
+TEST(MlpBackend, CpuAndGpuAgree) {
+  if (!GpuAvailable()) {
+    GTEST_SKIP() << "no usable CUDA device (GpuAvailable() is false, or built with CUDA=0): "
+                    "CPU-vs-GPU agreement not checked";
+  }
+  ExpectBackendsAgree({784, 256, 128, 10}, 64, 50);  // the app's model, a partial batch
+  // Sizes off every multiple of 32: more classes than a warp has lanes (the softmax's strided
+  // loop), bias-gradient blocks with idle units, a batch of one and a full one.
+  ExpectBackendsAgree({37, 70, 45}, 16, 1);
+  ExpectBackendsAgree({37, 70, 45}, 16, 16);
+  ExpectBackendsAgree({5, 200}, 33, 33);  // no hidden layer
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// Per-app training throughput on the CPU backend, 1 and 2 workers against 2 servers (threads in
-// this process over tcp loopback). Baselines measured in the same run: for 2 workers, the
-// 1-worker figure (scaling); for fmnist_mlp, the backend's own compute rate with no parameter
-// server at all (what the network and synchronisation cost).
+// Per-app training throughput on the CPU backend (and fmnist_mlp on the GPU backend too where a
+// GPU is usable), 1 and 2 workers against 2 servers (threads in this process over tcp loopback).
+// Baselines measured in the same run: for 2 workers, the 1-worker figure (scaling); for
+// fmnist_mlp, the backend's own compute rate with no parameter server at all (what the network
+// and synchronisation cost), and the share of step time spent waiting on pulls.
 #include <memory>
 #include <vector>
 
@@ -17,77 +18,108 @@
 namespace pushpull::bench {
 namespace {
 
-// Runs `app` on a 2-server cluster with `workers` workers; returns the aggregate of the
-// workers' training throughput as the apps measure it (data loading and setup excluded).
-double Throughput(int workers, const std::function<Status(Client&, AppResult*)>& app) {
+// What a cluster run of an app measured: the workers' summed training throughput (data loading
+// and setup excluded) and their mean share of step time spent waiting on pulls.
+struct RunRate {
+  double samples_per_s = 0;
+  double wait_fraction = 0;
+};
+
+// Runs `app` on a 2-server cluster with `workers` workers; zeros when the run fails.
+RunRate Throughput(int workers, const std::function<Status(Client&, AppResult*)>& app) {
   LocalClusterConfig cfg;
   cfg.servers = 2;
   cfg.workers = workers;
   cfg.heartbeat_timeout_ms = 10000;
   LocalCluster cluster(cfg);
-  if (!cluster.Start().ok()) return 0;
+  if (!cluster.Start().ok()) return {};
   bool ok = true;
-  std::vector<double> rate(workers, 0);
+  std::vector<AppResult> results(workers);
   cluster.RunWorkers([&](Client& c, int w) {
-    AppResult r;
-    Status st = app(c, &r);
+    Status st = app(c, &results[w]);
     if (!st.ok()) {
       PP_LOG(Error) << st.ToString();
       ok = false;
     }
-    rate[w] = r.samples_per_s;
   });
   cluster.FinishAndJoin().IgnoreError();
-  double total = 0;
-  for (double r : rate) total += r;
-  return ok ? total : 0;
+  if (!ok) return {};
+  RunRate r;
+  for (const AppResult& a : results) {
+    r.samples_per_s += a.samples_per_s;
+    r.wait_fraction += a.wait_fraction / workers;
+  }
+  return r;
+}
+
+// The MLP's forward+backward alone on `device`, batches of `batch`, no server: samples/s.
+double ComputeOnly(Device device, int batch, int steps) {
+  auto net = MlpBackend::Create(device, {784, 256, 128, 10}, batch);
+  if (!net.ok()) {
+    PP_LOG(Error) << net.status().ToString();
+    return 0;
+  }
+  std::vector<std::vector<float>> p(3), g(3);
+  std::vector<const float*> pp;
+  std::vector<float*> gp;
+  for (int l = 0; l < 3; ++l) {
+    p[l].assign((*net)->layer_size(l), 0.01f);
+    g[l].resize((*net)->layer_size(l));
+    pp.push_back(p[l].data());
+    gp.push_back(g[l].data());
+  }
+  std::vector<float> x(size_t(batch) * 784, 0.5f);
+  std::vector<uint8_t> y(batch, 3);
+  float loss;
+  (*net)->ForwardBackward(pp, x.data(), y.data(), batch, gp, &loss).IgnoreError();  // warm-up
+  int64_t t0 = NowUs();
+  for (int s = 0; s < steps; ++s) {
+    Status st = (*net)->ForwardBackward(pp, x.data(), y.data(), batch, gp, &loss);
+    if (!st.ok()) {
+      PP_LOG(Error) << st.ToString();
+      return 0;
+    }
+  }
+  return double(steps) * batch / ((NowUs() - t0) * 1e-6);
+}
+
+// fmnist_mlp on `device` ("cpu" or "gpu" in the case names): one epoch over (a part of) the
+// training set with 1 and 2 workers, against the backend's own compute rate.
+void FmnistFigures(Reporter& rep, const Options& opt, Device device, const AppOptions& app) {
+  const bool gpu = device == Device::kGpu;
+  const std::string tag = gpu ? "fmnist_mlp_gpu" : "fmnist_mlp";
+  FmnistOptions fo;
+  fo.device = device;
+  fo.test_limit = 1000;
+  fo.train_limit = opt.quick ? 6000 : 30000;
+  RunRate fm[3];
+  for (int w : {1, 2}) {
+    fm[w] = Throughput(w, [&](Client& c, AppResult* r) { return RunFmnistMlp(c, app, fo, r); });
+  }
+  const double compute = ComputeOnly(device, app.batch, opt.quick ? 50 : 400);
+  const std::string backend = gpu ? "GPU backend (cuBLAS)" : "CPU backend (Eigen)";
+  rep.Add({"apps", tag + "_compute_only/1w", "samples/s", compute, 0,
+           backend + " forward+backward, batch " + std::to_string(app.batch) + ", no parameter server"});
+  rep.Add({"apps", tag + "/2s1w", "samples/s", fm[1].samples_per_s, compute,
+           "ssp:2, batch " + std::to_string(app.batch) +
+               ", Adam; baseline: compute alone (ratio = share of compute speed kept)"});
+  rep.Add({"apps", tag + "/2s2w", "samples/s", fm[2].samples_per_s, fm[1].samples_per_s,
+           "aggregate; baseline: 1 worker"});
+  for (int w : {1, 2}) {
+    rep.Add({"apps", tag + "_network_wait/2s" + std::to_string(w) + "w", "fraction", fm[w].wait_fraction, 0,
+             "share of step time (pull + forward/backward) spent in the pull, mean over workers"});
+  }
 }
 
 void AppsBench(Reporter& rep, const Options& opt) {
   SetLogLevel(LogLevel::kWarning);
-  // fmnist_mlp: one epoch over (a part of) the training set.
-  const int fm_images = opt.quick ? 6000 : 30000;
   AppOptions app;
   app.epochs = 1;
   app.batch = 64;
   app.progress_interval_s = 0;
   app.consistency = {Consistency::kSsp, 2};
-  FmnistOptions fo;
-  fo.device = Device::kCpu;
-  fo.test_limit = 1000;
-  double fm[3] = {0, 0, 0};
-  for (int w : {1, 2}) {
-    fo.train_limit = fm_images;
-    fm[w] = Throughput(w, [&](Client& c, AppResult* r) { return RunFmnistMlp(c, app, fo, r); });
-  }
-  // The same model's compute alone: forward+backward on batches of 64, no server.
-  double compute = 0;
-  {
-    auto net = MlpBackend::Create(Device::kCpu, {784, 256, 128, 10}, 64);
-    if (net.ok()) {
-      std::vector<std::vector<float>> p(3), g(3);
-      std::vector<const float*> pp;
-      std::vector<float*> gp;
-      for (int l = 0; l < 3; ++l) {
-        p[l].assign((*net)->layer_size(l), 0.01f);
-        g[l].resize((*net)->layer_size(l));
-        pp.push_back(p[l].data());
-        gp.push_back(g[l].data());
-      }
-      std::vector<float> x(64 * 784, 0.5f);
-      std::vector<uint8_t> y(64, 3);
-      float loss;
-      int steps = opt.quick ? 50 : 400;
-      int64_t t0 = NowUs();
-      for (int s = 0; s < steps; ++s) (*net)->ForwardBackward(pp, x.data(), y.data(), 64, gp, &loss).IgnoreError();
-      compute = steps * 64 / ((NowUs() - t0) * 1e-6);
-    }
-  }
-  rep.Add({"apps", "fmnist_mlp_compute_only/1w", "samples/s", compute, 0,
-           "CPU backend forward+backward, batch 64, no parameter server"});
-  rep.Add({"apps", "fmnist_mlp/2s1w", "samples/s", fm[1], compute,
-           "ssp:2, batch 64, Adam; baseline: compute alone (ratio = share of compute speed kept)"});
-  rep.Add({"apps", "fmnist_mlp/2s2w", "samples/s", fm[2], fm[1], "aggregate; baseline: 1 worker (2 cores shared by all)"});
+  FmnistFigures(rep, opt, Device::kCpu, app);
+  if (GpuAvailable()) FmnistFigures(rep, opt, Device::kGpu, app);
 
   // sparse_lr: streamed examples, sparse push/pull of the rows a minibatch touches.
   const int64_t ex = opt.quick ? 100000 : 600000;
@@ -98,7 +130,7 @@ void AppsBench(Reporter& rep, const Options& opt) {
   double sl[3] = {0, 0, 0};
   for (int w : {1, 2}) {
     so.examples_total = ex;
-    sl[w] = Throughput(w, [&](Client& c, AppResult* r) { return RunSparseLr(c, sapp, so, r); });
+    sl[w] = Throughput(w, [&](Client& c, AppResult* r) { return RunSparseLr(c, sapp, so, r); }).samples_per_s;
   }
   rep.Add({"apps", "sparse_lr/2s1w", "samples/s", sl[1], 0, "ssp:2, batch 1000, FTRL, 41 ids per example"});
   rep.Add({"apps", "sparse_lr/2s2w", "samples/s", sl[2], sl[1], "aggregate; baseline: 1 worker"});
@@ -111,7 +143,7 @@ void AppsBench(Reporter& rep, const Options& opt) {
   lapp.epochs = 2;
   double lr[3] = {0, 0, 0};
   for (int w : {1, 2})
-    lr[w] = Throughput(w, [&](Client& c, AppResult* r) { return RunLinreg(c, lapp, lo, r); });
+    lr[w] = Throughput(w, [&](Client& c, AppResult* r) { return RunLinreg(c, lapp, lo, r); }).samples_per_s;
   rep.Add({"apps", "linreg/2s1w", "samples/s", lr[1], 0, "ssp:2, batch 100, 100 features: one clock per 100 samples"});
   rep.Add({"apps", "linreg/2s2w", "samples/s", lr[2], lr[1], "aggregate; baseline: 1 worker"});
   SetLogLevel(LogLevel::kInfo);
