@@ -69,6 +69,7 @@ Status LocalCluster::Start() {
       o.heartbeat_interval_ms = config_.heartbeat_interval_ms;
       o.scheduler_timeout_ms = 10000 * kTimeoutScale;
       o.requested_rank = w;
+      if (config_.client_options) config_.client_options(w, &o);
       auto c = Client::Connect(o);
       if (c.ok()) clients_[w] = std::move(c.value());
       else st[w] = c.status();

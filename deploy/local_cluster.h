@@ -35,6 +35,8 @@ struct LocalClusterConfig {
   std::function<std::string(int w, const std::string& scheduler)> worker_scheduler_address;
   // Changes server s's options before it starts (fault tests: a proxy in front of it).
   std::function<void(int s, ServerOptions* o)> server_options;
+  // Changes worker w's client options before it connects.
+  std::function<void(int w, ClientOptions* o)> client_options;
 };
 
 class LocalCluster {

@@ -565,18 +565,21 @@ TableSpec AspZeros(const char* name, int rows) {
 }
 
 // One worker and one server whose data connections go through `proxy`, and table "w" (8 rows of
-// zeros, SGD lr 0.1, ASP unless given).
+// 4 zeros unless given, SGD lr 0.1, ASP unless given).
 struct ProxiedDataJob {
-  explicit ProxiedDataJob(const char* consistency = "asp", const std::string& host = "127.0.0.1")
-      : cluster(Config(proxy, host)) {
+  explicit ProxiedDataJob(const char* consistency = "asp", const std::string& host = "127.0.0.1",
+                          std::function<void(int, ClientOptions*)> client_options = nullptr, int rows = 8)
+      : cluster(Config(proxy, host, std::move(client_options))) {
     if (!cluster.Start().ok()) return;
-    TableSpec spec = AspZeros("w", 8);
+    TableSpec spec = AspZeros("w", rows);
     spec.consistency = *ParseConsistency(consistency);
     t = cluster.client(0).CreateTable(spec);
   }
-  static LocalClusterConfig Config(TcpProxy& proxy, const std::string& host) {
+  static LocalClusterConfig Config(TcpProxy& proxy, const std::string& host,
+                                   std::function<void(int, ClientOptions*)> client_options) {
     LocalClusterConfig cfg;
     cfg.server_options = DataThrough(proxy, 0, host);
+    cfg.client_options = std::move(client_options);
     return cfg;
   }
   TcpProxy proxy;
@@ -719,6 +722,67 @@ TEST(ConnectionFailure, RequestsWaitOutAServerUnreachableForAWhile) {
   ASSERT_TRUE(c.PullDense(*job.t, v.data()).Wait().ok());
   EXPECT_EQ(v[0], -0.1f);
   EXPECT_EQ(job.cluster.server(0).stats().pushes, 1u);
+  EXPECT_TRUE(job.cluster.FinishAndJoin().ok());
+}
+
+// Backpressure: while a server takes nothing, a worker's unanswered requests stop growing at
+// max_unanswered_mb: the next push waits in the call (not in memory) until the server answers,
+// and then both are applied once.
+TEST(ConnectionFailure, AServerTakingNothingHoldsUpTheSenderNotItsMemory) {
+  const int rows = 1 << 16;  // 4 floats a row: 1 MiB a push, the whole limit
+  ProxiedDataJob job("asp", "127.0.0.1", [](int, ClientOptions* o) { o->max_unanswered_mb = 1; }, rows);
+  ASSERT_TRUE(job.t.ok()) << job.t.status().ToString();
+  Client& c = job.cluster.client(0);
+  job.proxy.Hold(/*to_upstream=*/true, /*from_upstream=*/false);
+  Future first = c.PushDense(*job.t, std::vector<float>(rows * 4, 1.0f));
+  std::atomic<bool> posted{false};
+  Future second;
+  std::thread pusher([&] {
+    second = c.PushDense(*job.t, std::vector<float>(rows * 4, 1.0f));
+    posted = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_FALSE(posted.load()) << "a second MiB was taken while the first was unanswered";
+  job.proxy.Cut();  // ends the hold: the first is sent again and answered, which makes room
+  pusher.join();
+  Status st = first.WaitFor(15000);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  st = second.WaitFor(15000);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  std::vector<float> v(size_t(rows) * 4);
+  ASSERT_TRUE(c.PullDense(*job.t, v.data()).Wait().ok());
+  EXPECT_FLOAT_EQ(v[0], -0.2f);
+  EXPECT_FLOAT_EQ(v.back(), -0.2f);
+  EXPECT_EQ(job.cluster.server(0).stats().pushes, 2u);
+  EXPECT_EQ(c.stats().waits_for_room, 1u);
+  EXPECT_EQ(c.stats().unanswered_bytes, 0u) << "every answer gives its bytes back";
+  EXPECT_TRUE(job.cluster.FinishAndJoin().ok());
+}
+
+// A call that waits for room longer than its deadline fails, naming what it waited for, and is
+// never sent; the one before it is still applied once the server answers.
+TEST(ConnectionFailure, ACallWaitingForRoomPastItsDeadlineFailsUnsent) {
+  const int rows = 1 << 16;
+  ProxiedDataJob job("asp", "127.0.0.1", [](int, ClientOptions* o) {
+    o->max_unanswered_mb = 1;
+    o->request_timeout_ms = 700;
+  }, rows);
+  ASSERT_TRUE(job.t.ok()) << job.t.status().ToString();
+  Client& c = job.cluster.client(0);
+  job.proxy.Hold(/*to_upstream=*/true, /*from_upstream=*/false);
+  Future first = c.PushDense(*job.t, std::vector<float>(rows * 4, 1.0f));
+  Status st = c.PushDense(*job.t, std::vector<float>(rows * 4, 1.0f)).WaitFor(15000);
+  EXPECT_EQ(st.code(), Code::kDeadlineExceeded) << st.ToString();
+  EXPECT_NE(st.message().find("not sent"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("max_unanswered_mb = 1"), std::string::npos) << st.ToString();
+  job.proxy.Cut();
+  st = first.WaitFor(15000);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  std::vector<float> v(size_t(rows) * 4);
+  ASSERT_TRUE(c.PullDense(*job.t, v.data()).Wait().ok());
+  EXPECT_FLOAT_EQ(v[0], -0.1f);
+  EXPECT_EQ(job.cluster.server(0).stats().pushes, 1u);
+  EXPECT_EQ(c.stats().unanswered_bytes, 0u);
   EXPECT_TRUE(job.cluster.FinishAndJoin().ok());
 }
 

@@ -8,6 +8,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -16,9 +17,9 @@
 #include <limits>
 #include <map>
 #include <mutex>
-#include <algorithm>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "common/control.h"
 #include "common/log.h"
@@ -281,6 +282,41 @@ struct Part {
   // to the server drops before the answer came (the server answers a repeat once).
   zmq::message_t sent_header, sent_keys, sent_values;
   bool unsent = false;  // held back (ZeroMQ could not take it, or one before it): FlushHeld sends it
+  size_t bytes = 0;     // payload held for it (keys and values): counted against max_unanswered_mb
+};
+
+// Requests sent (or held back) and not yet answered, by request id, oldest first, and the payload
+// bytes they keep alive until answered (ClientOptions::max_unanswered_mb). Guarded by its owner.
+class PendingRequests {
+ public:
+  using Map = std::map<uint64_t, Part>;
+  Map::iterator begin() { return m_.begin(); }
+  Map::iterator end() { return m_.end(); }
+  Map::iterator find(uint64_t id) { return m_.find(id); }
+  bool empty() const { return m_.empty(); }
+  size_t bytes() const { return bytes_; }
+  void emplace(uint64_t id, Part p) {
+    bytes_ += p.bytes;
+    m_.emplace(id, std::move(p));
+  }
+  Map::iterator erase(Map::iterator it) {
+    bytes_ -= it->second.bytes;
+    return m_.erase(it);
+  }
+  size_t erase(uint64_t id) {
+    auto it = m_.find(id);
+    if (it == m_.end()) return 0;
+    erase(it);
+    return 1;
+  }
+  Map TakeAll() {
+    bytes_ = 0;
+    return std::exchange(m_, Map());
+  }
+
+ private:
+  Map m_;
+  size_t bytes_ = 0;
 };
 
 struct Command {
@@ -489,8 +525,14 @@ class ClientImpl final : public Client, private internal::Receiver {
   Status Checkpoint() override;
   Status Finish() override;
   ClientStats stats() const override {
-    std::lock_guard<std::mutex> l(mu_);
-    return stats_;
+    ClientStats st;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      st = stats_;
+    }
+    std::lock_guard<std::mutex> l(pending_mu_);
+    st.unanswered_bytes = pending_.bytes();
+    return st;
   }
 
  private:
@@ -503,6 +545,9 @@ class ClientImpl final : public Client, private internal::Receiver {
   }
   // Posts commands to the I/O thread, assigning request ids in posting order.
   void Post(std::vector<std::unique_ptr<Command>> cmds);
+  // Waits until `bytes` more payload fits under max_unanswered_mb (or nothing is unanswered), at
+  // most request_timeout_ms, receiving replies meanwhile; DeadlineExceeded names what it waited for.
+  Status WaitForRoom(size_t bytes, const Command& first);
   // timeout_ms < 0: the client's request_timeout_ms.
   Result<Header> ControlCall(Header h, const std::string& what, int64_t timeout_ms = -1);
   // Into out, or kept in view (no copy).
@@ -563,7 +608,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   std::mutex send_mu_;                  // request ids are assigned and sent in one order
   std::vector<char> held_;              // under send_mu_: per server, requests held back (FlushHeld)
   std::atomic<bool> any_held_{false};
-  std::mutex pending_mu_;               // guards pending_
+  mutable std::mutex pending_mu_;       // guards pending_
   zmq::socket_t cmd_in_;
   std::thread io_;
   std::atomic<bool> stop_{false};
@@ -579,7 +624,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   ClientStats stats_;
   std::map<uint32_t, TableInfo> tables_;
 
-  std::map<uint64_t, Part> pending_;   // under pending_mu_
+  PendingRequests pending_;            // under pending_mu_
   // I/O thread only.
   std::deque<std::pair<int64_t, std::unique_ptr<Command>>> delayed_;  // send_latency_ms
   // Requests to the scheduler with no answer yet: each is sent again (same request id) every
@@ -634,6 +679,14 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
     for (const auto& d : cmds) d->part.fs->Complete(d->part.target, st);
     return;
   }
+  // Backpressure: while earlier requests hold too much payload unanswered (a server that takes
+  // nothing, or slower than this worker posts), the call waits here, not in memory.
+  size_t bytes = 0;
+  for (const auto& c : cmds) bytes += c->keys.size() + c->values.size();
+  if (Status room = WaitForRoom(bytes, *cmds.front()); !room.ok()) {
+    for (const auto& d : cmds) d->part.fs->Complete(d->part.target, room);
+    return;
+  }
   // One lock around id assignment and sending: a server sees each worker's push ids increase.
   // Pushes, pulls and clocks are stamped with this worker's clock here too, so that with several
   // threads a push sent after a Clock() carries the new clock (the server refuses stale ones).
@@ -676,6 +729,43 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
   if (ticks) clock_ = clock;
 }
 
+Status ClientImpl::WaitForRoom(size_t bytes, const Command& first) {
+  const size_t limit = size_t(options_.max_unanswered_mb) << 20;
+  if (limit == 0 || bytes == 0) return Status::OK();
+  const Deadline deadline = Deadline::In(options_.request_timeout_ms);
+  bool counted = false;
+  for (;;) {
+    std::shared_ptr<FutureState> oldest;
+    size_t held;
+    {
+      std::lock_guard<std::mutex> l(pending_mu_);
+      held = pending_.bytes();
+      if (held == 0 || held + bytes <= limit) return Status::OK();
+      oldest = pending_.begin()->second.fs;
+    }
+    if (!counted) {
+      counted = true;
+      std::lock_guard<std::mutex> l(mu_);
+      ++stats_.waits_for_room;
+    }
+    if (deadline.Expired()) {
+      std::string what;
+      {
+        std::lock_guard<std::mutex> l(first.part.fs->mu);
+        what = first.part.fs->What();
+      }
+      return Status::DeadlineExceeded(what + ": not sent: waited " + std::to_string(options_.request_timeout_ms) +
+                                      " ms for earlier requests holding " + std::to_string(held) +
+                                      " bytes to be answered (limit: max_unanswered_mb = " +
+                                      std::to_string(options_.max_unanswered_mb) + "; a server is slow or unreachable)");
+    }
+    // Waiting on the oldest receives replies here, as any waiter does; it stays the caller's.
+    internal::WaitState(oldest, std::max<int64_t>(1, std::min<int64_t>(deadline.RemainingMs(), internal::kReceiveSliceMs)),
+                        /*abandon=*/false)
+        .IgnoreError();
+  }
+}
+
 // Registers the request, then sends it on tx_. Caller holds send_mu_.
 void ClientImpl::SendToServer(std::unique_ptr<Command> c) {
   const int s = c->part.target;
@@ -686,6 +776,7 @@ void ClientImpl::SendToServer(std::unique_ptr<Command> c) {
   c->part.sent_header.copy(header);
   c->part.sent_keys.copy(c->keys);
   c->part.sent_values.copy(c->values);
+  c->part.bytes = c->keys.size() + c->values.size();
   {
     std::lock_guard<std::mutex> l(pending_mu_);
     pending_.emplace(id, std::move(c->part));
@@ -1596,10 +1687,10 @@ void ClientImpl::FailAll(const Status& st) {
     std::lock_guard<std::mutex> l(mu_);
     if (sticky_.ok()) sticky_ = st;
   }
-  std::map<uint64_t, Part> failed;
+  PendingRequests::Map failed;
   {
     std::lock_guard<std::mutex> l(pending_mu_);
-    failed.swap(pending_);
+    failed = pending_.TakeAll();
   }
   for (auto& [id, part] : failed) part.fs->Complete(part.target, st);
 }
@@ -1610,6 +1701,9 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   PP_RETURN_IF_ERROR(ControlOptionsOf(options).Validate());
   if (options.request_timeout_ms < 1)
     return Status::InvalidArgument("request_timeout_ms must be at least 1, not " + std::to_string(options.request_timeout_ms));
+  if (options.max_unanswered_mb < 0)
+    return Status::InvalidArgument("max_unanswered_mb must be 0 (no limit) or more, not " +
+                                   std::to_string(options.max_unanswered_mb));
   auto c = std::make_unique<ClientImpl>(options);
   PP_RETURN_IF_ERROR(c->Start());
   return std::unique_ptr<Client>(std::move(c));

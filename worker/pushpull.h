@@ -47,6 +47,11 @@ struct ClientOptions {
   int register_timeout_ms = 120000;   // how long Connect waits for the whole job to register
   int requested_rank = -1;            // >= 0: ask for this worker rank (if free)
   int send_latency_ms = 0;            // experiments: hold every outgoing message this long
+  // Backpressure: a call whose payload would take the payload of this worker's unanswered requests
+  // over this many MiB waits (at most request_timeout_ms) for earlier ones to be answered, rather
+  // than keep them all in memory while a server is slow or unreachable. 0: no limit. A single
+  // call over it is sent once nothing else is unanswered.
+  int max_unanswered_mb = 1024;
   // Checkpoint() waits this long: more than two of the scheduler's default deadlines (every worker
   // asking, then every server writing: --checkpoint_timeout_s, 600 s each), which answer it
   // first; raise it if the scheduler's is above 900 s.
@@ -120,6 +125,8 @@ struct ClientStats {
   uint64_t bytes_sent = 0, bytes_received = 0;
   int32_t max_staleness = 0;
   uint64_t resent = 0;  // requests sent to a server again after a connection to it dropped
+  uint64_t unanswered_bytes = 0;  // now: payload of requests not answered yet (max_unanswered_mb)
+  uint64_t waits_for_room = 0;    // calls that waited because of max_unanswered_mb
 };
 
 class Client {
