@@ -5,12 +5,16 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <set>
 #include <string>
+#include <vector>
 
 DECLARE_bool(help);
 DECLARE_bool(helpshort);
@@ -46,13 +50,45 @@ bool ValueParses(const std::string& type, const std::string& v) {
   return errno == 0 && end != nullptr && *end == '\0';
 }
 
-void RefuseBadFlags(int argc, char** argv) {
-  auto refuse = [&](const std::string& why) {
-    std::fprintf(stderr, "%s: %s (see --help)\n", argv[0], why.c_str());
-    std::exit(2);
-  };
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
+[[noreturn]] void Refuse(const char* prog, const std::string& why) {
+  std::fprintf(stderr, "%s: %s (see --help)\n", prog, why.c_str());
+  std::exit(2);
+}
+
+std::set<std::string> SplitCommas(const std::string& v) {
+  std::set<std::string> out;
+  size_t b = 0;
+  while (b <= v.size()) {
+    const size_t e = std::min(v.find(',', b), v.size());
+    if (e > b) out.insert(v.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+// The flags in a --flagfile, as gflags reads them: one per line, "#" comments and blank lines
+// skipped (a line not starting with '-' names files the next lines apply to: not flags).
+std::vector<std::string> FlagfileArgs(const char* prog, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) Refuse(prog, "--flagfile=" + path + ": cannot open it");
+  std::vector<std::string> args;
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t b = line.find_first_not_of(" \t\r");
+    if (b == std::string::npos || line[b] != '-') continue;
+    const size_t e = line.find_last_not_of(" \t\r");
+    args.push_back(line.substr(b, e - b + 1));
+  }
+  return args;
+}
+
+// Checks args (from the command line, or a flagfile named `source`) against the flags defined;
+// `undefok`: names that may be unknown (gflags' --undefok).
+void CheckArgs(const char* prog, const std::vector<std::string>& args, const std::string& source,
+               const std::set<std::string>& undefok, int depth) {
+  const std::string in = source.empty() ? "" : " in --flagfile=" + source;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
     if (a == "--") break;  // what follows is another program's (pushpull-launch's workers')
     if (a.size() < 2 || a[0] != '-') continue;
     std::string name = a.substr(a[1] == '-' ? 2 : 1);
@@ -63,19 +99,36 @@ void RefuseBadFlags(int argc, char** argv) {
     gflags::CommandLineFlagInfo info;
     if (gflags::GetCommandLineFlagInfo(name.c_str(), &info)) {
       if (!has_value && info.type != "bool") {  // "--flag value"
-        if (i + 1 >= argc) refuse("flag --" + name + " needs a value");
-        value = argv[++i];
+        if (i + 1 >= args.size()) Refuse(prog, "flag --" + name + in + " needs a value");
+        value = args[++i];
       } else if (!has_value) {
         continue;  // --boolflag
       }
-      if (!ValueParses(info.type, value)) refuse("--" + name + "=" + value + " is not a valid " + info.type);
+      if (!ValueParses(info.type, value)) Refuse(prog, "--" + name + "=" + value + in + " is not a valid " + info.type);
+      if (name == "flagfile") {
+        if (depth > 8) Refuse(prog, "--flagfile=" + value + ": flagfiles nested more than 8 deep");
+        for (const std::string& f : SplitCommas(value)) CheckArgs(prog, FlagfileArgs(prog, f), f, undefok, depth + 1);
+      }
       continue;
     }
     if (!has_value && name.rfind("no", 0) == 0 && gflags::GetCommandLineFlagInfo(name.c_str() + 2, &info) &&
         info.type == "bool")
       continue;  // --noflag
-    refuse("unknown flag " + a);
+    if (undefok.count(name) || (name.rfind("no", 0) == 0 && undefok.count(name.substr(2)))) continue;
+    Refuse(prog, "unknown flag " + a + in);
   }
+}
+
+void RefuseBadFlags(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::set<std::string> undefok;
+  for (size_t i = 0; i < args.size() && args[i] != "--"; ++i) {
+    if (args[i].rfind("--undefok=", 0) == 0 || args[i].rfind("-undefok=", 0) == 0)
+      for (const std::string& n : SplitCommas(args[i].substr(args[i].find('=') + 1))) undefok.insert(n);
+    else if ((args[i] == "--undefok" || args[i] == "-undefok") && i + 1 < args.size())
+      for (const std::string& n : SplitCommas(args[i + 1])) undefok.insert(n);
+  }
+  CheckArgs(argv[0], args, "", undefok, 0);
 }
 
 }  // namespace

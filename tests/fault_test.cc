@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <signal.h>
 
 #include <atomic>
@@ -1012,6 +1013,28 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
                        30, &out),
             2) << out;
   EXPECT_NE(out.find("PP_TRANSPORT_PROFILE=garbage: want OP/SIZE/SsWw"), std::string::npos) << out;
+  // Flags in a --flagfile are checked the same way, naming the file; a missing file too;
+  // --undefok lets the flags it names be unknown, as gflags does.
+  const std::string flagfile = ::testing::TempDir() + "/bad_flags.txt";
+  {
+    std::ofstream f(flagfile);
+    f << "# a comment\n\n--filter=nothing\n  --threads=abc\n";
+  }
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-bench --flagfile=" + flagfile + " --list", 30, &out), 2) << out;
+  EXPECT_NE(out.find("--threads=abc in --flagfile=" + flagfile + " is not a valid int32"), std::string::npos) << out;
+  {
+    std::ofstream f(flagfile);
+    f << "--filter=nothing\n--bogus=1\n";
+  }
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-bench --flagfile=" + flagfile + " --list", 30, &out), 2) << out;
+  EXPECT_NE(out.find("unknown flag --bogus=1 in --flagfile="), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-bench --undefok=bogus --flagfile=" + flagfile + " --list", 30, &out), 0)
+      << out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-bench --bogus --nobogus2 --undefok=bogus,bogus2 --filter=nothing --list", 30,
+                       &out),
+            0) << out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-bench --flagfile=/nonexistent/flags --list", 30, &out), 2) << out;
+  EXPECT_NE(out.find("--flagfile=/nonexistent/flags: cannot open it"), std::string::npos) << out;
   if (!GpuAvailable()) {  // no GPU: no restart would find one
     EXPECT_EQ(RunCommand(BinDir() + "/pushpull-worker --scheduler=tcp://127.0.0.1:1 --app=fmnist_mlp --device=gpu", 30,
                          &out),
