@@ -683,7 +683,7 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
   // nothing, or slower than this worker posts), the call waits here, not in memory.
   size_t bytes = 0;
   for (const auto& c : cmds) bytes += c->keys.size() + c->values.size();
-  if (Status room = WaitForRoom(bytes, *cmds.front()); !room.ok()) {
+  if (Status room = bytes == 0 ? Status::OK() : WaitForRoom(bytes, *cmds.front()); !room.ok()) {
     for (const auto& d : cmds) d->part.fs->Complete(d->part.target, room);
     return;
   }
@@ -741,7 +741,11 @@ Status ClientImpl::WaitForRoom(size_t bytes, const Command& first) {
       std::lock_guard<std::mutex> l(pending_mu_);
       held = pending_.bytes();
       if (held == 0 || held + bytes <= limit) return Status::OK();
-      oldest = pending_.begin()->second.fs;
+      for (auto& [id, part] : pending_) {  // the oldest holding payload (not a barrier, say)
+        if (part.bytes == 0) continue;
+        oldest = part.fs;
+        break;
+      }
     }
     if (!counted) {
       counted = true;
