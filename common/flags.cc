@@ -2,6 +2,7 @@
 
 #include <gflags/gflags.h>
 
+#include <fnmatch.h>
 #include <limits.h>
 #include <unistd.h>
 
@@ -66,30 +67,55 @@ std::set<std::string> SplitCommas(const std::string& v) {
   return out;
 }
 
-// The flags in a --flagfile, as gflags reads them: one per line, "#" comments and blank lines
-// skipped (a line not starting with '-' names files the next lines apply to: not flags).
+// The flags in a --flagfile that apply to this program, as gflags reads them: a line at a time,
+// leading blanks skipped, "#" comments and blank lines ignored; a line not starting with '-' is a
+// list of program-name globs, and the flag lines after it apply only where one matches argv[0]
+// or its base name.
 std::vector<std::string> FlagfileArgs(const char* prog, const std::string& path) {
   std::ifstream in(path);
   if (!in) Refuse(prog, "--flagfile=" + path + ": cannot open it");
+  const std::string argv0 = prog, base = argv0.substr(argv0.rfind('/') + 1);
   std::vector<std::string> args;
+  bool relevant = true, in_names = false;
   std::string line;
   while (std::getline(in, line)) {
-    const size_t b = line.find_first_not_of(" \t\r");
-    if (b == std::string::npos || line[b] != '-') continue;
-    const size_t e = line.find_last_not_of(" \t\r");
-    args.push_back(line.substr(b, e - b + 1));
+    const size_t b = line.find_first_not_of(" \t\r\f\v");
+    if (b == std::string::npos) continue;
+    line = line.substr(b, line.find('\r', b) == std::string::npos ? std::string::npos : line.find('\r', b) - b);
+    if (line[0] == '#') continue;
+    if (line[0] == '-') {
+      in_names = false;
+      if (relevant) args.push_back(line);
+      continue;
+    }
+    if (!in_names) relevant = false;
+    in_names = true;
+    size_t w = 0;
+    while (!relevant && w <= line.size()) {
+      const size_t e = std::min(line.find(' ', w), line.size());
+      const std::string glob = line.substr(w, e - w);
+      relevant = !glob.empty() && (fnmatch(glob.c_str(), argv0.c_str(), FNM_PATHNAME) == 0 ||
+                                   fnmatch(glob.c_str(), base.c_str(), FNM_PATHNAME) == 0);
+      w = e + 1;
+    }
   }
   return args;
 }
 
-// Checks args (from the command line, or a flagfile named `source`) against the flags defined;
-// `undefok`: names that may be unknown (gflags' --undefok).
-void CheckArgs(const char* prog, const std::vector<std::string>& args, const std::string& source,
-               const std::set<std::string>& undefok, int depth) {
+struct FlagCheck {
+  const char* prog;
+  std::set<std::string> undefok;                             // gflags' --undefok, from anywhere
+  std::vector<std::pair<std::string, std::string>> unknown;  // name, as written (+ where)
+};
+
+// Checks args (from the command line, or a flagfile named `source`, whose lines are one flag
+// each) against the flags defined; unknown ones are judged at the end, against every --undefok.
+void CheckArgs(FlagCheck* fc, const std::vector<std::string>& args, const std::string& source, int depth) {
+  const char* prog = fc->prog;
   const std::string in = source.empty() ? "" : " in --flagfile=" + source;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--") break;  // what follows is another program's (pushpull-launch's workers')
+    if (a == "--" && source.empty()) break;  // what follows is another program's (pushpull-launch's workers')
     if (a.size() < 2 || a[0] != '-') continue;
     std::string name = a.substr(a[1] == '-' ? 2 : 1);
     const size_t eq = name.find('=');
@@ -98,37 +124,36 @@ void CheckArgs(const char* prog, const std::vector<std::string>& args, const std
     name = name.substr(0, eq);
     gflags::CommandLineFlagInfo info;
     if (gflags::GetCommandLineFlagInfo(name.c_str(), &info)) {
-      if (!has_value && info.type != "bool") {  // "--flag value"
-        if (i + 1 >= args.size()) Refuse(prog, "flag --" + name + in + " needs a value");
-        value = args[++i];
+      if (!has_value && info.type != "bool") {
+        if (!source.empty()) Refuse(prog, "flag --" + name + in + " needs a value (--" + name + "=VALUE)");
+        if (i + 1 >= args.size()) Refuse(prog, "flag --" + name + " needs a value");
+        value = args[++i];  // "--flag value"
       } else if (!has_value) {
         continue;  // --boolflag
       }
       if (!ValueParses(info.type, value)) Refuse(prog, "--" + name + "=" + value + in + " is not a valid " + info.type);
-      if (name == "flagfile") {
+      if (name == "undefok") {
+        for (const std::string& n : SplitCommas(value)) fc->undefok.insert(n);
+      } else if (name == "flagfile") {
         if (depth > 8) Refuse(prog, "--flagfile=" + value + ": flagfiles nested more than 8 deep");
-        for (const std::string& f : SplitCommas(value)) CheckArgs(prog, FlagfileArgs(prog, f), f, undefok, depth + 1);
+        for (const std::string& f : SplitCommas(value)) CheckArgs(fc, FlagfileArgs(prog, f), f, depth + 1);
       }
       continue;
     }
     if (!has_value && name.rfind("no", 0) == 0 && gflags::GetCommandLineFlagInfo(name.c_str() + 2, &info) &&
         info.type == "bool")
       continue;  // --noflag
-    if (undefok.count(name) || (name.rfind("no", 0) == 0 && undefok.count(name.substr(2)))) continue;
-    Refuse(prog, "unknown flag " + a + in);
+    fc->unknown.emplace_back(name, a + in);
   }
 }
 
 void RefuseBadFlags(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  std::set<std::string> undefok;
-  for (size_t i = 0; i < args.size() && args[i] != "--"; ++i) {
-    if (args[i].rfind("--undefok=", 0) == 0 || args[i].rfind("-undefok=", 0) == 0)
-      for (const std::string& n : SplitCommas(args[i].substr(args[i].find('=') + 1))) undefok.insert(n);
-    else if ((args[i] == "--undefok" || args[i] == "-undefok") && i + 1 < args.size())
-      for (const std::string& n : SplitCommas(args[i + 1])) undefok.insert(n);
+  FlagCheck fc{argv[0], {}, {}};
+  CheckArgs(&fc, std::vector<std::string>(argv + 1, argv + argc), "", 0);
+  for (const auto& [name, written] : fc.unknown) {
+    if (fc.undefok.count(name) || (name.rfind("no", 0) == 0 && fc.undefok.count(name.substr(2)))) continue;
+    Refuse(argv[0], "unknown flag " + written);
   }
-  CheckArgs(argv[0], args, "", undefok, 0);
 }
 
 }  // namespace

@@ -296,8 +296,8 @@ class PendingRequests {
   bool empty() const { return m_.empty(); }
   size_t bytes() const { return bytes_; }
   void emplace(uint64_t id, Part p) {
-    bytes_ += p.bytes;
-    m_.emplace(id, std::move(p));
+    const size_t b = p.bytes;
+    if (m_.try_emplace(id, std::move(p)).second) bytes_ += b;
   }
   Map::iterator erase(Map::iterator it) {
     bytes_ -= it->second.bytes;
@@ -333,6 +333,8 @@ ControlOptions ControlOptionsOf(const ClientOptions& o) {
                         o.requested_rank};
 }
 constexpr int64_t kDrainMs = 2;
+// How often a call waiting for room (max_unanswered_mb) looks again at the bytes unanswered.
+constexpr int64_t kRoomSliceMs = 5;
 // Request sockets are reconnected by the client, not by ZeroMQ (OpenTx): a new one when the old
 // one dropped, after kTxBackoffMinMs doubling to kTxBackoffMaxMs while drops come within
 // kTxStableMs of each other; a new one too when one has not connected within kTxConnectMs.
@@ -684,6 +686,12 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
   size_t bytes = 0;
   for (const auto& c : cmds) bytes += c->keys.size() + c->values.size();
   if (Status room = bytes == 0 ? Status::OK() : WaitForRoom(bytes, *cmds.front()); !room.ok()) {
+    // Sticky: a push never sent must not be followed by a Clock() that says its step is done
+    // (under BSP the clock would close without it); the job fails, and restarts from a checkpoint.
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (sticky_.ok()) sticky_ = room;
+    }
     for (const auto& d : cmds) d->part.fs->Complete(d->part.target, room);
     return;
   }
@@ -747,10 +755,11 @@ Status ClientImpl::WaitForRoom(size_t bytes, const Command& first) {
         break;
       }
     }
-    if (!counted) {
-      counted = true;
+    {
       std::lock_guard<std::mutex> l(mu_);
-      ++stats_.waits_for_room;
+      if (!sticky_.ok()) return sticky_;  // the job failed meanwhile: say why, not "no room"
+      if (!counted) ++stats_.waits_for_room;
+      counted = true;
     }
     if (deadline.Expired()) {
       std::string what;
@@ -763,8 +772,9 @@ Status ClientImpl::WaitForRoom(size_t bytes, const Command& first) {
                                       " bytes to be answered (limit: max_unanswered_mb = " +
                                       std::to_string(options_.max_unanswered_mb) + "; a server is slow or unreachable)");
     }
-    // Waiting on the oldest receives replies here, as any waiter does; it stays the caller's.
-    internal::WaitState(oldest, std::max<int64_t>(1, std::min<int64_t>(deadline.RemainingMs(), internal::kReceiveSliceMs)),
+    // Waiting on the oldest receives replies here, as any waiter does (it stays the caller's), in
+    // short slices: answers from other servers make room too.
+    internal::WaitState(oldest, std::max<int64_t>(1, std::min<int64_t>(deadline.RemainingMs(), kRoomSliceMs)),
                         /*abandon=*/false)
         .IgnoreError();
   }
@@ -792,7 +802,7 @@ void ClientImpl::SendToServer(std::unique_ptr<Command> c) {
   // Held back, in order, while ZeroMQ cannot take requests to s (a connection not there: request
   // sockets are not reconnected by ZeroMQ; or the server takes nothing and the queue is full): the
   // I/O thread sends them once it can (FlushHeld), or a new connection does (OnConnectionEvents).
-  // Callers never block on a send.
+  // Callers never block on a send (only on room, in Post: ClientOptions::max_unanswered_mb).
   bool would_block = held_[s];
   if (st.ok() && !would_block)
     st = SendDataFrames(tx_[s], std::move(header), std::move(c->keys), std::move(c->values), &would_block);

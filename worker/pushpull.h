@@ -47,10 +47,12 @@ struct ClientOptions {
   int register_timeout_ms = 120000;   // how long Connect waits for the whole job to register
   int requested_rank = -1;            // >= 0: ask for this worker rank (if free)
   int send_latency_ms = 0;            // experiments: hold every outgoing message this long
-  // Backpressure: a call whose payload would take the payload of this worker's unanswered requests
-  // over this many MiB waits (at most request_timeout_ms) for earlier ones to be answered, rather
-  // than keep them all in memory while a server is slow or unreachable. 0: no limit. A single
-  // call over it is sent once nothing else is unanswered.
+  // Backpressure: a call whose payload (a push's keys and values, a keyed pull's keys) would take
+  // the payload of this worker's unanswered requests over this many MiB waits in the call, at most
+  // request_timeout_ms, for earlier ones to be answered, rather than keep them all in memory while
+  // a server is slow or unreachable; past that it fails unsent, and the client's error is sticky
+  // (a push left out must not be clocked). 0: no limit. A single call over it is sent once nothing
+  // else is unanswered. Requests delayed by send_latency_ms are not counted.
   int max_unanswered_mb = 1024;
   // Checkpoint() waits this long: more than two of the scheduler's default deadlines (every worker
   // asking, then every server writing: --checkpoint_timeout_s, 600 s each), which answer it

@@ -17,8 +17,8 @@ DEFINE_string(scheduler, "tcp://127.0.0.1:7000", "address of pushpull-scheduler"
 DEFINE_string(app, "", "training app to run: linreg | fmnist_mlp | sparse_lr");
 DEFINE_string(consistency, "bsp", "consistency model of the app's tables: bsp | ssp:K | asp");
 DEFINE_int32(request_timeout_ms, 120000, "deadline of every push, pull, barrier and table creation");
-DEFINE_int32(max_unanswered_mb, 1024, "backpressure: a push waits (up to --request_timeout_ms) while this worker's "
-             "unanswered requests hold this many MiB of payload (0: no limit)");
+DEFINE_int32(max_unanswered_mb, 1024, "backpressure: a push or keyed pull waits (up to --request_timeout_ms, then "
+             "the worker fails) while this worker's unanswered requests hold this many MiB of payload (0: no limit)");
 DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this worker is alive");
 DEFINE_int32(scheduler_timeout_ms, 15000, "give up when the scheduler is silent this long");
 DEFINE_int32(register_timeout_ms, 120000, "how long to wait for the whole job to register");
