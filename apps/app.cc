@@ -110,19 +110,25 @@ void Injector::AfterStep(double compute_s) {
 
 namespace {
 // Where a run of `epochs` epochs starts when the job is at `c` (see FirstEpoch).
-Result<int> FirstEpochOf(int64_t c, int epochs, const std::function<int64_t(int)>& clock_after, const char* app_name) {
-  if (c == 0) return 1;
+Result<StartPoint> FirstEpochOf(int64_t c, int epochs, const std::function<int64_t(int)>& clock_after,
+                                const char* app_name, bool replacement) {
+  if (c == 0) return StartPoint{1, 0};
   for (int e = 1; e <= epochs; ++e) {
     const int64_t end = clock_after(e);
     if (end < c) continue;
+    if (end > c && replacement) {
+      PP_LOG(Info) << app_name << ": taking a dead worker's place in epoch " << e << " after its step "
+                   << c - clock_after(e - 1) << " (clock " << c << ")";
+      return StartPoint{e, c - clock_after(e - 1)};
+    }
     if (end > c) break;
     if (e == epochs) {
       PP_LOG(Info) << app_name << ": the checkpoint (clock " << c << ") is after the last epoch, " << e
                    << ": nothing left to train; evaluating the restored model";
-      return e + 1;
+      return StartPoint{e + 1, 0};
     }
     PP_LOG(Info) << app_name << ": resuming after epoch " << e << " (clock " << c << ")";
-    return e + 1;
+    return StartPoint{e + 1, 0};
   }
   return Status::FailedPrecondition(std::string(app_name) + ": restored at clock " + std::to_string(c) +
                                     ", which ends no epoch of this run (epochs end at clocks " +
@@ -131,12 +137,12 @@ Result<int> FirstEpochOf(int64_t c, int epochs, const std::function<int64_t(int)
 }
 }  // namespace
 
-Result<int> FirstEpoch(const Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
-                       const char* app_name) {
-  auto first = FirstEpochOf(client.clock(), app.epochs, clock_after, app_name);
+Result<StartPoint> FirstEpoch(const Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
+                              const char* app_name) {
+  auto first = FirstEpochOf(client.clock(), app.epochs, clock_after, app_name, client.replacement());
   // Checkpoints asked for in a job without them fail now rather than after an epoch (a job
   // restored after its last epoch trains, and checkpoints, no more).
-  if (first.ok() && *first <= app.epochs && app.checkpoint_every_epochs > 0 && !client.checkpoints_enabled())
+  if (first.ok() && first->epoch <= app.epochs && app.checkpoint_every_epochs > 0 && !client.checkpoints_enabled())
     return Status::InvalidArgument(std::string(app_name) + ": --checkpoint_every_epochs=" +
                                    std::to_string(app.checkpoint_every_epochs) +
                                    " needs checkpoints on (the scheduler's --checkpoint_dir)");

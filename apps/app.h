@@ -56,8 +56,14 @@ struct AppOptions {
 // when the clock ends no epoch of this run (other data, batch size or worker count);
 // InvalidArgument when checkpoints are asked for (app.checkpoint_every_epochs) in a job without
 // them (the scheduler has no checkpoint directory): before training, not after the first epoch.
-Result<int> FirstEpoch(const Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
-                       const char* app_name);
+// A client that took a dead worker's place (Client::replacement()) may start mid-epoch: `skip` is
+// then the steps of that epoch its predecessor had done (0 otherwise).
+struct StartPoint {
+  int epoch = 1;
+  int64_t skip = 0;
+};
+Result<StartPoint> FirstEpoch(const Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
+                              const char* app_name);
 // After epoch `epoch` (its last Clock() done): a checkpoint when AppOptions asks for one, every
 // checkpoint_every_epochs epochs and after the last.
 Status CheckpointIfDue(Client& client, const AppOptions& app, int epoch, const char* app_name);

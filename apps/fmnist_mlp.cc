@@ -125,7 +125,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
   auto first = FirstEpoch(client, app, [&](int e) { return int64_t(e) * steps; }, "fmnist_mlp");
   if (!first.ok()) return first.status();
   // Resuming: the skipped epochs' shuffles, so that the next epoch sees the order it would have.
-  for (int e = 1; e < *first; ++e) std::shuffle(order.begin(), order.end(), rng);
+  for (int e = 1; e < first->epoch; ++e) std::shuffle(order.begin(), order.end(), rng);
   int64_t start = NowMs(), samples = 0;
   double accuracy = 0;
   double wait_s = 0, compute_s = 0;
@@ -139,17 +139,17 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
     accuracy = double(correct) / test.n;
     return Status::OK();
   };
-  if (*first > app.epochs && rank == 0) {  // restored after the last epoch
+  if (first->epoch > app.epochs && rank == 0) {  // restored after the last epoch
     int32_t stale = 0;
     float test_loss = 0;
     PP_RETURN_IF_ERROR(evaluate(&test_loss, &stale).Annotate("fmnist_mlp: evaluating the restored model"));
     PP_LOG(Info) << "fmnist_mlp restored model: test_accuracy " << accuracy << " test_loss " << test_loss;
   }
-  for (int epoch = *first; epoch <= app.epochs; ++epoch) {
+  for (int epoch = first->epoch; epoch <= app.epochs; ++epoch) {
     int64_t epoch_start = NowMs();
     std::shuffle(order.begin(), order.end(), rng);
     double loss_sum = 0;
-    for (int s = 0; s < steps; ++s) {
+    for (int s = epoch == first->epoch ? int(first->skip) : 0; s < steps; ++s) {
       int n = std::min(batch, train.n - s * batch);
       for (int i = 0; i < n; ++i) {
         int idx = order[s * batch + i];

@@ -76,13 +76,13 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
     loss = 0.5 * (X * W - Y).squaredNorm() / o.examples_per_worker;
     return Status::OK();
   };
-  if (*first > app.epochs) {  // restored after the last epoch
+  if (first->epoch > app.epochs) {  // restored after the last epoch
     PP_RETURN_IF_ERROR(evaluate().Annotate("linreg: evaluating the restored model"));
     PP_LOG(Info) << "linreg restored model: loss " << loss << " (noise floor " << floor << ") clock " << client.clock();
   }
-  for (int epoch = *first; epoch <= app.epochs; ++epoch) {
+  for (int epoch = first->epoch; epoch <= app.epochs; ++epoch) {
     double epoch_loss = 0;
-    for (int b = 0; b < batches; ++b) {
+    for (int b = epoch == first->epoch ? int(first->skip) : 0; b < batches; ++b) {
       Future pull = client.PullDense(*table, w.data());
       PP_RETURN_IF_ERROR(pull.Wait().Annotate("linreg epoch " + std::to_string(epoch)));
       PP_RETURN_IF_ERROR(CheckStaleness(pull, app.consistency, "linreg"));

@@ -143,14 +143,19 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   auto first = FirstEpoch(client, app, clock_after, "sparse_lr");
   if (!first.ok()) return first.status();
   // Resuming: the examples of the skipped epochs are drawn and dropped (the stream is seeded).
-  if (*first <= app.epochs)
-    for (; done < examples_after(*first - 1); ++done) gen->Next(&ex[0]);
-  if (*first > app.epochs && rank == 0) {  // restored after the last epoch
+  if (first->epoch <= app.epochs) {
+    for (; done < examples_after(first->epoch - 1); ++done) gen->Next(&ex[0]);
+    // Taking a dead worker's place mid-epoch: the batches it had done, likewise.
+    const int64_t until = examples_after(first->epoch);
+    for (int64_t k = 0; k < first->skip && done < until; ++k)
+      for (int64_t n = std::min<int64_t>(app.batch, until - done); n > 0; --n, ++done) gen->Next(&ex[0]);
+  }
+  if (first->epoch > app.epochs && rank == 0) {  // restored after the last epoch
     PP_RETURN_IF_ERROR(evaluate(&logloss, &auc, o.heldout).Annotate("sparse_lr: evaluating the restored model"));
     PP_LOG(Info) << "sparse_lr restored model: held-out logloss " << logloss << " (optimal " << optimal << ", gap "
                  << 100 * (logloss / optimal - 1) << "%) auc " << auc;
   }
-  for (int epoch = *first; epoch <= app.epochs; ++epoch) {
+  for (int epoch = first->epoch; epoch <= app.epochs; ++epoch) {
     int64_t until = std::min(mine, per_eval * epoch);
     int64_t epoch_start = NowMs(), epoch_first = done;
     double loss_sum = 0;

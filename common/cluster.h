@@ -99,6 +99,10 @@ struct ClusterMap {
 // and repeats it on each heartbeat reply.
 struct Membership {
   enum JobState : uint8_t { kRunning = 0, kFinished = 1, kAborted = 2 };
+  // worker_alive[w]: kWorkerDead, kWorkerAlive, or kWorkerReplacing (declared dead; the job waits
+  // for a new worker to take its rank: everyone still waits for its clock, nobody takes its
+  // requests).
+  enum WorkerState : uint8_t { kWorkerDead = 0, kWorkerAlive = 1, kWorkerReplacing = 2 };
   uint64_t version = 0;
   std::vector<uint8_t> worker_alive;
   std::vector<uint8_t> server_alive;

@@ -1,13 +1,16 @@
 #include "deploy/local_cluster.h"
 
 #include "common/flags.h"
+#include "common/time.h"
 
 #include <limits.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 namespace pushpull {
 
@@ -30,6 +33,8 @@ Status LocalCluster::Start() {
   so.register_timeout_ms = 30000;
   so.request_timeout_ms = config_.table_timeout_ms;
   so.continue_on_worker_death = config_.continue_on_worker_death;
+  so.wait_for_replacement = config_.wait_for_replacement;
+  so.replacement_timeout_ms = config_.replacement_timeout_ms;
   so.checkpoint_dir = config_.checkpoint_dir;
   so.restore_from = config_.restore_from;
   so.checkpoint_timeout_ms = config_.checkpoint_timeout_ms;
@@ -62,15 +67,7 @@ Status LocalCluster::Start() {
   std::vector<std::thread> t;
   for (int w = 0; w < config_.workers; ++w) {
     t.emplace_back([&, w] {
-      ClientOptions o;
-      o.scheduler = config_.worker_scheduler_address ? config_.worker_scheduler_address(w, scheduler_->address())
-                                                     : scheduler_->address();
-      o.request_timeout_ms = config_.request_timeout_ms;
-      o.heartbeat_interval_ms = config_.heartbeat_interval_ms;
-      o.scheduler_timeout_ms = 10000 * kTimeoutScale;
-      o.requested_rank = w;
-      if (config_.client_options) config_.client_options(w, &o);
-      auto c = Client::Connect(o);
+      auto c = Client::Connect(ClientOptionsFor(w));
       if (c.ok()) clients_[w] = std::move(c.value());
       else st[w] = c.status();
     });
@@ -90,6 +87,34 @@ void LocalCluster::RunWorkers(const std::function<void(Client&, int)>& fn) {
   for (int w = 0; w < static_cast<int>(clients_.size()); ++w)
     if (clients_[w]) t.emplace_back([&, w] { fn(*clients_[w], w); });
   for (auto& th : t) th.join();
+}
+
+ClientOptions LocalCluster::ClientOptionsFor(int w) const {
+  ClientOptions o;
+  o.scheduler = config_.worker_scheduler_address ? config_.worker_scheduler_address(w, scheduler_->address())
+                                                 : scheduler_->address();
+  o.request_timeout_ms = config_.request_timeout_ms;
+  o.heartbeat_interval_ms = config_.heartbeat_interval_ms;
+  o.scheduler_timeout_ms = 10000 * kTimeoutScale;
+  o.requested_rank = w;
+  if (config_.client_options) config_.client_options(w, &o);
+  return o;
+}
+
+Status LocalCluster::ReplaceClient(int w) {
+  // Registration is refused until the scheduler has declared the dead worker dead: asked again.
+  const Deadline deadline = Deadline::In(int64_t(config_.heartbeat_timeout_ms) * 4 + 10000 * kTimeoutScale);
+  for (;;) {
+    ClientOptions o = ClientOptionsFor(w);
+    o.register_timeout_ms = 2000;
+    auto c = Client::Connect(o);
+    if (c.ok()) {
+      clients_[w] = std::move(c.value());
+      return Status::OK();
+    }
+    if (deadline.Expired()) return c.status().Annotate("replacing worker " + std::to_string(w));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 }
 
 Status LocalCluster::FinishAndJoin() {

@@ -24,6 +24,8 @@ struct LocalClusterConfig {
   int request_timeout_ms = 30000;
   int table_timeout_ms = 10000;  // the scheduler's: every server has created a table by then
   bool continue_on_worker_death = false;
+  bool wait_for_replacement = false;  // the scheduler's --on_worker_death=wait
+  int replacement_timeout_ms = 30000;
   std::string checkpoint_dir;  // the scheduler's --checkpoint_dir (empty: checkpoints off)
   std::string restore_from;    // the scheduler's --restore_from (empty: a fresh job)
   int checkpoint_timeout_ms = 600000;
@@ -49,6 +51,9 @@ class LocalCluster {
   Client& client(int w) { return *clients_[w]; }
   // Destroys client w without Finish(): to the scheduler it looks like a dead worker.
   void KillClient(int w) { clients_[w].reset(); }
+  // Connects a new client asking for rank w (after KillClient(w), with wait_for_replacement): it
+  // takes the dead worker's place once the scheduler has declared that one dead.
+  Status ReplaceClient(int w);
   Server& server(int s) { return *servers_[s]; }
   // Stops server s (its thread returns): to the scheduler it looks like a dead server.
   void StopServer(int s);
@@ -63,6 +68,7 @@ class LocalCluster {
   Status server_status(int s) const { return server_status_[s]; }
 
  private:
+  ClientOptions ClientOptionsFor(int w) const;
   LocalClusterConfig config_;
   std::unique_ptr<Scheduler> scheduler_;
   std::thread scheduler_thread_;

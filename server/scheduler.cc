@@ -99,6 +99,7 @@ class SchedulerImpl final : public Scheduler {
  private:
   void Handle(Message& m);
   void HandleRegister(Message& m);
+  void RegisterReplacement(Message& m);
   void HandleCreateTable(Message& m);
   void HandleServerTableReply(Node& server, const Message& m);
   void CheckLiveness(int64_t now);
@@ -138,7 +139,9 @@ class SchedulerImpl final : public Scheduler {
   std::string address_;
   std::atomic<bool> stop_{false};
 
-  std::map<std::string, Node> nodes_;  // by identity
+  std::map<std::string, Node> nodes_;  // by identity (a replaced worker's stays, dead: told so if it calls)
+  std::map<int, Deadline> replacing_;  // wait_for_replacement: dead workers' ranks, until when
+  bool Replacing(int rank) const { return replacing_.count(rank) > 0; }
   std::vector<Node*> servers_, workers_;
   bool registered_ = false;
   int64_t start_ms_ = 0;
@@ -443,7 +446,10 @@ void SchedulerImpl::HandleRegister(Message& m) {
   std::string identity(static_cast<const char*>(m.identity.data()), m.identity.size());
   Role role = m.header.sender_role;
   Waiter w{identity, m.header.request_id};
-  if (role == Role::kScheduler || registered_ || nodes_.count(identity)) {
+  // A worker taking a dead one's place in a running job (wait_for_replacement).
+  const bool replacement = registered_ && role == Role::kWorker && !replacing_.empty() && !nodes_.count(identity) &&
+                           membership_.job_state == Membership::kRunning;
+  if (!replacement && (role == Role::kScheduler || registered_ || nodes_.count(identity))) {
     ReplyTo(w, MsgType::kRegisterReply,
             Status::FailedPrecondition(registered_ ? "the job is already running with all its nodes"
                                                    : "bad registration"));
@@ -451,7 +457,7 @@ void SchedulerImpl::HandleRegister(Message& m) {
   }
   auto& list = role == Role::kServer ? servers_ : workers_;
   int want = role == Role::kServer ? options_.num_servers : options_.num_workers;
-  if (static_cast<int>(list.size()) >= want) {
+  if (!replacement && static_cast<int>(list.size()) >= want) {
     ReplyTo(w, MsgType::kRegisterReply,
             Status::FailedPrecondition("the job expects " + std::to_string(want) + " " +
                                        RoleName(role) + "s and has them all"));
@@ -471,6 +477,10 @@ void SchedulerImpl::HandleRegister(Message& m) {
         " ms of silence: its --heartbeat_interval_ms must be at most half the scheduler's --heartbeat_timeout_ms");
     PP_LOG(Error) << "refused a " << RoleName(role) << "'s registration: " << st.message();
     ReplyTo(w, MsgType::kRegisterReply, st);
+    return;
+  }
+  if (replacement) {
+    RegisterReplacement(m);
     return;
   }
   // A node may ask for a rank (the launcher numbers its processes); otherwise the first free.
@@ -516,6 +526,42 @@ void SchedulerImpl::HandleRegister(Message& m) {
     }
     PP_LOG(Info) << "all nodes registered; job running";
   }
+}
+
+// A worker taking the place of a dead one (wait_for_replacement): the rank it asked for if that
+// one is being replaced, else the lowest that is. It gets the cluster map as the first workers
+// did; it learns its clock from the servers (each says where that rank's clock is).
+void SchedulerImpl::RegisterReplacement(Message& m) {
+  std::string identity(static_cast<const char*>(m.identity.data()), m.identity.size());
+  int rank = m.header.sender_rank;
+  if (!Replacing(rank)) rank = replacing_.begin()->first;
+  replacing_.erase(rank);
+  Node& n = nodes_[identity];
+  n.role = Role::kWorker;
+  n.identity = identity;
+  n.rank = rank;
+  n.register_request = m.header.request_id;
+  n.last_seen_ms = NowMs();
+  workers_[rank] = &n;  // the dead one's Node stays in nodes_, not alive
+  membership_.worker_alive[rank] = Membership::kWorkerAlive;
+  membership_.version++;
+  membership_.reason = "worker " + std::to_string(rank) + " replaced";
+  PP_LOG(Warning) << "worker " << rank << " replaced: a new worker took its place"
+                  << (replacing_.empty() ? "" : "; " + std::to_string(replacing_.size()) + " more awaited");
+  Header h;
+  h.type = MsgType::kRegisterReply;
+  h.sender_role = Role::kScheduler;
+  h.sender_rank = rank;
+  h.request_id = m.header.request_id;
+  h.cluster.num_workers = options_.num_workers;
+  for (Node* s : servers_) h.cluster.servers.push_back({s->rank, s->address});
+  h.cluster.restore_from = restore_.dir;
+  h.cluster.start_clock = restore_.clock;
+  h.cluster.checkpoints = !options_.checkpoint_dir.empty();
+  h.membership = membership_;
+  zmq::message_t idm(identity.data(), identity.size());
+  SendMessage(router_, &idm, h).IgnoreError();
+  Broadcast();
 }
 
 void SchedulerImpl::HandleCreateTable(Message& m) {
@@ -622,12 +668,32 @@ void SchedulerImpl::CheckLiveness(int64_t now) {
       End(Membership::kAborted, why + "; a job cannot go on without a server");
       return;
     }
-    membership_.worker_alive[n.rank] = 0;
     barrier_.erase(n.rank);
+    if (options_.wait_for_replacement) {
+      membership_.worker_alive[n.rank] = Membership::kWorkerReplacing;
+      replacing_.insert_or_assign(n.rank, Deadline::In(options_.replacement_timeout_ms));
+      PP_LOG(Warning) << "waiting up to " << options_.replacement_timeout_ms << " ms for a worker to take rank "
+                      << n.rank << " (pushpull-worker --rank=" << n.rank << "); the others wait for its clock";
+      continue;
+    }
+    membership_.worker_alive[n.rank] = Membership::kWorkerDead;
     if (!options_.continue_on_worker_death) {
-      End(Membership::kAborted, why + " (run with --on_worker_death=continue to go on without it)");
+      End(Membership::kAborted, why + " (run with --on_worker_death=continue to go on without it, or =wait to "
+                                      "wait for a replacement)");
       return;
     }
+  }
+  for (auto& [rank, deadline] : replacing_) {
+    if (!deadline.Expired()) continue;
+    End(Membership::kAborted, "worker " + std::to_string(rank) + " died and no worker took its place within " +
+                                  std::to_string(options_.replacement_timeout_ms) + " ms (--replacement_timeout_s)");
+    return;
+  }
+  if (changed && options_.wait_for_replacement) {
+    membership_.version++;
+    membership_.reason = "worker died; waiting for its replacement";
+    Broadcast();
+    return;
   }
   if (changed) {
     int live = 0;
@@ -648,7 +714,7 @@ void SchedulerImpl::CheckLiveness(int64_t now) {
 void SchedulerImpl::CheckBarrier() {
   if (barrier_.empty()) return;
   for (Node* w : workers_)
-    if (w->alive && !w->done && !barrier_.count(w->rank)) return;
+    if ((w->alive || Replacing(w->rank)) && !w->done && !barrier_.count(w->rank)) return;
   for (auto& [rank, waiter] : barrier_) ReplyTo(waiter, MsgType::kBarrierReply, Status::OK());
   barrier_.clear();
 }
@@ -675,7 +741,7 @@ void SchedulerImpl::HandleCheckpoint(Node& worker, const Message& m) {
 void SchedulerImpl::CheckCheckpoint() {
   if (checkpoint_.workers.empty() || checkpoint_.writing) return;
   for (Node* w : workers_)
-    if (w->alive && !w->done && !checkpoint_.workers.count(w->rank)) return;
+    if ((w->alive || Replacing(w->rank)) && !w->done && !checkpoint_.workers.count(w->rank)) return;
   for (auto it = checkpoint_.workers.begin(); it != checkpoint_.workers.end();) {
     if (!workers_[it->first]->alive) it = checkpoint_.workers.erase(it);  // died while waiting
     else ++it;
@@ -756,7 +822,7 @@ void SchedulerImpl::CheckDone() {
   if (membership_.job_state != Membership::kRunning) return;
   int live = 0, dead = 0;
   for (Node* w : workers_) {
-    if (w->alive && !w->done) return;
+    if ((w->alive || Replacing(w->rank)) && !w->done) return;
     (w->alive ? live : dead)++;
   }
   End(Membership::kFinished, std::to_string(live) + " workers finished" +

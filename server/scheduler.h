@@ -24,6 +24,11 @@ struct SchedulerOptions {
   int register_timeout_ms = 120000;    // every node must have registered by then
   int request_timeout_ms = 30000;      // servers must answer a table creation by then
   bool continue_on_worker_death = false;  // false: a dead worker aborts the job, naming it
+  // Instead: a dead worker's rank waits this long for a new worker to register in its place (one
+  // asking for that rank, or any), which resumes at the dead one's clock; the others wait for it
+  // as for a slow worker. Past the wait the job aborts, naming the rank.
+  bool wait_for_replacement = false;
+  int replacement_timeout_ms = 120000;
   // Checkpoints (server/checkpoint.h): where Client::Checkpoint() has the servers write (empty:
   // Checkpoint() fails), how many complete ones to keep, how long the other workers get to ask
   // after the first did, and then the servers to write (each).

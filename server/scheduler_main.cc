@@ -22,7 +22,10 @@ DEFINE_string(endpoint_file, "", "if set, write the address nodes should use her
 DEFINE_int32(heartbeat_timeout_ms, 5000, "a node silent this long is declared dead");
 DEFINE_int32(register_timeout_ms, 120000, "abort if not every node registered by then");
 DEFINE_int32(table_timeout_ms, 30000, "every server must have created (filled or restored) a table by then");
-DEFINE_string(on_worker_death, "abort", "abort: end the job naming the dead worker; continue: go on without it");
+DEFINE_string(on_worker_death, "abort", "abort: end the job naming the dead worker; continue: go on without it; "
+              "wait: wait --replacement_timeout_s for a worker to take its rank (pushpull-worker --rank=R), which "
+              "resumes at the dead one's clock while the others wait for it");
+DEFINE_int32(replacement_timeout_s, 120, "--on_worker_death=wait: abort when no worker took a dead one's place by then");
 DEFINE_string(checkpoint_dir, "", "directory servers write checkpoints into when the workers call Checkpoint() "
               "(a filesystem every server and the scheduler share; empty: checkpoints off)");
 DEFINE_int32(checkpoint_keep, 2, "complete checkpoints to keep; older ones are deleted");
@@ -41,8 +44,12 @@ int main(int argc, char** argv) {
                             "scheduler_main");
   pushpull::SetLogTag("scheduler");
   if (FLAGS_verbose) pushpull::SetLogLevel(pushpull::LogLevel::kDebug);
-  if (FLAGS_on_worker_death != "abort" && FLAGS_on_worker_death != "continue") {
-    PP_LOG(Error) << "--on_worker_death must be abort or continue, not '" << FLAGS_on_worker_death << "'";
+  if (FLAGS_on_worker_death != "abort" && FLAGS_on_worker_death != "continue" && FLAGS_on_worker_death != "wait") {
+    PP_LOG(Error) << "--on_worker_death must be abort, continue or wait, not '" << FLAGS_on_worker_death << "'";
+    return 2;
+  }
+  if (FLAGS_replacement_timeout_s < 1 || FLAGS_replacement_timeout_s > std::numeric_limits<int>::max() / 1000) {
+    PP_LOG(Error) << "--replacement_timeout_s must be at least 1, not " << FLAGS_replacement_timeout_s;
     return 2;
   }
   pushpull::SchedulerOptions o;
@@ -55,6 +62,8 @@ int main(int argc, char** argv) {
   o.register_timeout_ms = FLAGS_register_timeout_ms;
   o.request_timeout_ms = FLAGS_table_timeout_ms;
   o.continue_on_worker_death = FLAGS_on_worker_death == "continue";
+  o.wait_for_replacement = FLAGS_on_worker_death == "wait";
+  o.replacement_timeout_ms = FLAGS_replacement_timeout_s * 1000;
   o.checkpoint_dir = FLAGS_checkpoint_dir;
   o.checkpoint_keep = FLAGS_checkpoint_keep;
   if (FLAGS_checkpoint_timeout_s < 1 || FLAGS_checkpoint_timeout_s > std::numeric_limits<int>::max() / 1000) {

@@ -140,6 +140,13 @@ class ServerImpl final : public Server {
   int64_t min_live_ = 0;
   std::vector<RequestRecord> requests_;              // per worker: requests asked again run once
   std::vector<std::string> sessions_;                // per worker: its client's receive socket (Hello)
+  // Replacement workers (Membership::kWorkerReplacing): a rank declared dead, whose requests are
+  // refused until a new client says hello for it; and per worker, the clock this server had for
+  // it when its current client said hello: what that client sends tagged below it, the client
+  // before already finished here (a push is answered and not applied, a clock tick is answered).
+  std::vector<uint8_t> replacing_;
+  std::vector<int64_t> hello_clock_;
+  std::vector<uint64_t> hello_version_;  // the membership version its current client said hello with
   std::multimap<int64_t, Request*> parked_;          // pulls by the min clock they need
   StalenessHistogram staleness_;
   std::vector<std::unique_ptr<SpscQueue<Request>>> queues_;
@@ -198,6 +205,9 @@ Status ServerImpl::Run() {
   clocks_.Reset(W, cluster.start_clock);
   requests_ = std::vector<RequestRecord>(W);
   sessions_.assign(W, std::string());
+  replacing_.assign(W, 0);
+  hello_clock_.assign(W, cluster.start_clock);
+  hello_version_.assign(W, 0);
   if (!cluster.restore_from.empty()) {
     auto r = WhileHeartbeating(
         [&] { return ReadCheckpointForServer(cluster.restore_from, rank_, static_cast<int>(cluster.servers.size())); });
@@ -462,6 +472,12 @@ Status ServerImpl::Validate(const Message& m, TableShard** shard, bool again) {
     return Status::InvalidArgument("sender rank " + std::to_string(h.sender_rank) + " is not a worker of this job");
   if (!clocks_.alive(h.sender_rank))
     return Status::FailedPrecondition("worker " + std::to_string(h.sender_rank) + " was declared dead");
+  if (replacing_[h.sender_rank])
+    return Status::FailedPrecondition("worker " + std::to_string(h.sender_rank) +
+                                      " was declared dead; the job waits for a new worker in its place");
+  if (!h.reply_to.empty() && !sessions_[h.sender_rank].empty() && h.reply_to != sessions_[h.sender_rank])
+    return Status::FailedPrecondition("from an earlier client of worker " + std::to_string(h.sender_rank) +
+                                      ", which another has replaced");
   if (h.type == MsgType::kClock) return Status::OK();
   if (h.table >= tables_.size() || !tables_[h.table])
     return Status::NotFound("unknown table id " + std::to_string(h.table));
@@ -498,7 +514,8 @@ Status ServerImpl::Validate(const Message& m, TableShard** shard, bool again) {
                                       "' asked again after worker " + std::to_string(h.sender_rank) +
                                       " moved on to clock " + std::to_string(own) +
                                       ": what it would have seen then is gone");
-  if (h.clock != own && !(again && h.clock < own))
+  const bool before_hello = h.clock < own && h.clock < hello_clock_[h.sender_rank];  // done by the client before
+  if (h.clock != own && !(again && h.clock < own) && !before_hello)
     return Status::FailedPrecondition(std::string(MsgTypeName(h.type)) + " tagged clock " +
                                       std::to_string(h.clock) + " but worker " +
                                       std::to_string(h.sender_rank) + " is at clock " +
@@ -532,14 +549,29 @@ void ServerImpl::HandleData(Message& m) {
     if (h.sender_role == Role::kWorker && h.sender_rank >= 0 && h.sender_rank < static_cast<int>(requests_.size())) {
       std::string session = h.reply_to.empty() ? std::string(static_cast<const char*>(m.identity.data()), m.identity.size())
                                                : h.reply_to;
-      if (sessions_[h.sender_rank] != session) {
-        sessions_[h.sender_rank] = std::move(session);
-        requests_[h.sender_rank] = RequestRecord();
+      const int w = h.sender_rank;
+      if (sessions_[w] != session) {
+        // A new process for this rank after another (a replacement): what the one before left
+        // unfinished of its open clock is dropped (BSP sums), and it goes on from this clock.
+        if (!sessions_[w].empty() || replacing_[w]) {
+          PP_LOG(Warning) << "worker " << w << ": a new client took its place at clock " << clocks_.clock(w);
+          if (!ckpt_.writer.joinable()) DropBspSums(w);
+        }
+        sessions_[w] = std::move(session);
+        requests_[w] = RequestRecord();
+        replacing_[w] = 0;
+        hello_clock_[w] = clocks_.clock(w);
+        // (kHello's clock: the membership version its client registered under, which has it
+        // alive: a "being replaced" older than that, still on its way here, is not about it.)
+        hello_version_[w] = h.clock > 0 ? uint64_t(h.clock) : 0;
       }
     }
     Header rh;
     rh.type = MsgType::kHelloReply;
     rh.request_id = h.request_id;
+    // Where this worker rank's clock is here: a replacement starts from it.
+    if (h.sender_role == Role::kWorker && h.sender_rank >= 0 && h.sender_rank < clocks_.size())
+      rh.clock = clocks_.clock(h.sender_rank);
     rh.num_rows = options_.max_message_bytes > 0 ? uint64_t(options_.max_message_bytes) : 0;
     rh.sender_role = Role::kServer;
     rh.sender_rank = rank_;
@@ -557,6 +589,16 @@ void ServerImpl::HandleData(Message& m) {
       PP_LOG(Warning) << "refused " << MsgTypeName(h.type) << " from worker " << h.sender_rank
                       << ": " << st.ToString();
     ReplyError(m, st);
+    return;
+  }
+  // A replacement redoing the clock its predecessor had finished here (it starts at the lowest
+  // clock the servers have for its rank): answered, not applied twice.
+  const int64_t hello_clock = hello_clock_[h.sender_rank];
+  if ((h.type == MsgType::kPush && h.clock < hello_clock) || (h.type == MsgType::kClock && h.clock <= hello_clock &&
+                                                                h.clock <= clocks_.clock(h.sender_rank))) {
+    ++stats_.duplicates;
+    Answered(h, SendBareReply(m, h.type == MsgType::kPush ? MsgType::kPushReply : MsgType::kClockReply, h.table,
+                              h.clock, Status::OK()));
     return;
   }
   if (h.type == MsgType::kClock) {
@@ -1097,7 +1139,13 @@ void ServerImpl::OnMembership() {
   if (mem.job_state != Membership::kRunning) return;
   for (int w = 0; w < clocks_.size() && w < static_cast<int>(mem.worker_alive.size()); ++w) {
     if (!clocks_.alive(w)) continue;
-    if (!mem.worker_alive[w]) {
+    if (mem.worker_alive[w] == Membership::kWorkerReplacing) {
+      if (replacing_[w] || mem.version <= hello_version_[w]) continue;  // told already, or replaced since
+      PP_LOG(Warning) << "worker " << w << " declared dead at clock " << clocks_.clock(w)
+                      << "; waiting for the worker that takes its place";
+      replacing_[w] = 1;
+      if (!ckpt_.writer.joinable()) DropBspSums(w);
+    } else if (!mem.worker_alive[w]) {
       PP_LOG(Warning) << "worker " << w << " declared dead; no longer waiting for it";
       clocks_.MarkDead(w);
       if (!ckpt_.writer.joinable()) DropBspSums(w);  // (none are open while one is written)

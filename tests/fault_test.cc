@@ -131,6 +131,89 @@ TEST(WorkerFailure, JobGoesOnWithoutADeadWorkerWhenAsked) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// --on_worker_death=wait: a new worker takes a dead one's rank and resumes at its clock; the
+// others wait for it meanwhile. Under BSP the result is the uninterrupted run's, exactly: what the
+// dead worker had pushed of its unfinished clock is dropped, and the new one pushes it again.
+TEST(WorkerReplacement, ANewWorkerTakesADeadOnesPlaceAndBspStaysExact) {
+  LocalClusterConfig cfg;
+  cfg.servers = 2;
+  cfg.workers = 2;
+  cfg.wait_for_replacement = true;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  TableSpec spec = Dense("w", 8);
+  spec.init = InitKind::kZeros;
+  spec.optimizer.lr = 0.25f;
+  spec.consistency = *ParseConsistency("bsp");
+  std::vector<Table> t(2);
+  for (int w = 0; w < 2; ++w) {
+    auto made = cluster.client(w).CreateTable(spec);
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    t[w] = *made;
+  }
+  constexpr int kSteps = 10, kDies = 4;
+  // Worker w's step k: pull, push (k + 1) * (w + 1) everywhere, clock. Exact in float.
+  auto step = [&](int w, int k, bool clock) -> Status {
+    std::vector<float> v(32);
+    PP_RETURN_IF_ERROR(cluster.client(w).PullDense(t[w], v.data()).WaitFor(60000));
+    PP_RETURN_IF_ERROR(cluster.client(w).PushDense(t[w], std::vector<float>(32, float((k + 1) * (w + 1)))).WaitFor(60000));
+    return clock ? cluster.client(w).Clock() : Status::OK();
+  };
+  Status worker0;
+  std::atomic<int> done0{0};
+  std::thread w0([&] {
+    for (int k = 0; k < kSteps && worker0.ok(); ++k, ++done0) worker0 = step(0, k, true);
+  });
+  for (int k = 0; k < kDies; ++k) ASSERT_TRUE(step(1, k, true).ok());
+  ASSERT_TRUE(step(1, kDies, /*clock=*/false).ok());  // dies with its clock kDies pushed, not finished
+  cluster.KillClient(1);
+  // Worker 0 finishes clock kDies, then waits for rank 1 (BSP) while nobody holds it.
+  EXPECT_TRUE(Eventually([&] { return done0.load() == kDies + 1; }, 10000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(cfg.heartbeat_timeout_ms + 500));
+  EXPECT_EQ(done0.load(), kDies + 1) << "worker 0 went on without rank 1";
+  ASSERT_TRUE(cluster.ReplaceClient(1).ok());
+  Client& fresh = cluster.client(1);
+  EXPECT_TRUE(fresh.replacement());
+  EXPECT_EQ(fresh.clock(), kDies);
+  auto again = fresh.CreateTable(spec);  // as an app does: the table there already
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  t[1] = *again;
+  Status worker1;
+  for (int k = kDies; k < kSteps && worker1.ok(); ++k) worker1 = step(1, k, true);
+  w0.join();
+  ASSERT_TRUE(worker1.ok()) << worker1.ToString();
+  ASSERT_TRUE(worker0.ok()) << worker0.ToString();
+  std::vector<float> v(32);
+  ASSERT_TRUE(cluster.client(0).PullDense(t[0], v.data()).Wait().ok());
+  // -lr * sum over k of the mean over workers of (k + 1) * (w + 1) = -0.25 * 1.5 * 55.
+  for (float x : v) EXPECT_EQ(x, -20.625f);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+  EXPECT_TRUE(cluster.scheduler_status().ok()) << cluster.scheduler_status().ToString();
+}
+
+// Nobody takes the dead worker's place in time: the job aborts, naming its rank and the flag.
+TEST(WorkerReplacement, NoReplacementInTimeAbortsTheJobNamingTheRank) {
+  LocalClusterConfig cfg;
+  cfg.servers = 1;
+  cfg.workers = 2;
+  cfg.wait_for_replacement = true;
+  cfg.replacement_timeout_ms = 500;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  auto t0 = cluster.client(0).CreateTable(Dense("w", 8));
+  ASSERT_TRUE(t0.ok());
+  ASSERT_TRUE(cluster.client(0).Clock().ok());
+  std::vector<float> v(32);
+  Future waiting = cluster.client(0).PullDense(*t0, v.data());  // waits for worker 1
+  cluster.KillClient(1);
+  Status st = waiting.WaitFor(cluster.config().heartbeat_timeout_ms * 20);
+  EXPECT_EQ(st.code(), Code::kAborted) << st.ToString();
+  EXPECT_NE(st.message().find("worker 1 died and no worker took its place"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("--replacement_timeout_s"), std::string::npos) << st.ToString();
+  cluster.FinishAndJoin().IgnoreError();
+  EXPECT_EQ(cluster.scheduler_status().code(), Code::kAborted);
+}
+
 // A worker whose connection to the scheduler drops (a network blip: a proxy in between cuts it,
 // once cleanly and once leaving the scheduler's side open, which it has then not noticed when
 // the worker reconnects) reconnects under the routing id it had, and the scheduler's router hands

@@ -465,6 +465,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   // Until every server's reply to a Hello reaches rx_: the server knows the receive socket.
   Status Hello() {
     std::vector<zmq::message_t> frames;
+    std::vector<int64_t> server_clock(tx_.size(), 0);
     for (size_t s = 0; s < tx_.size(); ++s) {
       Deadline deadline = Deadline::In(options_.register_timeout_ms);
       bool answered = false;
@@ -479,6 +480,7 @@ class ClientImpl final : public Client, private internal::Receiver {
         h.sender_role = Role::kWorker;
         h.sender_rank = control_.rank();
         h.reply_to = rx_id_;
+        h.clock = int64_t(control_.membership().version);  // the server ignores older news of this rank's death
         bool would_block = false;  // (not connected: tried again, on a new socket after kTxConnectMs)
         PP_RETURN_IF_ERROR(SendDataFrames(tx_[s], EncodeHeaderFrame(h), zmq::message_t(), zmq::message_t(), &would_block));
         zmq::pollitem_t item{static_cast<void*>(rx_), 0, ZMQ_POLLIN, 0};
@@ -489,6 +491,7 @@ class ClientImpl final : public Client, private internal::Receiver {
               m.header.sender_role == Role::kServer && m.header.sender_rank == static_cast<int>(s)) {
             answered = true;  // (a late answer to an earlier server's hello is dropped)
             max_frame_[s] = m.header.num_rows;
+            server_clock[s] = m.header.clock;
           }
           Poll(&item, 1, 0);
         }
@@ -497,6 +500,15 @@ class ClientImpl final : public Client, private internal::Receiver {
         return Status::DeadlineExceeded("server " + std::to_string(s) + " at " + control_.cluster().servers[s].address +
                                         " did not answer a hello within " + std::to_string(options_.register_timeout_ms) + " ms");
     }
+    // Each server says where this rank's clock is. Ahead of the job's start: this client takes the
+    // place of a dead worker, and goes on from the lowest of them (a server ahead, which the dead
+    // one's last clock reached, answers what it redoes of that clock without applying it).
+    const int64_t lowest = server_clock.empty() ? 0 : *std::min_element(server_clock.begin(), server_clock.end());
+    if (lowest > clock_) {
+      PP_LOG(Warning) << "worker " << control_.rank() << " takes a dead worker's place at clock " << lowest;
+      clock_ = lowest;
+      replacement_ = true;
+    }
     return Status::OK();
   }
 
@@ -504,6 +516,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   int num_workers() const override { return control_.cluster().num_workers; }
   int num_servers() const override { return static_cast<int>(control_.cluster().servers.size()); }
   int64_t clock() const override { return clock_; }
+  bool replacement() const override { return replacement_; }
   bool checkpoints_enabled() const override { return control_.cluster().checkpoints; }
 
   Result<Table> CreateTable(const TableSpec& spec) override;
@@ -615,6 +628,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   std::thread io_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> clock_{0};
+  bool replacement_ = false;  // set in Start(): took a dead worker's place mid-job
   std::atomic<bool> finished_{false};
   std::mutex finish_mu_;
   std::atomic<int> held_back_{0};  // server requests posted to the I/O thread, not sent yet

@@ -177,6 +177,9 @@ class Client {
   // This worker's clock: starts at 0 (in a job restored from a checkpoint, the scheduler's
   // --restore_from, at the checkpoint's clock, where the app resumes) and grows by one per Clock().
   virtual int64_t clock() const = 0;
+  // Whether this client took the place of a dead worker in a running job (the scheduler's
+  // --on_worker_death=wait): clock() then starts where that worker's was, maybe mid-epoch.
+  virtual bool replacement() const = 0;
   // Whether the scheduler has a checkpoint directory (Checkpoint() fails without one).
   virtual bool checkpoints_enabled() const = 0;
   // Collective: every live worker calls it at the same clock (after that clock's Clock()). Waits
