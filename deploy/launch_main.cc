@@ -26,7 +26,12 @@
 DEFINE_int32(servers, 1, "servers to start");
 DEFINE_int32(workers, 1, "workers to start");
 DEFINE_string(consistency, "bsp", "consistency model passed to the workers: bsp | ssp:K | asp");
-DEFINE_string(on_worker_death, "abort", "abort: a dead worker ends the job; continue: the job goes on without it");
+DEFINE_string(on_worker_death, "abort", "abort: a dead worker ends the job; continue: the job goes on without it; "
+              "wait: the launcher starts a new worker in its place (at most --max_worker_restarts times), which "
+              "resumes at the dead one's clock while the others wait");
+DEFINE_int32(max_worker_restarts, 3, "--on_worker_death=wait: new workers started in dead ones' places, in all");
+DEFINE_int32(replacement_timeout_s, 60, "--on_worker_death=wait: the scheduler aborts the job when no worker took a "
+             "dead one's place by then");
 DEFINE_int32(heartbeat_timeout_ms, 5000, "scheduler: a node silent this long is declared dead");
 DEFINE_int32(heartbeat_interval_ms, 500, "servers and workers: heartbeat period");
 DEFINE_int32(update_threads, 1, "update threads per server");
@@ -51,11 +56,14 @@ void OnSignal(int) { g_interrupted = 1; }
 struct Child {
   std::string name;  // "server 1"
   std::string role;
+  std::vector<std::string> argv;  // as started (a worker started again in a dead one's place)
   pid_t pid = -1;
   int fd = -1;       // merged stdout/stderr
   std::string partial;
   bool exited = false;
   int status = 0;
+  bool restart_pending = false;  // --on_worker_death=wait: started again at restart_at
+  std::chrono::steady_clock::time_point restart_at;
 };
 
 void Say(const std::string& s) {
@@ -80,6 +88,7 @@ Child Spawn(const std::string& name, const std::string& role, const std::vector<
     Child none;  // pid -1: the caller stops the job
     none.name = name;
     none.role = role;
+    none.argv = argv;
     return none;
   }
   if (pid == 0) {
@@ -99,6 +108,7 @@ Child Spawn(const std::string& name, const std::string& role, const std::vector<
   Child c;
   c.name = name;
   c.role = role;
+  c.argv = argv;
   c.pid = pid;
   c.fd = fds[0];
   Say("started " + name + " (pid " + std::to_string(pid) + ")");
@@ -163,12 +173,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pushpull-launch: --servers and --workers must be >= 1\n");
     return 2;
   }
-  if (FLAGS_on_worker_death != "abort" && FLAGS_on_worker_death != "continue") {
-    std::fprintf(stderr, "pushpull-launch: --on_worker_death must be abort or continue\n");
+  if (FLAGS_on_worker_death != "abort" && FLAGS_on_worker_death != "continue" && FLAGS_on_worker_death != "wait") {
+    std::fprintf(stderr, "pushpull-launch: --on_worker_death must be abort, continue or wait\n");
     return 2;
   }
-  if (FLAGS_grace_ms < 0 || FLAGS_max_restarts < 0 || FLAGS_restart_delay_ms < 0) {
-    std::fprintf(stderr, "pushpull-launch: --grace_ms, --max_restarts and --restart_delay_ms must be >= 0\n");
+  if (FLAGS_grace_ms < 0 || FLAGS_max_restarts < 0 || FLAGS_restart_delay_ms < 0 || FLAGS_max_worker_restarts < 0 ||
+      FLAGS_replacement_timeout_s < 1) {
+    std::fprintf(stderr, "pushpull-launch: --grace_ms, --max_restarts, --max_worker_restarts and --restart_delay_ms "
+                         "must be >= 0, --replacement_timeout_s >= 1\n");
     return 2;
   }
   const std::string dir = FLAGS_bin_dir.empty() ? pushpull::ExecutableDir() : FLAGS_bin_dir;
@@ -239,6 +251,7 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
                             "--num_workers=" + std::to_string(FLAGS_workers),
                             "--heartbeat_timeout_ms=" + std::to_string(FLAGS_heartbeat_timeout_ms),
                             "--on_worker_death=" + FLAGS_on_worker_death,
+                            "--replacement_timeout_s=" + std::to_string(FLAGS_replacement_timeout_s),
                             "--checkpoint_dir=" + FLAGS_checkpoint_dir, "--restore_from=" + restore_from}));
   if (children[0].pid < 0) {
     Say("cannot start the scheduler (fork failed)");
@@ -298,6 +311,7 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
     return 1;
   }
   int exit_code = 0;
+  int worker_restarts = 0;  // --on_worker_death=wait
   bool stopping = false;
   bool job_finished = false;  // the scheduler exited 0: it ended the job as finished
   bool interrupt_seen = false;
@@ -329,6 +343,21 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
     }
     bool all_exited = true;
     for (auto& c : children) {
+      if (c.restart_pending) {  // a worker in a dead one's place
+        all_exited = false;
+        if (stopping) {
+          c.restart_pending = false;
+        } else if (std::chrono::steady_clock::now() >= c.restart_at) {
+          Child fresh = Spawn(c.name, c.role, c.argv);
+          if (fresh.pid < 0) {
+            c.restart_pending = false;
+            stop_all("cannot start " + c.name + " again (fork failed)", 1);
+          } else {
+            c = std::move(fresh);
+          }
+        }
+        continue;
+      }
       if (c.exited) continue;
       int st;
       if (waitpid(c.pid, &st, WNOHANG) != c.pid) {
@@ -356,6 +385,23 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       } else if (failed) {
         if (c.role == "worker" && FLAGS_on_worker_death == "continue" && WIFSIGNALED(st)) {
           Say(c.name + " died; the job goes on without it (--on_worker_death=continue)");
+        } else if (c.role == "worker" && FLAGS_on_worker_death == "wait" && !job_finished &&
+                   (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1)) &&
+                   worker_restarts < FLAGS_max_worker_restarts) {
+          // Its rank waits for a new worker (the scheduler's --on_worker_death=wait): one is
+          // started with the same flags, --rank among them, once the dead one can be declared dead.
+          // (Not before the scheduler can have declared the dead one dead: it refuses a worker
+          // for a rank still held.)
+          const int64_t delay_ms =
+              std::max<int64_t>(std::min<int64_t>(int64_t(FLAGS_restart_delay_ms) << std::min(worker_restarts, 16),
+                                                  std::max(60000, FLAGS_restart_delay_ms)),
+                                int64_t(FLAGS_heartbeat_timeout_ms) + 2 * FLAGS_heartbeat_interval_ms);
+          ++worker_restarts;
+          Say(c.name + " died; starting a new one in its place in " + std::to_string(delay_ms) + " ms (" +
+              std::to_string(worker_restarts) + " of " + std::to_string(FLAGS_max_worker_restarts) +
+              ", --on_worker_death=wait)");
+          c.restart_pending = true;
+          c.restart_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
         } else {
           // Killed from outside, or exit 1: a worker's calls fail that way when a node dies, and
           // it may notice before the scheduler declares the node dead. Not exit 2 (bad flags)

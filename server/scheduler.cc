@@ -451,8 +451,12 @@ void SchedulerImpl::HandleRegister(Message& m) {
                            membership_.job_state == Membership::kRunning;
   if (!replacement && (role == Role::kScheduler || registered_ || nodes_.count(identity))) {
     ReplyTo(w, MsgType::kRegisterReply,
-            Status::FailedPrecondition(registered_ ? "the job is already running with all its nodes"
-                                                   : "bad registration"));
+            Status::FailedPrecondition(
+                !registered_ ? "bad registration"
+                : options_.wait_for_replacement && role == Role::kWorker
+                    ? "the job is running with all its workers: a new worker takes a dead one's place once the "
+                      "scheduler has declared it dead (after --heartbeat_timeout_ms of silence); try again then"
+                    : "the job is already running with all its nodes"));
     return;
   }
   auto& list = role == Role::kServer ? servers_ : workers_;

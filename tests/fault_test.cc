@@ -1188,6 +1188,45 @@ TEST(MultiProcess, SigkilledWorkerDoesNotHangTheJob) {
   EXPECT_NE(stop.output.find("killed by signal 9"), std::string::npos) << stop.output;
 }
 
+// --on_worker_death=wait with real processes: the launcher starts a new worker in the SIGKILLed
+// one's place, it resumes mid-epoch at that worker's clock, and the job ends as if nothing had
+// happened: under BSP with one server (whose clock the dead worker either reached or did not),
+// with the uninterrupted run's loss, to the last digit printed.
+TEST(MultiProcess, AKilledWorkerIsReplacedMidEpochAndTheJobEndsAsItWouldHave) {
+  // Worker 1 sleeps 10 ms a clock: 20 clocks an epoch, so a kill 60 ms into epoch 3 is mid-epoch.
+  const std::string job = BinDir() + "/pushpull-launch --heartbeat_timeout_ms=1500 --heartbeat_interval_ms=200 "
+                          "--servers=1 --workers=2 --consistency=bsp --on_worker_death=wait -- --app=linreg "
+                          "--epochs=6 --examples=2000 --progress_s=0 --straggler=1:10";
+  auto last_loss = [](const std::string& out) {  // worker 0's, after its last epoch
+    const std::string tag = "[worker 0] linreg epoch 6/6 loss ";
+    const size_t at = out.rfind(tag);
+    return at == std::string::npos ? std::string("none") : out.substr(at + tag.size(), out.find(' ', at + tag.size()) - at - tag.size());
+  };
+  std::string plain;
+  ASSERT_EQ(RunCommand(job, 120, &plain), 0) << plain;
+  pid_t pid = -1;
+  bool killed = false;
+  std::string out;
+  const int code = RunCommandLines(job, 120, &out, [&](const std::string& line) {
+    const std::string tag = "started worker 1 (pid ";
+    const size_t at = line.find(tag);
+    if (at != std::string::npos) pid = std::stoi(line.substr(at + tag.size()));
+    if (!killed && pid > 0 && line.find("[worker 1] linreg epoch 2/") != std::string::npos) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
+      kill(pid, SIGKILL);
+      killed = true;
+    }
+  });
+  ASSERT_TRUE(killed) << out;
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("worker 1 died; starting a new one in its place"), std::string::npos) << out;
+  EXPECT_NE(out.find("worker 1 replaced: a new worker took its place"), std::string::npos) << out;
+  EXPECT_NE(out.find("linreg: taking a dead worker's place in epoch 3 after its step"), std::string::npos) << out;
+  EXPECT_NE(out.find("job finished: 2 workers finished"), std::string::npos) << out;
+  EXPECT_EQ(last_loss(out), last_loss(plain)) << out;
+  EXPECT_NE(last_loss(plain), "none") << plain;
+}
+
 // A scheduler that stops running for a while (SIGSTOP here; a slow checkpoint commit or a paused
 // VM alike) judges no node by the heartbeats it did not read meanwhile: the job goes on.
 TEST(MultiProcess, APausedSchedulerDeclaresNoNodeDead) {
