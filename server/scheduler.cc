@@ -100,6 +100,7 @@ class SchedulerImpl final : public Scheduler {
   void Handle(Message& m);
   void HandleRegister(Message& m);
   void RegisterReplacement(Message& m);
+  Header RegisterReply() const;
   void HandleCreateTable(Message& m);
   void HandleServerTableReply(Node& server, const Message& m);
   void CheckLiveness(int64_t now);
@@ -510,14 +511,7 @@ void SchedulerImpl::HandleRegister(Message& m) {
     auto by_rank = [](const Node* a, const Node* b) { return a->rank < b->rank; };
     std::sort(servers_.begin(), servers_.end(), by_rank);
     std::sort(workers_.begin(), workers_.end(), by_rank);
-    Header h;
-    h.type = MsgType::kRegisterReply;
-    h.cluster.num_workers = options_.num_workers;
-    for (Node* s : servers_) h.cluster.servers.push_back({s->rank, s->address});
-    h.cluster.restore_from = restore_.dir;
-    h.cluster.start_clock = restore_.clock;
-    h.cluster.checkpoints = !options_.checkpoint_dir.empty();
-    h.membership = membership_;
+    Header h = RegisterReply();
     int64_t now = NowMs();
     for (auto& [id, node] : nodes_) {
       h.sender_rank = node.rank;
@@ -530,6 +524,19 @@ void SchedulerImpl::HandleRegister(Message& m) {
     }
     PP_LOG(Info) << "all nodes registered; job running";
   }
+}
+
+// The cluster map and membership every registering node is answered with.
+Header SchedulerImpl::RegisterReply() const {
+  Header h;
+  h.type = MsgType::kRegisterReply;
+  h.cluster.num_workers = options_.num_workers;
+  for (Node* s : servers_) h.cluster.servers.push_back({s->rank, s->address});
+  h.cluster.restore_from = restore_.dir;
+  h.cluster.start_clock = restore_.clock;
+  h.cluster.checkpoints = !options_.checkpoint_dir.empty();
+  h.membership = membership_;
+  return h;
 }
 
 // A worker taking the place of a dead one (wait_for_replacement): the rank it asked for if that
@@ -552,17 +559,10 @@ void SchedulerImpl::RegisterReplacement(Message& m) {
   membership_.reason = "worker " + std::to_string(rank) + " replaced";
   PP_LOG(Warning) << "worker " << rank << " replaced: a new worker took its place"
                   << (replacing_.empty() ? "" : "; " + std::to_string(replacing_.size()) + " more awaited");
-  Header h;
-  h.type = MsgType::kRegisterReply;
+  Header h = RegisterReply();
   h.sender_role = Role::kScheduler;
   h.sender_rank = rank;
   h.request_id = m.header.request_id;
-  h.cluster.num_workers = options_.num_workers;
-  for (Node* s : servers_) h.cluster.servers.push_back({s->rank, s->address});
-  h.cluster.restore_from = restore_.dir;
-  h.cluster.start_clock = restore_.clock;
-  h.cluster.checkpoints = !options_.checkpoint_dir.empty();
-  h.membership = membership_;
   zmq::message_t idm(identity.data(), identity.size());
   SendMessage(router_, &idm, h).IgnoreError();
   Broadcast();
