@@ -131,6 +131,19 @@ TEST(WorkerFailure, JobGoesOnWithoutADeadWorkerWhenAsked) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// Worker 0, a clock ahead, pulls (which waits for worker 1 under BSP); worker 1 is killed. What
+// the pull ends with, within `timeouts` heartbeat timeouts.
+Status PullWhileWorker1Dies(LocalCluster& cluster, int timeouts) {
+  auto t0 = cluster.client(0).CreateTable(Dense("w", 8));
+  if (!t0.ok()) return t0.status().Annotate("test set-up");
+  Status clocked = cluster.client(0).Clock();
+  if (!clocked.ok()) return clocked.Annotate("test set-up");
+  std::vector<float> v(32);
+  Future waiting = cluster.client(0).PullDense(*t0, v.data());
+  cluster.KillClient(1);
+  return waiting.WaitFor(int64_t(cluster.config().heartbeat_timeout_ms) * timeouts);
+}
+
 // --on_worker_death=wait: a new worker takes a dead one's rank and resumes at its clock; the
 // others wait for it meanwhile. Under BSP the result is the uninterrupted run's, exactly: what the
 // dead worker had pushed of its unfinished clock is dropped, and the new one pushes it again.
@@ -200,13 +213,7 @@ TEST(WorkerReplacement, NoReplacementInTimeAbortsTheJobNamingTheRank) {
   cfg.replacement_timeout_ms = 500;
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
-  auto t0 = cluster.client(0).CreateTable(Dense("w", 8));
-  ASSERT_TRUE(t0.ok());
-  ASSERT_TRUE(cluster.client(0).Clock().ok());
-  std::vector<float> v(32);
-  Future waiting = cluster.client(0).PullDense(*t0, v.data());  // waits for worker 1
-  cluster.KillClient(1);
-  Status st = waiting.WaitFor(cluster.config().heartbeat_timeout_ms * 20);
+  Status st = PullWhileWorker1Dies(cluster, 20);
   EXPECT_EQ(st.code(), Code::kAborted) << st.ToString();
   EXPECT_NE(st.message().find("worker 1 died and no worker took its place"), std::string::npos) << st.ToString();
   EXPECT_NE(st.message().find("--replacement_timeout_s"), std::string::npos) << st.ToString();
@@ -288,13 +295,7 @@ TEST(WorkerFailure, DeadWorkerAbortsTheJobNamingItByDefault) {
   cfg.workers = 2;
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
-  auto t0 = cluster.client(0).CreateTable(Dense("w", 8));
-  ASSERT_TRUE(t0.ok());
-  ASSERT_TRUE(cluster.client(0).Clock().ok());
-  std::vector<float> v(32);
-  Future waiting = cluster.client(0).PullDense(*t0, v.data());  // waits for worker 1
-  cluster.KillClient(1);
-  Status st = waiting.WaitFor(cluster.config().heartbeat_timeout_ms * 10);
+  Status st = PullWhileWorker1Dies(cluster, 10);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.code(), Code::kDeadlineExceeded) << st.ToString();
   EXPECT_NE(st.message().find("worker 1"), std::string::npos) << st.ToString();
