@@ -35,6 +35,19 @@ struct Batch {
       labels[i] = ex[i].label;
     }
   }
+  // Puts the keys in the order the servers hold them (Client::GroupByServer: the push is then
+  // sent in slices of the gradient, gathered nowhere); the slots follow their keys.
+  Status GroupByServer(Client& client, const Table& t) {
+    auto order = client.GroupByServer(t, &keys);
+    if (!order.ok()) return order.status();
+    where.resize(keys.size());
+    for (uint32_t i = 0; i < order->size(); ++i) where[(*order)[i]] = i;
+    for (uint32_t& s : slots) s = where[s];
+    return Status::OK();
+  }
+
+ private:
+  std::vector<uint32_t> where;
 };
 
 double Sigmoid(double z) { return z >= 0 ? 1 / (1 + std::exp(-z)) : std::exp(z) / (1 + std::exp(z)); }
@@ -163,6 +176,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
       int n = static_cast<int>(std::min<int64_t>(app.batch, until - done));
       for (int i = 0; i < n; ++i) gen->Next(&ex[i]);
       b.Build(ex, n, bias_id);
+      PP_RETURN_IF_ERROR(b.GroupByServer(client, *table).Annotate("sparse_lr"));
       w.resize(b.keys.size());
       int64_t t0 = NowUs();
       Future pull = client.Pull(*table, b.keys, w.data());

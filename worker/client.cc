@@ -99,8 +99,9 @@ struct FutureState {
 // reply (one per stripe of the server's rows, in row order).
 struct PulledParts {
   std::vector<std::vector<zmq::message_t>> frames;  // [server part][frame]
-  std::vector<uint64_t> first_row;                  // dense: [server part] its first table row
-  // Keyed: [server part] the key index of each row it holds (empty: rows 0, 1, ...: one part).
+  std::vector<uint64_t> first_row;                  // [server part] its first row (see positions)
+  // Keyed: [server part] the key index of each row it holds; empty: consecutive key indices from
+  // first_row[part] (keys in server order, GroupByServer).
   std::vector<std::vector<uint32_t>> positions;
   bool keyed = false;
   size_t rows = 0;
@@ -153,7 +154,7 @@ struct PulledParts {
           const float* src = static_cast<const float*>(f.data());
           const size_t n = dim ? f.size() / sizeof(float) / dim : 0;
           for (size_t k = 0; k < n; ++k, ++j)
-            rows_[positions[s].empty() ? j : positions[s][j]] = src + k * dim;
+            rows_[positions[s].empty() ? first_row[s] + j : positions[s][j]] = src + k * dim;
         }
       }
     });
@@ -528,6 +529,7 @@ class ClientImpl final : public Client, private internal::Receiver {
     return PullImpl(t, std::move(keys), slot, out, nullptr);
   }
   Future PushDense(const Table& t, std::shared_ptr<const std::vector<float>> grads) override;
+  Result<std::vector<uint32_t>> GroupByServer(const Table& t, std::vector<Key>* keys) override;
   Future PullView(const Table& t, std::vector<Key> keys, PulledRows* out) override {
     return PullImpl(t, std::move(keys), -1, nullptr, out);
   }
@@ -981,6 +983,29 @@ Future ClientImpl::Push(const Table& t, std::vector<Key> keys, std::shared_ptr<c
   return Future(fs);
 }
 
+Result<std::vector<uint32_t>> ClientImpl::GroupByServer(const Table& t, std::vector<Key>* keys) {
+  const TableInfo* info;
+  PP_RETURN_IF_ERROR(CheckTable(t, &info));
+  if (keys->size() > kMaxKeysPerMessage)
+    return Status::InvalidArgument("grouping keys of '" + t.name + "': " + std::to_string(keys->size()) +
+                                   " keys, at most " + std::to_string(kMaxKeysPerMessage) + " per call");
+  const int S = num_servers();
+  // A counting sort by owner: stable, one pass to count and one to place.
+  std::vector<int> owner(keys->size());
+  std::vector<size_t> start(S + 1, 0);
+  for (size_t i = 0; i < keys->size(); ++i) ++start[(owner[i] = info->OwnerOf((*keys)[i])) + 1];
+  for (int s = 0; s < S; ++s) start[s + 1] += start[s];
+  std::vector<uint32_t> order(keys->size());
+  std::vector<Key> grouped(keys->size());
+  for (size_t i = 0; i < keys->size(); ++i) {
+    const size_t at = start[owner[i]]++;
+    order[at] = static_cast<uint32_t>(i);
+    grouped[at] = (*keys)[i];
+  }
+  *keys = std::move(grouped);
+  return order;
+}
+
 Future ClientImpl::PullImpl(const Table& t, std::vector<Key> keys, int slot, float* out, PulledRows* view) {
   if (view) ClientAccess::parts(view).reset();  // nothing of an earlier pull stays readable
   const TableInfo* info;
@@ -996,20 +1021,43 @@ Future ClientImpl::PullImpl(const Table& t, std::vector<Key> keys, int slot, flo
                                             " out of range [0, " + std::to_string(info->spec.rows) + ")"));
   const int S = num_servers();
   const size_t total_keys = keys.size();
-  std::vector<std::vector<Key>> ks(S);
+  // Keys in server order (GroupByServer; always with one server): each server is sent its slice
+  // of the one key buffer, zero-copy, and its rows go to consecutive places from `first[s]`.
+  // Otherwise its keys are gathered, and where each of its rows goes is listed (pos).
+  std::vector<int> owner(S > 1 ? total_keys : 0);
+  bool grouped = true;
+  for (size_t i = 0; i < owner.size(); ++i) {
+    owner[i] = info->OwnerOf(keys[i]);
+    if (i && owner[i] < owner[i - 1]) grouped = false;
+  }
+  auto kbuf = std::make_shared<std::vector<Key>>(std::move(keys));
+  std::vector<zmq::message_t> kf(S);
+  std::vector<size_t> first(S, 0), count(S, 0);
   std::vector<std::vector<uint32_t>> pos(S);
-  if (S == 1) {
-    ks[0] = std::move(keys);
+  if (grouped) {
+    for (size_t i = 0; i < total_keys;) {
+      const int s = owner.empty() ? 0 : owner[i];
+      size_t j = i;
+      while (j < total_keys && (owner.empty() || owner[j] == s)) ++j;
+      first[s] = i;
+      count[s] = j - i;
+      kf[s] = ZeroCopyFrame(kbuf->data() + i, (j - i) * sizeof(Key), kbuf);
+      i = j;
+    }
   } else {
+    for (int o : owner) ++count[o];
+    std::vector<std::shared_ptr<std::vector<Key>>> ks(S);
     for (int s = 0; s < S; ++s) {
-      ks[s].reserve(total_keys / S + total_keys / 8 + 16);
-      pos[s].reserve(total_keys / S + total_keys / 8 + 16);
+      ks[s] = std::make_shared<std::vector<Key>>();
+      ks[s]->reserve(count[s]);
+      pos[s].reserve(count[s]);
     }
     for (size_t i = 0; i < total_keys; ++i) {
-      int s = info->OwnerOf(keys[i]);
-      ks[s].push_back(keys[i]);
-      pos[s].push_back(static_cast<uint32_t>(i));
+      ks[owner[i]]->push_back((*kbuf)[i]);
+      pos[owner[i]].push_back(static_cast<uint32_t>(i));
     }
+    for (int s = 0; s < S; ++s)
+      if (count[s]) kf[s] = ZeroCopyFrame(ks[s]->data(), count[s] * sizeof(Key), ks[s]);
   }
   std::shared_ptr<internal::PulledParts> parts;
   if (view) {
@@ -1021,26 +1069,26 @@ Future ClientImpl::PullImpl(const Table& t, std::vector<Key> keys, int slot, flo
   }
   std::vector<std::unique_ptr<Command>> cmds;
   for (int s = 0; s < S; ++s) {
-    if (ks[s].empty()) continue;
+    if (count[s] == 0) continue;
     auto c = std::make_unique<Command>();
     c->header.type = MsgType::kPull;
     c->header.table = t.id;
     c->header.clock = clock_;
-    c->header.num_keys = ks[s].size();
+    c->header.num_keys = count[s];
     c->header.dim = dim;
     c->header.slot = slot;
-    auto kk = std::make_shared<std::vector<Key>>(std::move(ks[s]));
-    c->keys = ZeroCopyFrame(kk->data(), kk->size() * sizeof(Key), kk);
+    c->keys = std::move(kf[s]);
     c->part.target = s;
     c->part.reply_type = MsgType::kPullReply;
-    c->part.out = out;
-    c->part.rows = kk->size();
+    c->part.out = out ? out + first[s] * dim : nullptr;
+    c->part.rows = count[s];
     c->part.dim = dim;
-    if (kk->size() != total_keys) c->part.positions = std::move(pos[s]);
+    c->part.positions = std::move(pos[s]);
     if (parts) {
       c->part.view = parts;
       c->part.view_index = parts->frames.size();
       parts->frames.emplace_back();
+      parts->first_row.push_back(first[s]);
       parts->positions.push_back(std::move(c->part.positions));
     }
     cmds.push_back(std::move(c));

@@ -157,6 +157,14 @@ class Client {
     return Push(t, std::move(keys), std::make_shared<const std::vector<float>>(std::move(grads)));
   }
   virtual Future Pull(const Table& t, std::vector<Key> keys, float* out) = 0;
+  // Keys in the order the servers hold them cost the least: reorders `keys` so that each
+  // server's keys come one after the other (in the order they were given) and returns where each
+  // came from (keys after[i] == keys before[order[i]]). A keyed push of keys in this order sends
+  // every server its slice of the caller's buffers as they are, zero-copy (keys in another order:
+  // gathered into a buffer per server first), and a keyed pull needs no per-key map to place
+  // the rows. Order a recurring key set (a minibatch's unique keys) once and compute its
+  // gradients in that order. Dense tables: ascending rows are in server order.
+  virtual Result<std::vector<uint32_t>> GroupByServer(const Table& t, std::vector<Key>* keys) = 0;
   // The same without copying into a buffer of the caller's: out->row(i) is keys[i]'s values,
   // read in place from the servers' replies (see PulledRows).
   virtual Future PullView(const Table& t, std::vector<Key> keys, PulledRows* out) = 0;

@@ -6,8 +6,10 @@
 // thread each, W clients). Tables are ASP with SGD so that neither consistency waits nor a heavy
 // optimizer dominate. Dense cases PushDense/PullDense a whole table of the payload's size
 // (dim 256 up to 1 MB, dim 1024 above); sparse cases Push/Pull fixed random u64 keys (dim 64)
-// of a sparse table. Pushes send one warm shared buffer zero-copy and pulls are read in place
-// (PullDenseView, PullView).
+// of a sparse table, in the order the servers hold them (Client::GroupByServer, what the library
+// asks of a recurring key set); with more than one server, also in the order they were drawn
+// ("sparse_ungrouped_" figures: the client gathers each server's rows). Pushes send one warm
+// shared buffer zero-copy and pulls are read in place (PullDenseView, PullView).
 //
 // Raw baseline: per server one thread with its own context and one ROUTER bound to
 // tcp://127.0.0.1 (ephemeral port); per worker one thread with its own context and one DEALER
@@ -476,6 +478,13 @@ LocalClusterConfig BenchCluster(int S, int W, int K = 1) {
 
 std::string ShapeName(int S, int W) { return std::to_string(S) + "s" + std::to_string(W) + "w"; }
 
+// What a case moves: a dense table, or a sparse one with its keys in server order (as
+// GroupByServer leaves them) or in the order they were drawn.
+enum class Layout { kDense, kSparse, kSparseUngrouped };
+std::string LayoutPrefix(Layout l) {
+  return l == Layout::kDense ? "" : l == Layout::kSparse ? "sparse_" : "sparse_ungrouped_";
+}
+
 struct Shape {
   int S, W;
   bool sparse;  // also the sparse cases for this shape
@@ -485,6 +494,7 @@ struct Config {
   bool quick = false;
   std::vector<size_t> sizes;
   std::vector<size_t> sparse_sizes;
+  std::vector<size_t> ungrouped_sizes;  // sparse shapes with S > 1: keys in the order drawn too
   std::vector<Shape> shapes;
   double budget_s = 0.2;      // per repetition, throughput runs
   double lat_budget_s = 0.1;  // per repetition, latency runs
@@ -587,6 +597,7 @@ class TransportBench {
     std::fprintf(stderr, "\ntransport goals (issue 5), this run:\n");
     line("push-then-pull >= 0.8 x raw, dense, 1 MB and up", tally("pushpull/", large, false, 0.8));
     line("push-then-pull >= 0.8 x raw, sparse, 1 MB and up", tally("sparse_pushpull/", large, false, 0.8));
+    line("  the same, sparse keys in the order drawn (no goal)", tally("sparse_ungrouped_pushpull/", large, false, 0.8));
     line("4 KB pull p50 <= 1.3 x raw round trip", tally("pull_p50/", {"4KB"}, true, 1.3));
     for (const Figure& f : figures_) {
       const double r = f.baseline > 0 ? f.value / f.baseline : NAN;
@@ -618,6 +629,8 @@ class TransportBench {
     for (auto b : cfg_.sizes) max_bytes = std::max(max_bytes, b);
     if (sh.sparse)
       for (auto b : cfg_.sparse_sizes) max_bytes = std::max(max_bytes, b);
+    if (sh.sparse && sh.S > 1)
+      for (auto b : cfg_.ungrouped_sizes) max_bytes = std::max(max_bytes, b);
     {
       std::vector<std::unique_ptr<RawServer>> servers;
       std::vector<std::string> addrs;
@@ -629,9 +642,12 @@ class TransportBench {
       std::vector<std::unique_ptr<RawClient>> raw_clients;
       for (int w = 0; w < sh.W; ++w) raw_clients.push_back(std::make_unique<RawClient>(addrs));
 
-      for (size_t bytes : cfg_.sizes) RunCase(cl, sh, raw_clients, bytes, false);
-      if (sh.sparse)
-        for (size_t bytes : cfg_.sparse_sizes) RunCase(cl, sh, raw_clients, bytes, true);
+      for (size_t bytes : cfg_.sizes) RunCase(cl, sh, raw_clients, bytes, Layout::kDense);
+      if (sh.sparse) {
+        for (size_t bytes : cfg_.sparse_sizes) RunCase(cl, sh, raw_clients, bytes, Layout::kSparse);
+        if (sh.S > 1)
+          for (size_t bytes : cfg_.ungrouped_sizes) RunCase(cl, sh, raw_clients, bytes, Layout::kSparseUngrouped);
+      }
       raw_clients.clear();
       servers.clear();
     }
@@ -642,12 +658,13 @@ class TransportBench {
   }
 
   void RunCase(LocalCluster& cl, const Shape& sh, std::vector<std::unique_ptr<RawClient>>& raw,
-               size_t bytes, bool sparse) {
+               size_t bytes, Layout layout) {
     const int S = sh.S, W = sh.W;
+    const bool sparse = layout != Layout::kDense;
     const uint32_t dim = sparse ? 64 : (bytes <= kMB ? 256 : 1024);
     const size_t floats = bytes / 4;
     const uint64_t rows = floats / dim;
-    const std::string tname = std::string(sparse ? "s_" : "d_") + SizeName(bytes);
+    const std::string tname = LayoutPrefix(layout) + SizeName(bytes);
     TableSpec spec = MakeSpec(tname, sparse, rows, dim, opt::Kind::kSgd, Asp());
     std::vector<Table> tables(W);
     for (int w = 0; w < W; ++w) {
@@ -668,6 +685,13 @@ class TransportBench {
         keys.push_back(k);
         part_floats[info.OwnerOf(k)] += dim;
         part_keys[info.OwnerOf(k)] += sizeof(Key);
+      }
+      if (layout == Layout::kSparse) {
+        auto order = cl.client(0).GroupByServer(tables[0], &keys);
+        if (!order.ok()) {
+          std::fprintf(stderr, "transport: grouping keys: %s\n", order.status().ToString().c_str());
+          return;
+        }
       }
     } else {
       TableInfo info = TableInfo::Make(0, spec, S);
@@ -732,7 +756,7 @@ class TransportBench {
       else one(ppd, pp_failed, op, plan, &r, &l);
       ppd.clear();
       rwd.clear();
-      const std::string name = std::string("profile_") + (cfg_.profile_raw ? "raw_" : "") + (sparse ? "sparse_" : "") + OpName(op) +
+      const std::string name = std::string("profile_") + (cfg_.profile_raw ? "raw_" : "") + LayoutPrefix(layout) + OpName(op) +
                                (cfg_.profile_latency ? "_p50/" : "/") + SizeName(bytes) + "/" + ShapeName(S, W);
       if (cfg_.profile_latency)
         Add(name, "us", r.ok ? Percentile(l, 0.5) : NAN, 0.0, r.ok ? "ops " + std::to_string(r.ops) : "FAILED: " + r.error);
@@ -745,12 +769,14 @@ class TransportBench {
     for (Op op : {Op::kPush, Op::kPull, Op::kPushPull}) both(op, thr, &pp.r[int(op)], &rw.r[int(op)]);
     ppd.clear();
     rwd.clear();
-    std::fprintf(stderr, "transport: %s%s/%s took %.1f s\n", sparse ? "sparse " : "",
+    std::fprintf(stderr, "transport: %s%s/%s took %.1f s\n", LayoutPrefix(layout).c_str(),
                  SizeName(bytes).c_str(), ShapeName(S, W).c_str(), Now() - tc);
     const std::string suffix = "/" + SizeName(bytes) + "/" + ShapeName(S, W);
-    const std::string pre = sparse ? "sparse_" : "";
+    const std::string pre = LayoutPrefix(layout);
     const std::string what =
-        sparse ? "sparse table dim 64, " + std::to_string(rows) + " random keys (Push of a shared buffer, PullView)"
+        sparse ? "sparse table dim 64, " + std::to_string(rows) + " random keys" +
+                     (layout == Layout::kSparse ? " in server order (GroupByServer)" : " in the order drawn") +
+                     " (Push of a shared buffer, PullView)"
                : "dense table " + std::to_string(rows) + "x" + std::to_string(dim) + " (PushDense of a shared buffer, PullDenseView)";
     auto fail_note = [](const RunResult& a, const RunResult& b) {
       std::string e = !a.ok ? "pushpull FAILED: " + a.error : "";
@@ -1057,6 +1083,7 @@ void RunTransportBench(Reporter& rep, const Options& o) {
   } else {
     cfg.sizes = {4 * kKB, 64 * kKB, kMB, 16 * kMB, 64 * kMB};
     cfg.sparse_sizes = {4 * kKB, 64 * kKB, kMB, 16 * kMB};
+    cfg.ungrouped_sizes = {kMB};
     cfg.shapes = {{1, 1, true}, {2, 1, true}, {1, 2, false}, {2, 2, false}, {1, 4, false}, {2, 4, true}};
     // Long enough that a 16 MB run moves a few dozen operations (these shared 2-core machines
     // are noisy; shorter runs moved single ratios by 0.2).
@@ -1073,8 +1100,9 @@ void RunTransportBench(Reporter& rep, const Options& o) {
       return;
     }
     std::string ops = op;
-    const bool sparse = ops.rfind("sparse_", 0) == 0;
-    if (sparse) ops = ops.substr(7);
+    const bool ungrouped = ops.rfind("sparse_ungrouped_", 0) == 0;
+    const bool sparse = ungrouped || ops.rfind("sparse_", 0) == 0;
+    if (sparse) ops = ops.substr(ungrouped ? 17 : 7);
     if (ops.size() > 4 && ops.compare(ops.size() - 4, 4, "_p50") == 0) {
       cfg.profile_latency = true;
       ops.resize(ops.size() - 4);
@@ -1089,7 +1117,8 @@ void RunTransportBench(Reporter& rep, const Options& o) {
     cfg.profile_raw = std::string(side) == "raw";
     cfg.sizes.clear();
     cfg.sparse_sizes.clear();
-    (sparse ? cfg.sparse_sizes : cfg.sizes).push_back(bytes);
+    cfg.ungrouped_sizes.clear();
+    (ungrouped ? cfg.ungrouped_sizes : sparse ? cfg.sparse_sizes : cfg.sizes).push_back(bytes);
     cfg.shapes = {{S, W, sparse}};
     const char* pb = std::getenv("PP_TRANSPORT_PROFILE_S");  // seconds of the run (default 5)
     cfg.budget_s = cfg.lat_budget_s = pb ? std::max(0.05, std::atof(pb)) : 5.0;
