@@ -147,6 +147,11 @@ class ServerImpl final : public Server {
   std::vector<uint8_t> replacing_;
   std::vector<int64_t> hello_clock_;
   std::vector<uint64_t> hello_version_;  // the membership version its current client said hello with
+  // Per worker and table, the pushes applied in its open clock (tables not under BSP, whose
+  // pushes are applied as they come); and, after a replacement, how many of the new client's
+  // pushes at that clock are its predecessor's again (the same step redone): answered, not
+  // applied, so each push of a clock is applied once whoever sent it.
+  std::vector<std::map<uint32_t, int64_t>> pushed_in_clock_, redo_;
   std::multimap<int64_t, Request*> parked_;          // pulls by the min clock they need
   StalenessHistogram staleness_;
   std::vector<std::unique_ptr<SpscQueue<Request>>> queues_;
@@ -208,6 +213,8 @@ Status ServerImpl::Run() {
   replacing_.assign(W, 0);
   hello_clock_.assign(W, cluster.start_clock);
   hello_version_.assign(W, 0);
+  pushed_in_clock_.assign(W, {});
+  redo_.assign(W, {});
   if (!cluster.restore_from.empty()) {
     auto r = WhileHeartbeating(
         [&] { return ReadCheckpointForServer(cluster.restore_from, rank_, static_cast<int>(cluster.servers.size())); });
@@ -554,7 +561,15 @@ void ServerImpl::HandleData(Message& m) {
         // A new process for this rank after another (a replacement): what the one before left
         // unfinished of its open clock is dropped (BSP sums), and it goes on from this clock.
         if (!sessions_[w].empty() || replacing_[w]) {
-          PP_LOG(Warning) << "worker " << w << ": a new client took its place at clock " << clocks_.clock(w);
+          // Pushes of the open clock applied already (by the one before, or redone by an earlier
+          // replacement, or still to be redone for one) are the new client's first ones again.
+          int64_t redo = 0;
+          for (auto& [table, n] : pushed_in_clock_[w]) redo += (redo_[w][table] += n);
+          pushed_in_clock_[w].clear();
+          PP_LOG(Warning) << "worker " << w << ": a new client took its place at clock " << clocks_.clock(w)
+                          << (redo > 0 ? "; its first " + std::to_string(redo) +
+                                             " pushes there were applied already and will be answered, not applied again"
+                                       : std::string());
           if (!ckpt_.writer.joinable()) DropBspSums(w);
         }
         sessions_[w] = std::move(session);
@@ -601,6 +616,18 @@ void ServerImpl::HandleData(Message& m) {
                               h.clock, Status::OK()));
     return;
   }
+  // ... and redoing the pushes its predecessor had applied in its open clock (not under BSP,
+  // whose unfinished sums were dropped instead).
+  if (h.type == MsgType::kPush && h.clock == hello_clock) {
+    auto it = redo_[h.sender_rank].find(h.table);
+    if (it != redo_[h.sender_rank].end() && it->second > 0) {
+      --it->second;
+      ++pushed_in_clock_[h.sender_rank][h.table];
+      ++stats_.duplicates;
+      Answered(h, SendBareReply(m, MsgType::kPushReply, h.table, h.clock, Status::OK()));
+      return;
+    }
+  }
   if (h.type == MsgType::kClock) {
     st = clocks_.Advance(h.sender_rank, h.clock);
     if (!st.ok()) {
@@ -609,6 +636,8 @@ void ServerImpl::HandleData(Message& m) {
       return;
     }
     ++stats_.clocks;
+    pushed_in_clock_[h.sender_rank].clear();
+    redo_[h.sender_rank].clear();
     Answered(h, SendBareReply(m, MsgType::kClockReply, 0, h.clock, Status::OK()));
     AdvanceMinClock();
     return;
@@ -638,6 +667,7 @@ void ServerImpl::HandleData(Message& m) {
       who[rh.sender_rank] = 1;
     } else {
       r->op = Request::kApply;
+      ++pushed_in_clock_[rh.sender_rank][rh.table];
       r->ctx.lr = opt::ScheduledLr(oc, shard->table_step++);
       if (oc.staleness_aware) {
         int64_t tau = clocks_.MaxLive() - rh.clock;

@@ -145,9 +145,15 @@ Status PullWhileWorker1Dies(LocalCluster& cluster, int timeouts) {
 }
 
 // --on_worker_death=wait: a new worker takes a dead one's rank and resumes at its clock; the
-// others wait for it meanwhile. Under BSP the result is the uninterrupted run's, exactly: what the
-// dead worker had pushed of its unfinished clock is dropped, and the new one pushes it again.
-TEST(WorkerReplacement, ANewWorkerTakesADeadOnesPlaceAndBspStaysExact) {
+// others wait for it meanwhile (under BSP; under SSP once the bound is reached). Each step counts
+// once, as in the uninterrupted run: under BSP what the dead worker had pushed of its unfinished
+// clock is dropped and the new one pushes it again; under SSP and ASP, whose pushes are applied
+// as they come, the new one's pushes of that clock that the dead one had made are answered and
+// not applied again.
+class WorkerReplacementIn : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(WorkerReplacementIn, ANewWorkerTakesADeadOnesPlaceAndEachStepCountsOnce) {
+  const bool bsp = std::string(GetParam()) == "bsp";
   LocalClusterConfig cfg;
   cfg.servers = 2;
   cfg.workers = 2;
@@ -157,7 +163,7 @@ TEST(WorkerReplacement, ANewWorkerTakesADeadOnesPlaceAndBspStaysExact) {
   TableSpec spec = Dense("w", 8);
   spec.init = InitKind::kZeros;
   spec.optimizer.lr = 0.25f;
-  spec.consistency = *ParseConsistency("bsp");
+  spec.consistency = *ParseConsistency(GetParam());
   std::vector<Table> t(2);
   for (int w = 0; w < 2; ++w) {
     auto made = cluster.client(w).CreateTable(spec);
@@ -180,10 +186,14 @@ TEST(WorkerReplacement, ANewWorkerTakesADeadOnesPlaceAndBspStaysExact) {
   for (int k = 0; k < kDies; ++k) ASSERT_TRUE(step(1, k, true).ok());
   ASSERT_TRUE(step(1, kDies, /*clock=*/false).ok());  // dies with its clock kDies pushed, not finished
   cluster.KillClient(1);
-  // Worker 0 finishes clock kDies, then waits for rank 1 (BSP) while nobody holds it.
-  EXPECT_TRUE(Eventually([&] { return done0.load() == kDies + 1; }, 10000));
-  std::this_thread::sleep_for(std::chrono::milliseconds(cfg.heartbeat_timeout_ms + 500));
-  EXPECT_EQ(done0.load(), kDies + 1) << "worker 0 went on without rank 1";
+  if (bsp) {
+    // Worker 0 finishes clock kDies, then waits for rank 1 while nobody holds it.
+    EXPECT_TRUE(Eventually([&] { return done0.load() == kDies + 1; }, 10000));
+    std::this_thread::sleep_for(std::chrono::milliseconds(cfg.heartbeat_timeout_ms + 500));
+    EXPECT_EQ(done0.load(), kDies + 1) << "worker 0 went on without rank 1";
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(cfg.heartbeat_timeout_ms + 500));
+  }
   ASSERT_TRUE(cluster.ReplaceClient(1).ok());
   Client& fresh = cluster.client(1);
   EXPECT_TRUE(fresh.replacement());
@@ -198,11 +208,18 @@ TEST(WorkerReplacement, ANewWorkerTakesADeadOnesPlaceAndBspStaysExact) {
   ASSERT_TRUE(worker0.ok()) << worker0.ToString();
   std::vector<float> v(32);
   ASSERT_TRUE(cluster.client(0).PullDense(t[0], v.data()).Wait().ok());
-  // -lr * sum over k of the mean over workers of (k + 1) * (w + 1) = -0.25 * 1.5 * 55.
-  for (float x : v) EXPECT_EQ(x, -20.625f);
+  // -lr * sum over k of (k + 1) * (w + 1): BSP applies the mean over the workers at each clock,
+  // -0.25 * 1.5 * 55; SSP and ASP every push, -0.25 * 3 * 55 (a step applied twice: -43.75).
+  for (float x : v) EXPECT_EQ(x, bsp ? -20.625f : -41.25f);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
   EXPECT_TRUE(cluster.scheduler_status().ok()) << cluster.scheduler_status().ToString();
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, WorkerReplacementIn, ::testing::Values("bsp", "ssp:2", "asp"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           std::string n = i.param;
+                           return n.substr(0, n.find(':'));
+                         });
 
 // Nobody takes the dead worker's place in time: the job aborts, naming its rank and the flag.
 TEST(WorkerReplacement, NoReplacementInTimeAbortsTheJobNamingTheRank) {
