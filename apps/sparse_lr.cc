@@ -17,7 +17,7 @@ struct Batch {
   std::vector<Key> keys;
   std::vector<uint32_t> slots;  // examples * (active + 1), the bias included
   std::vector<uint8_t> labels;
-  std::unordered_map<Key, uint32_t> index;
+  std::unordered_map<Key, uint32_t> index;  // Build's scratch: key -> slot before GroupByServer
 
   void Build(const std::vector<CtrExample>& ex, int n, Key bias_id) {
     keys.clear();

@@ -563,9 +563,10 @@ void ServerImpl::HandleData(Message& m) {
         if (!sessions_[w].empty() || replacing_[w]) {
           // Pushes of the open clock applied already (by the one before, or redone by an earlier
           // replacement, or still to be redone for one) are the new client's first ones again.
-          int64_t redo = 0;
-          for (auto& [table, n] : pushed_in_clock_[w]) redo += (redo_[w][table] += n);
+          for (auto& [table, n] : pushed_in_clock_[w]) redo_[w][table] += n;
           pushed_in_clock_[w].clear();
+          int64_t redo = 0;
+          for (auto& [table, n] : redo_[w]) redo += n;
           PP_LOG(Warning) << "worker " << w << ": a new client took its place at clock " << clocks_.clock(w)
                           << (redo > 0 ? "; its first " + std::to_string(redo) +
                                              " pushes there were applied already and will be answered, not applied again"

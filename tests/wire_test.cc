@@ -426,6 +426,72 @@ TEST(MalformedInput, AHelloFromAnotherClientStartsAWorkersRequestRecordOver) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// A new client of a worker in the middle of a clock (a replacement) redoes that clock: its first
+// pushes there to a table whose pushes are applied as they come (not BSP) are answered and not
+// applied, as many as its predecessors had made, carried over a replacement that itself dies
+// before redoing them all; the clock's tick ends it.
+TEST(MalformedInput, ANewClientMidClockRedoesItsPredecessorsPushesOnce) {
+  LocalClusterConfig cfg;
+  cfg.workers = 2;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  auto t = cluster.client(0).CreateTable(AspLrOne("w"));
+  ASSERT_TRUE(t.ok());
+  const ServerStats& stats = cluster.server(0).stats();
+  Header hello;
+  hello.type = MsgType::kHello;
+  hello.sender_rank = 1;
+  Header push;
+  push.type = MsgType::kPush;
+  push.sender_rank = 1;
+  push.table = t->id;
+  push.num_keys = 1;
+  push.dim = 4;
+  const std::vector<Key> key{2};
+  const std::vector<float> g{-1, -1, -1, -1};
+  auto row2 = [&] {
+    std::vector<float> v(4);
+    EXPECT_TRUE(cluster.client(0).Pull(*t, {2}, v.data()).Wait().ok());
+    return v[0];
+  };
+  auto push_from = [&](RawPeer& p, uint64_t id) {
+    push.request_id = id;
+    p.Send(push, key, g);
+    return p.Reply().status;
+  };
+  const uint64_t dups = stats.duplicates.load();
+  RawPeer a(cluster.server(0).address()), b(cluster.server(0).address()), c(cluster.server(0).address());
+  a.Send(hello, {}, {});
+  EXPECT_EQ(a.Reply().type, MsgType::kHelloReply);
+  EXPECT_EQ(push_from(a, 1), Code::kOk);
+  EXPECT_EQ(push_from(a, 2), Code::kOk);
+  EXPECT_EQ(row2(), 2.0f);
+  b.Send(hello, {}, {});  // takes rank 1's place at clock 0, where 2 pushes were applied
+  EXPECT_EQ(b.Reply().type, MsgType::kHelloReply);
+  EXPECT_EQ(push_from(b, 1), Code::kOk);  // the first again: answered, not applied
+  EXPECT_EQ(row2(), 2.0f);
+  c.Send(hello, {}, {});  // and c takes b's place before b redid the second
+  EXPECT_EQ(c.Reply().type, MsgType::kHelloReply);
+  EXPECT_EQ(push_from(c, 1), Code::kOk);
+  EXPECT_EQ(push_from(c, 2), Code::kOk);
+  EXPECT_EQ(row2(), 2.0f);
+  EXPECT_EQ(stats.duplicates.load(), dups + 3);
+  EXPECT_EQ(push_from(c, 3), Code::kOk);  // the clock's third push: new
+  EXPECT_EQ(row2(), 3.0f);
+  Header tick;
+  tick.type = MsgType::kClock;
+  tick.sender_rank = 1;
+  tick.clock = 1;
+  tick.request_id = 4;
+  c.Send(tick, {}, {});
+  EXPECT_EQ(c.Reply().status, Code::kOk);
+  push.clock = 1;
+  EXPECT_EQ(push_from(c, 5), Code::kOk);  // the next clock's: applied
+  EXPECT_EQ(row2(), 4.0f);
+  EXPECT_EQ(stats.duplicates.load(), dups + 3);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
   LocalClusterConfig cfg;
   cfg.servers = 1;

@@ -1119,6 +1119,10 @@ void RunTransportBench(Reporter& rep, const Options& o) {
     cfg.sparse_sizes.clear();
     cfg.ungrouped_sizes.clear();
     (ungrouped ? cfg.ungrouped_sizes : sparse ? cfg.sparse_sizes : cfg.sizes).push_back(bytes);
+    if (ungrouped && S < 2) {
+      rep.Refuse("PP_TRANSPORT_PROFILE=" + std::string(prof) + ": keys in the order drawn are measured with 2 servers or more");
+      return;
+    }
     cfg.shapes = {{S, W, sparse}};
     const char* pb = std::getenv("PP_TRANSPORT_PROFILE_S");  // seconds of the run (default 5)
     cfg.budget_s = cfg.lat_budget_s = pb ? std::max(0.05, std::atof(pb)) : 5.0;
