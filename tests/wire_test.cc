@@ -365,131 +365,109 @@ TableSpec AspLrOne(const char* name) {
   return spec;
 }
 
+// Raw peers speaking for worker 1 of a running job (clients of that rank, as a replacement's
+// would be) to server 0, pushing -1 to row 2 of an AspLrOne table: each push applied adds 1.
+class PeersOfRankOne : public ::testing::Test {
+ protected:
+  PeersOfRankOne() : cluster_(Config()) {}
+  static LocalClusterConfig Config() {
+    LocalClusterConfig cfg;
+    cfg.workers = 2;
+    return cfg;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(cluster_.Start().ok());
+    auto t = cluster_.client(0).CreateTable(AspLrOne("w"));
+    ASSERT_TRUE(t.ok());
+    table_ = *t;
+  }
+  void TearDown() override { EXPECT_TRUE(cluster_.FinishAndJoin().ok()); }
+
+  std::unique_ptr<RawPeer> Peer() { return std::make_unique<RawPeer>(cluster_.server(0).address()); }
+  static Header Of(MsgType type, int64_t clock, uint64_t request_id) {
+    Header h;
+    h.type = type;
+    h.sender_rank = 1;
+    h.clock = clock;
+    h.request_id = request_id;
+    return h;
+  }
+  MsgType Hello(RawPeer& p) {
+    p.Send(Of(MsgType::kHello, 0, 0), {}, {});
+    return p.Reply().type;
+  }
+  Code Push(RawPeer& p, uint64_t request_id, int64_t clock = 0) {
+    Header h = Of(MsgType::kPush, clock, request_id);
+    h.table = table_.id;
+    h.num_keys = 1;
+    h.dim = 4;
+    p.Send(h, {2}, {-1, -1, -1, -1});
+    return p.Reply().status;
+  }
+  Code Tick(RawPeer& p, int64_t to_clock, uint64_t request_id) {
+    p.Send(Of(MsgType::kClock, to_clock, request_id), {}, {});
+    return p.Reply().status;
+  }
+  float Row2() {
+    std::vector<float> v(4);
+    EXPECT_TRUE(cluster_.client(0).Pull(table_, {2}, v.data()).Wait().ok());
+    return v[0];
+  }
+  uint64_t Duplicates() { return cluster_.server(0).stats().duplicates.load(); }
+
+  LocalCluster cluster_;
+  Table table_;
+};
+
 // A server answers a request id it has seen from a worker again instead of running it twice (a
 // worker sends its unanswered requests again after a dropped connection), but a new client of
 // that worker (a Hello from another receive socket) numbers its requests from the start again.
-TEST(MalformedInput, AHelloFromAnotherClientStartsAWorkersRequestRecordOver) {
-  LocalClusterConfig cfg;
-  cfg.workers = 2;
-  LocalCluster cluster(cfg);
-  ASSERT_TRUE(cluster.Start().ok());
-  auto t = cluster.client(0).CreateTable(AspLrOne("w"));
-  ASSERT_TRUE(t.ok());
-  const ServerStats& stats = cluster.server(0).stats();
-  Header hello;
-  hello.type = MsgType::kHello;
-  hello.sender_rank = 1;
-  Header push;
-  push.type = MsgType::kPush;
-  push.sender_rank = 1;
-  push.table = t->id;
-  push.num_keys = 1;
-  push.dim = 4;
-  push.request_id = 5;
-  const std::vector<Key> key{2};
-  const std::vector<float> g{-1, -1, -1, -1};
-  auto row2 = [&] {
-    std::vector<float> v(4);
-    EXPECT_TRUE(cluster.client(0).Pull(*t, {2}, v.data()).Wait().ok());
-    return v[0];
-  };
+TEST_F(PeersOfRankOne, AHelloFromAnotherClientStartsAWorkersRequestRecordOver) {
+  const uint64_t dups = Duplicates();
   {
-    RawPeer a(cluster.server(0).address());
-    a.Send(hello, {}, {});
-    EXPECT_EQ(a.Reply().type, MsgType::kHelloReply);
-    a.Send(push, key, g);
-    EXPECT_EQ(a.Reply().status, Code::kOk);
-    a.Send(push, key, g);  // the same id again: answered, not applied
-    EXPECT_EQ(a.Reply().status, Code::kOk);
-    a.Send(hello, {}, {});  // the same client again: its record stays
-    EXPECT_EQ(a.Reply().type, MsgType::kHelloReply);
-    a.Send(push, key, g);
-    EXPECT_EQ(a.Reply().status, Code::kOk);
-    EXPECT_EQ(stats.duplicates.load(), 2u);
-    EXPECT_EQ(row2(), 1.0f);
-    Header tick;  // the clock done (a new client in the middle of one redoes its pushes: fault_test)
-    tick.type = MsgType::kClock;
-    tick.sender_rank = 1;
-    tick.clock = 1;
-    tick.request_id = 6;
-    a.Send(tick, {}, {});
-    EXPECT_EQ(a.Reply().status, Code::kOk);
+    auto a = Peer();
+    EXPECT_EQ(Hello(*a), MsgType::kHelloReply);
+    EXPECT_EQ(Push(*a, 5), Code::kOk);
+    EXPECT_EQ(Push(*a, 5), Code::kOk);  // the same id again: answered, not applied
+    EXPECT_EQ(Hello(*a), MsgType::kHelloReply);  // the same client again: its record stays
+    EXPECT_EQ(Push(*a, 5), Code::kOk);
+    EXPECT_EQ(Duplicates(), dups + 2);
+    EXPECT_EQ(Row2(), 1.0f);
+    // The clock done (a new client in the middle of one redoes its pushes: below).
+    EXPECT_EQ(Tick(*a, 1, 6), Code::kOk);
   }
-  RawPeer b(cluster.server(0).address());
-  b.Send(hello, {}, {});
-  EXPECT_EQ(b.Reply().type, MsgType::kHelloReply);
-  push.clock = 1;
-  b.Send(push, key, g);  // id 5 of another client: a new request
-  EXPECT_EQ(b.Reply().status, Code::kOk);
-  EXPECT_EQ(stats.duplicates.load(), 2u);
-  EXPECT_EQ(row2(), 2.0f);
-  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+  auto b = Peer();
+  EXPECT_EQ(Hello(*b), MsgType::kHelloReply);
+  EXPECT_EQ(Push(*b, 5, 1), Code::kOk);  // id 5 of another client: a new request
+  EXPECT_EQ(Duplicates(), dups + 2);
+  EXPECT_EQ(Row2(), 2.0f);
 }
 
 // A new client of a worker in the middle of a clock (a replacement) redoes that clock: its first
 // pushes there to a table whose pushes are applied as they come (not BSP) are answered and not
 // applied, as many as its predecessors had made, carried over a replacement that itself dies
 // before redoing them all; the clock's tick ends it.
-TEST(MalformedInput, ANewClientMidClockRedoesItsPredecessorsPushesOnce) {
-  LocalClusterConfig cfg;
-  cfg.workers = 2;
-  LocalCluster cluster(cfg);
-  ASSERT_TRUE(cluster.Start().ok());
-  auto t = cluster.client(0).CreateTable(AspLrOne("w"));
-  ASSERT_TRUE(t.ok());
-  const ServerStats& stats = cluster.server(0).stats();
-  Header hello;
-  hello.type = MsgType::kHello;
-  hello.sender_rank = 1;
-  Header push;
-  push.type = MsgType::kPush;
-  push.sender_rank = 1;
-  push.table = t->id;
-  push.num_keys = 1;
-  push.dim = 4;
-  const std::vector<Key> key{2};
-  const std::vector<float> g{-1, -1, -1, -1};
-  auto row2 = [&] {
-    std::vector<float> v(4);
-    EXPECT_TRUE(cluster.client(0).Pull(*t, {2}, v.data()).Wait().ok());
-    return v[0];
-  };
-  auto push_from = [&](RawPeer& p, uint64_t id) {
-    push.request_id = id;
-    p.Send(push, key, g);
-    return p.Reply().status;
-  };
-  const uint64_t dups = stats.duplicates.load();
-  RawPeer a(cluster.server(0).address()), b(cluster.server(0).address()), c(cluster.server(0).address());
-  a.Send(hello, {}, {});
-  EXPECT_EQ(a.Reply().type, MsgType::kHelloReply);
-  EXPECT_EQ(push_from(a, 1), Code::kOk);
-  EXPECT_EQ(push_from(a, 2), Code::kOk);
-  EXPECT_EQ(row2(), 2.0f);
-  b.Send(hello, {}, {});  // takes rank 1's place at clock 0, where 2 pushes were applied
-  EXPECT_EQ(b.Reply().type, MsgType::kHelloReply);
-  EXPECT_EQ(push_from(b, 1), Code::kOk);  // the first again: answered, not applied
-  EXPECT_EQ(row2(), 2.0f);
-  c.Send(hello, {}, {});  // and c takes b's place before b redid the second
-  EXPECT_EQ(c.Reply().type, MsgType::kHelloReply);
-  EXPECT_EQ(push_from(c, 1), Code::kOk);
-  EXPECT_EQ(push_from(c, 2), Code::kOk);
-  EXPECT_EQ(row2(), 2.0f);
-  EXPECT_EQ(stats.duplicates.load(), dups + 3);
-  EXPECT_EQ(push_from(c, 3), Code::kOk);  // the clock's third push: new
-  EXPECT_EQ(row2(), 3.0f);
-  Header tick;
-  tick.type = MsgType::kClock;
-  tick.sender_rank = 1;
-  tick.clock = 1;
-  tick.request_id = 4;
-  c.Send(tick, {}, {});
-  EXPECT_EQ(c.Reply().status, Code::kOk);
-  push.clock = 1;
-  EXPECT_EQ(push_from(c, 5), Code::kOk);  // the next clock's: applied
-  EXPECT_EQ(row2(), 4.0f);
-  EXPECT_EQ(stats.duplicates.load(), dups + 3);
-  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+TEST_F(PeersOfRankOne, ANewClientMidClockRedoesItsPredecessorsPushesOnce) {
+  const uint64_t dups = Duplicates();
+  auto a = Peer(), b = Peer(), c = Peer();
+  EXPECT_EQ(Hello(*a), MsgType::kHelloReply);
+  EXPECT_EQ(Push(*a, 1), Code::kOk);
+  EXPECT_EQ(Push(*a, 2), Code::kOk);
+  EXPECT_EQ(Row2(), 2.0f);
+  EXPECT_EQ(Hello(*b), MsgType::kHelloReply);  // takes rank 1's place at clock 0, 2 pushes applied
+  EXPECT_EQ(Push(*b, 1), Code::kOk);           // the first again: answered, not applied
+  EXPECT_EQ(Row2(), 2.0f);
+  EXPECT_EQ(Hello(*c), MsgType::kHelloReply);  // and c takes b's place before b redid the second
+  EXPECT_EQ(Push(*c, 1), Code::kOk);
+  EXPECT_EQ(Push(*c, 2), Code::kOk);
+  EXPECT_EQ(Row2(), 2.0f);
+  EXPECT_EQ(Duplicates(), dups + 3);
+  EXPECT_EQ(Push(*c, 3), Code::kOk);  // the clock's third push: new
+  EXPECT_EQ(Row2(), 3.0f);
+  EXPECT_EQ(Tick(*c, 1, 4), Code::kOk);
+  EXPECT_EQ(Push(*c, 5, 1), Code::kOk);  // the next clock's: applied
+  EXPECT_EQ(Row2(), 4.0f);
+  EXPECT_EQ(Duplicates(), dups + 3);
 }
 
 TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
