@@ -740,6 +740,15 @@ TableSpec AspTable(const std::string& name, uint64_t rows, uint32_t dim) {
   return s;
 }
 
+TableSpec AspSparse(const std::string& name, uint32_t dim) {
+  TableSpec s;
+  s.name = name;
+  s.sparse = true;
+  s.dim = dim;
+  s.consistency.model = Consistency::kAsp;
+  return s;
+}
+
 // S servers with K update threads each (K stripes per table), one worker.
 LocalClusterConfig Striped(int servers, int update_threads) {
   LocalClusterConfig cfg;
@@ -801,11 +810,7 @@ TEST(Stripes, DensePullIsSentFromEveryStripeInPlace) {
       EXPECT_EQ(rows[i * spec.dim + d], twice[keys[i] * spec.dim + d]) << keys[i] << "," << d;
 
   // A sparse table: rows hash to stripes; keyed pushes and pulls span all of them.
-  TableSpec sp;
-  sp.name = "striped_sparse";
-  sp.sparse = true;
-  sp.dim = 4;
-  sp.consistency.model = Consistency::kAsp;
+  const TableSpec sp = AspSparse("striped_sparse", 4);
   auto st = c.CreateTable(sp);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   std::vector<Key> skeys;
@@ -932,11 +937,7 @@ TEST(KeyOrder, KeysGroupedByServerLandInTheirPlaces) {
   LocalCluster cluster(Striped(3, 1));
   ASSERT_TRUE(cluster.Start().ok());
   Client& c = cluster.client(0);
-  TableSpec sp;
-  sp.name = "grouped";
-  sp.sparse = true;
-  sp.dim = 3;
-  sp.consistency.model = Consistency::kAsp;
+  const TableSpec sp = AspSparse("grouped", 3);
   auto t = c.CreateTable(sp);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   const TableInfo info = TableInfo::Make(0, sp, 3);
