@@ -864,6 +864,10 @@ Header ServerImpl::SendBareReply(const Message& m, MsgType type, uint32_t table,
 
 void ServerImpl::Answered(const Header& request, const Header& reply) {
   if (request.sender_rank < 0 || request.sender_rank >= static_cast<int>(requests_.size())) return;
+  // A request of an earlier client of this rank, answered after a new one said hello (a pull it
+  // left parked): not the new client's request of the same id, whose record it would overwrite.
+  const std::string& session = sessions_[request.sender_rank];
+  if (!request.reply_to.empty() && !session.empty() && request.reply_to != session) return;
   RequestRecord::Answer a;
   a.type = reply.type;
   a.table = reply.table;

@@ -314,8 +314,11 @@ TEST(Wire, PartitionIsBalancedAndOwnersAgree) {
 // An independent DEALER speaking to a live server, impersonating worker 1.
 class RawPeer {
  public:
-  explicit RawPeer(const std::string& address) : sock_(ctx_, zmq::socket_type::dealer) {
+  // routing_id: named, as a client names its receive socket in every request's reply_to.
+  explicit RawPeer(const std::string& address, const std::string& routing_id = "")
+      : sock_(ctx_, zmq::socket_type::dealer) {
     sock_.set(zmq::sockopt::linger, 0);
+    if (!routing_id.empty()) sock_.set(zmq::sockopt::routing_id, routing_id);
     sock_.connect(address);
   }
   void SendRaw(std::vector<zmq::message_t> frames) {
@@ -383,7 +386,9 @@ class PeersOfRankOne : public ::testing::Test {
   }
   void TearDown() override { EXPECT_TRUE(cluster_.FinishAndJoin().ok()); }
 
-  std::unique_ptr<RawPeer> Peer() { return std::make_unique<RawPeer>(cluster_.server(0).address()); }
+  std::unique_ptr<RawPeer> Peer(const std::string& routing_id = "") {
+    return std::make_unique<RawPeer>(cluster_.server(0).address(), routing_id);
+  }
   static Header Of(MsgType type, int64_t clock, uint64_t request_id) {
     Header h;
     h.type = type;
@@ -441,6 +446,47 @@ TEST_F(PeersOfRankOne, AHelloFromAnotherClientStartsAWorkersRequestRecordOver) {
   EXPECT_EQ(Push(*b, 5, 1), Code::kOk);  // id 5 of another client: a new request
   EXPECT_EQ(Duplicates(), dups + 2);
   EXPECT_EQ(Row2(), 2.0f);
+}
+
+// A pull an earlier client of the rank left parked, answered after a new client said hello, is
+// not taken for the new client's request of the same id in the server's record: the new one's
+// pull, parked too and asked again (as after a lost connection), is still in progress and
+// dropped, so it is answered once.
+TEST_F(PeersOfRankOne, AnOldClientsParkedPullIsNotTheNewOnesRequest) {
+  TableSpec bsp = AspLrOne("bsp");
+  bsp.consistency = {Consistency::kBsp, 0};
+  auto table = cluster_.client(0).CreateTable(bsp);
+  ASSERT_TRUE(table.ok());
+  // Rank 1's pull at `clock` of the BSP table: parked until worker 0 reaches that clock.
+  auto pull = [&](RawPeer& p, int64_t clock, const std::string& reply_to) {
+    Header h = Of(MsgType::kPull, clock, 7);
+    h.reply_to = reply_to;
+    h.table = table->id;
+    h.num_keys = 1;
+    h.dim = 4;
+    p.Send(h, {2}, {});
+  };
+  auto a = Peer("old-client"), b = Peer();
+  Header hello = Of(MsgType::kHello, 0, 0);
+  hello.reply_to = "old-client";
+  a->Send(hello, {}, {});
+  ASSERT_EQ(a->Reply().type, MsgType::kHelloReply);
+  Header tick = Of(MsgType::kClock, 1, 1);
+  tick.reply_to = "old-client";
+  a->Send(tick, {}, {});
+  ASSERT_EQ(a->Reply().status, Code::kOk);
+  pull(*a, 1, "old-client");
+  EXPECT_TRUE(a->Silent(200));
+  EXPECT_EQ(Hello(*b), MsgType::kHelloReply);  // a new client of rank 1, at clock 1
+  EXPECT_EQ(Tick(*b, 2, 1), Code::kOk);
+  pull(*b, 2, "");  // id 7 too
+  EXPECT_TRUE(b->Silent(200));
+  ASSERT_TRUE(cluster_.client(0).Clock().ok());  // worker 0 at clock 1: the old pull is served
+  EXPECT_EQ(a->Reply().type, MsgType::kPullReply);
+  pull(*b, 2, "");  // asked again: in progress, dropped
+  ASSERT_TRUE(cluster_.client(0).Clock().ok());  // worker 0 at clock 2: the new one is served, once
+  EXPECT_EQ(b->Reply().type, MsgType::kPullReply);
+  EXPECT_TRUE(b->Silent(300)) << "the new client's pull was served twice";
 }
 
 // A new client of a worker in the middle of a clock (a replacement) redoes that clock: its first
