@@ -11,6 +11,7 @@
 #include "common/time.h"
 #include "common/wire.h"
 #include "deploy/local_cluster.h"
+#include "tests/eventually.h"
 
 namespace pushpull {
 namespace {
@@ -483,7 +484,9 @@ TEST_F(PeersOfRankOne, AnOldClientsParkedPullIsNotTheNewOnesRequest) {
   EXPECT_TRUE(b->Silent(200));
   ASSERT_TRUE(cluster_.client(0).Clock().ok());  // worker 0 at clock 1: the old pull is served
   EXPECT_EQ(a->Reply().type, MsgType::kPullReply);
-  pull(*b, 2, "");  // asked again: in progress, dropped
+  const uint64_t dups = Duplicates();
+  pull(*b, 2, "");  // asked again: in progress, dropped (once answered, a pull is served again)
+  ASSERT_TRUE(Eventually([&] { return Duplicates() == dups + 1; }, 5000));
   ASSERT_TRUE(cluster_.client(0).Clock().ok());  // worker 0 at clock 2: the new one is served, once
   EXPECT_EQ(b->Reply().type, MsgType::kPullReply);
   EXPECT_TRUE(b->Silent(300)) << "the new client's pull was served twice";
