@@ -980,8 +980,8 @@ TEST(Stripes, QueuedPullsSeeExactlyTheEarlierPushes) {
 
 // GroupByServer puts each server's keys next to each other, in the order given, and says where
 // each came from; keyed pushes and pulls of keys in that order (each server sent its slice of
-// the caller's buffers) put every row where the same calls of the keys in any other order do,
-// also when a server in the middle, or the first, has none of them.
+// the caller's buffers, keys in a shared buffer too) put every row where the same calls of the
+// keys in any other order do, also when a server in the middle, or the first, has none of them.
 TEST(KeyOrder, KeysGroupedByServerLandInTheirPlaces) {
   LocalCluster cluster(Striped(3, 1));
   ASSERT_TRUE(cluster.Start().ok());
@@ -1028,14 +1028,16 @@ TEST(KeyOrder, KeysGroupedByServerLandInTheirPlaces) {
     for (size_t i = 0; i < g.size(); ++i) g[i] = base + float(i);
     for (size_t i = 0; i < keys.size(); ++i)
       std::memcpy(&gg[i * sp.dim], &g[(*order)[i] * sp.dim], sp.dim * sizeof(float));
-    ASSERT_TRUE(c.Push(*t, grouped, gg).Wait().ok());
+    // The grouped keys in a shared buffer, sent zero-copy (Client::KeyBuffer), used twice below.
+    const Client::KeyBuffer shared_keys = std::make_shared<const std::vector<Key>>(grouped);
+    ASSERT_TRUE(c.Push(*t, shared_keys, std::make_shared<const std::vector<float>>(gg)).Wait().ok());
     base += float(g.size());
     // Pulled in the order drawn, and in the grouped order: copied and in place.
     std::vector<float> drawn_rows(g.size(), NAN), grouped_rows(g.size(), NAN);
     ASSERT_TRUE(c.Pull(*t, keys, drawn_rows.data()).Wait().ok());
     ASSERT_TRUE(c.Pull(*t, grouped, grouped_rows.data()).Wait().ok());
     PulledRows view;
-    ASSERT_TRUE(c.PullView(*t, grouped, &view).Wait().ok());
+    ASSERT_TRUE(c.PullView(*t, shared_keys, &view).Wait().ok());
     ASSERT_EQ(view.num_rows(), keys.size());
     for (size_t i = 0; i < keys.size(); ++i)
       for (uint32_t d = 0; d < sp.dim; ++d) {
@@ -1057,6 +1059,10 @@ TEST(KeyOrder, KeysGroupedByServerLandInTheirPlaces) {
   ASSERT_TRUE(same.ok());
   EXPECT_EQ(rows, (std::vector<Key>{0, 5, 9, 10, 19, 20, 29}));
   EXPECT_EQ(*same, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(c.Push(*t, Client::KeyBuffer(), std::make_shared<const std::vector<float>>()).Wait().code(),
+            Code::kInvalidArgument);  // no key buffer
+  PulledRows none;
+  EXPECT_EQ(c.PullView(*t, Client::KeyBuffer(), &none).Wait().code(), Code::kInvalidArgument);
   Table unknown = *t;
   unknown.name = "not_made_here";
   EXPECT_EQ(c.GroupByServer(unknown, &rows).status().code(), Code::kNotFound);

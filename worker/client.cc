@@ -521,16 +521,20 @@ class ClientImpl final : public Client, private internal::Receiver {
   bool checkpoints_enabled() const override { return control_.cluster().checkpoints; }
 
   Result<Table> CreateTable(const TableSpec& spec) override;
-  Future Push(const Table& t, std::vector<Key> keys, std::shared_ptr<const std::vector<float>> grads) override;
-  Future Pull(const Table& t, std::vector<Key> keys, float* out) override {
+  using Client::Pull;
+  using Client::PullSlot;
+  using Client::PullView;
+  using Client::Push;
+  Future Push(const Table& t, KeyBuffer keys, std::shared_ptr<const std::vector<float>> grads) override;
+  Future Pull(const Table& t, KeyBuffer keys, float* out) override {
     return PullImpl(t, std::move(keys), -1, out, nullptr);
   }
-  Future PullSlot(const Table& t, std::vector<Key> keys, int slot, float* out) override {
+  Future PullSlot(const Table& t, KeyBuffer keys, int slot, float* out) override {
     return PullImpl(t, std::move(keys), slot, out, nullptr);
   }
   Future PushDense(const Table& t, std::shared_ptr<const std::vector<float>> grads) override;
   Result<std::vector<uint32_t>> GroupByServer(const Table& t, std::vector<Key>* keys) override;
-  Future PullView(const Table& t, std::vector<Key> keys, PulledRows* out) override {
+  Future PullView(const Table& t, KeyBuffer keys, PulledRows* out) override {
     return PullImpl(t, std::move(keys), -1, nullptr, out);
   }
   Future PullDense(const Table& t, float* out) override { return PullDenseImpl(t, out, nullptr); }
@@ -568,7 +572,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   // timeout_ms < 0: the client's request_timeout_ms.
   Result<Header> ControlCall(Header h, const std::string& what, int64_t timeout_ms = -1);
   // Into out, or kept in view (no copy).
-  Future PullImpl(const Table& t, std::vector<Key> keys, int slot, float* out, PulledRows* view);
+  Future PullImpl(const Table& t, KeyBuffer keys, int slot, float* out, PulledRows* view);
   Status CheckTable(const Table& t, const TableInfo** info);
 
   void IoLoop();
@@ -900,10 +904,12 @@ Result<Table> ClientImpl::CreateTable(const TableSpec& spec) {
   return t;
 }
 
-Future ClientImpl::Push(const Table& t, std::vector<Key> keys, std::shared_ptr<const std::vector<float>> vbuf) {
+Future ClientImpl::Push(const Table& t, KeyBuffer kbuf, std::shared_ptr<const std::vector<float>> vbuf) {
   const TableInfo* info;
   Status st = CheckTable(t, &info);
   if (!st.ok()) return Failed(st);
+  if (!kbuf) return Failed(Status::InvalidArgument("push to '" + t.name + "': no key buffer (null)"));
+  const std::vector<Key>& keys = *kbuf;
   const uint32_t dim = info->spec.dim;
   if (keys.size() > kMaxKeysPerMessage)
     return Failed(Status::InvalidArgument("push to '" + t.name + "': " + std::to_string(keys.size()) +
@@ -926,7 +932,6 @@ Future ClientImpl::Push(const Table& t, std::vector<Key> keys, std::shared_ptr<c
     owner[i] = info->OwnerOf(keys[i]);
     if (i && owner[i] < owner[i - 1]) sorted = false;
   }
-  auto kbuf = std::make_shared<std::vector<Key>>(std::move(keys));
   std::vector<std::unique_ptr<Command>> cmds;
   auto make = [&](int s, zmq::message_t kf, zmq::message_t vf, uint64_t n) {
     auto c = std::make_unique<Command>();
@@ -1006,11 +1011,13 @@ Result<std::vector<uint32_t>> ClientImpl::GroupByServer(const Table& t, std::vec
   return order;
 }
 
-Future ClientImpl::PullImpl(const Table& t, std::vector<Key> keys, int slot, float* out, PulledRows* view) {
+Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out, PulledRows* view) {
   if (view) ClientAccess::parts(view).reset();  // nothing of an earlier pull stays readable
   const TableInfo* info;
   Status st = CheckTable(t, &info);
   if (!st.ok()) return Failed(st);
+  if (!kbuf) return Failed(Status::InvalidArgument("pull from '" + t.name + "': no key buffer (null)"));
+  const std::vector<Key>& keys = *kbuf;
   const uint32_t dim = info->spec.dim;
   if (keys.size() > kMaxKeysPerMessage)
     return Failed(Status::InvalidArgument("pull from '" + t.name + "': " + std::to_string(keys.size()) +
@@ -1030,7 +1037,6 @@ Future ClientImpl::PullImpl(const Table& t, std::vector<Key> keys, int slot, flo
     owner[i] = info->OwnerOf(keys[i]);
     if (i && owner[i] < owner[i - 1]) grouped = false;
   }
-  auto kbuf = std::make_shared<std::vector<Key>>(std::move(keys));
   std::vector<zmq::message_t> kf(S);
   std::vector<size_t> first(S, 0), count(S, 0);
   std::vector<std::vector<uint32_t>> pos(S);

@@ -150,13 +150,20 @@ class Client {
   // Future is done (or its Wait timed out) and receives keys.size() * dim floats in key order.
   // Gradients are sent zero-copy from the buffer; a shared buffer may be reused once the push's
   // Future succeeded (the library holds its reference until then; after a failure, such as a
-  // dead server, possibly until the Client is destroyed).
-  virtual Future Push(const Table& t, std::vector<Key> keys,
-                      std::shared_ptr<const std::vector<float>> grads) = 0;
+  // dead server, possibly until the Client is destroyed). Keys given in a shared buffer
+  // (KeyBuffer) are sent zero-copy the same way: a recurring key set is never copied.
+  using KeyBuffer = std::shared_ptr<const std::vector<Key>>;
+  virtual Future Push(const Table& t, KeyBuffer keys, std::shared_ptr<const std::vector<float>> grads) = 0;
+  Future Push(const Table& t, std::vector<Key> keys, std::shared_ptr<const std::vector<float>> grads) {
+    return Push(t, std::make_shared<const std::vector<Key>>(std::move(keys)), std::move(grads));
+  }
   Future Push(const Table& t, std::vector<Key> keys, std::vector<float> grads) {
     return Push(t, std::move(keys), std::make_shared<const std::vector<float>>(std::move(grads)));
   }
-  virtual Future Pull(const Table& t, std::vector<Key> keys, float* out) = 0;
+  virtual Future Pull(const Table& t, KeyBuffer keys, float* out) = 0;
+  Future Pull(const Table& t, std::vector<Key> keys, float* out) {
+    return Pull(t, std::make_shared<const std::vector<Key>>(std::move(keys)), out);
+  }
   // Keys in the order the servers hold them cost the least: reorders `keys` so that each
   // server's keys come one after the other (in the order they were given) and returns where each
   // came from (keys after[i] == keys before[order[i]]). A keyed push of keys in this order sends
@@ -167,7 +174,10 @@ class Client {
   virtual Result<std::vector<uint32_t>> GroupByServer(const Table& t, std::vector<Key>* keys) = 0;
   // The same without copying into a buffer of the caller's: out->row(i) is keys[i]'s values,
   // read in place from the servers' replies (see PulledRows).
-  virtual Future PullView(const Table& t, std::vector<Key> keys, PulledRows* out) = 0;
+  virtual Future PullView(const Table& t, KeyBuffer keys, PulledRows* out) = 0;
+  Future PullView(const Table& t, std::vector<Key> keys, PulledRows* out) {
+    return PullView(t, std::make_shared<const std::vector<Key>>(std::move(keys)), out);
+  }
   // Whole dense table: rows * dim floats.
   virtual Future PushDense(const Table& t, std::shared_ptr<const std::vector<float>> grads) = 0;
   Future PushDense(const Table& t, std::vector<float> grads) {
@@ -178,7 +188,10 @@ class Client {
   // messages, which `out` keeps alive (see PulledRows).
   virtual Future PullDenseView(const Table& t, PulledRows* out) = 0;
   // Reads optimizer state slot `slot` (e.g. Adam's m is 0) of some rows, for debugging.
-  virtual Future PullSlot(const Table& t, std::vector<Key> keys, int slot, float* out) = 0;
+  virtual Future PullSlot(const Table& t, KeyBuffer keys, int slot, float* out) = 0;
+  Future PullSlot(const Table& t, std::vector<Key> keys, int slot, float* out) {
+    return PullSlot(t, std::make_shared<const std::vector<Key>>(std::move(keys)), slot, out);
+  }
 
   // Ends this worker's current iteration: the clock advances on every server.
   virtual Status Clock() = 0;

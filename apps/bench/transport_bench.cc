@@ -209,9 +209,11 @@ struct TableSet {
 
 class PushPullDriver {
  public:
-  PushPullDriver(Client& c, const Table& t, size_t floats, const std::vector<Key>* keys, int bufs,
+  // keys: a sparse case's key set (shared: sent zero-copy, as the raw baseline sends its keys);
+  // null for a dense table.
+  PushPullDriver(Client& c, const Table& t, size_t floats, Client::KeyBuffer keys, int bufs,
                  int64_t wait_ms)
-      : c_(c), t_(t), keys_(keys), wait_ms_(wait_ms),
+      : c_(c), t_(t), keys_(std::move(keys)), wait_ms_(wait_ms),
         src_(std::make_shared<const std::vector<float>>(floats, 1e-3f)),
         views_(std::max(bufs, 1)) {}  // one per op in flight: a slot is reused once its op is done
   // Pulls still in flight land in views_: wait for them (a Future whose wait expires is
@@ -225,13 +227,13 @@ class PushPullDriver {
     std::vector<Future> fs;
     if (op != Op::kPull) {
       // A warm shared gradient buffer, sent zero-copy (as the raw baseline sends its buffer).
-      fs.push_back(keys_ ? c_.Push(t_, *keys_, src_) : c_.PushDense(t_, src_));
+      fs.push_back(keys_ ? c_.Push(t_, keys_, src_) : c_.PushDense(t_, src_));
     }
     if (op != Op::kPush) {
       PulledRows* view = &views_[slot_];
       slot_ = (slot_ + 1) % views_.size();
       // The zero-copy views (values read in place, as the raw baseline reads its frames).
-      fs.push_back(keys_ ? c_.PullView(t_, *keys_, view) : c_.PullDenseView(t_, view));
+      fs.push_back(keys_ ? c_.PullView(t_, keys_, view) : c_.PullDenseView(t_, view));
     }
     q_.push_back(std::move(fs));
     return true;
@@ -256,7 +258,7 @@ class PushPullDriver {
  private:
   Client& c_;
   Table t_;
-  const std::vector<Key>* keys_;
+  const Client::KeyBuffer keys_;
   const int64_t wait_ms_;
   std::shared_ptr<const std::vector<float>> src_;
   std::vector<PulledRows> views_;
@@ -706,11 +708,12 @@ class TransportBench {
     // pushpull and raw runs alternate (pp, raw, pp, raw, ...) so that load from elsewhere on this
     // shared box hits both alike; throughput: the best repetition; latency: all samples pooled.
     // After a failed run the other runs of the case on that side are skipped (same error).
+    const Client::KeyBuffer key_buffer = sparse ? std::make_shared<const std::vector<Key>>(keys) : nullptr;
     std::vector<std::unique_ptr<PushPullDriver>> ppd;
     std::vector<std::unique_ptr<RawDriver>> rwd;
     for (int w = 0; w < W; ++w) {
       ppd.push_back(std::make_unique<PushPullDriver>(cl.client(w), tables[w], floats,
-                                                     sparse ? &keys : nullptr, bufs, wait_ms));
+                                                     key_buffer, bufs, wait_ms));
       rwd.push_back(std::make_unique<RawDriver>(*raw[w], part_floats, part_keys, wait_ms));
     }
     Barrier bar(W);
