@@ -151,8 +151,13 @@ class Client {
   // Gradients are sent zero-copy from the buffer; a shared buffer may be reused once the push's
   // Future succeeded (the library holds its reference until then; after a failure, such as a
   // dead server, possibly until the Client is destroyed). Keys given in a shared buffer
-  // (KeyBuffer) are sent zero-copy the same way: a recurring key set is never copied.
+  // (KeyBuffer) are sent zero-copy the same way, each server its slice when the keys are in
+  // server order (GroupByServer; slices under 4 KB are copied, keys in another order gathered),
+  // so a recurring key set is not copied into every call; the vector must not change while any
+  // call using it is unfinished (failed or given up calls included, as for gradients).
   using KeyBuffer = std::shared_ptr<const std::vector<Key>>;
+  // (With a KeyBuffer, gradients go in a shared buffer too: a by-value form of both would make
+  // brace lists of keys such as {0, 1} ambiguous.)
   virtual Future Push(const Table& t, KeyBuffer keys, std::shared_ptr<const std::vector<float>> grads) = 0;
   Future Push(const Table& t, std::vector<Key> keys, std::shared_ptr<const std::vector<float>> grads) {
     return Push(t, std::make_shared<const std::vector<Key>>(std::move(keys)), std::move(grads));
