@@ -28,7 +28,7 @@ struct SchedulerOptions {
   // asking for that rank, or any), which resumes at the dead one's clock; the others wait for it
   // as for a slow worker. Past the wait the job aborts, naming the rank.
   bool wait_for_replacement = false;
-  int replacement_timeout_ms = 120000;
+  int replacement_timeout_ms = 90000;
   // Checkpoints (server/checkpoint.h): where Client::Checkpoint() has the servers write (empty:
   // Checkpoint() fails), how many complete ones to keep, how long the other workers get to ask
   // after the first did, and then the servers to write (each).

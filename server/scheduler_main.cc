@@ -25,7 +25,7 @@ DEFINE_int32(table_timeout_ms, 30000, "every server must have created (filled or
 DEFINE_string(on_worker_death, "abort", "abort: end the job naming the dead worker; continue: go on without it; "
               "wait: wait --replacement_timeout_s for a worker to take its rank (pushpull-worker --rank=R), which "
               "resumes at the dead one's clock while the others wait for it");
-DEFINE_int32(replacement_timeout_s, 120, "--on_worker_death=wait: abort when no worker took a dead one's place by then");
+DEFINE_int32(replacement_timeout_s, 90, "--on_worker_death=wait: abort when no worker took a dead one's place by then (keep it under the workers' --request_timeout_ms less --heartbeat_timeout_ms: their waits for the dead rank end there)");
 DEFINE_string(checkpoint_dir, "", "directory servers write checkpoints into when the workers call Checkpoint() "
               "(a filesystem every server and the scheduler share; empty: checkpoints off)");
 DEFINE_int32(checkpoint_keep, 2, "complete checkpoints to keep; older ones are deleted");
