@@ -790,11 +790,8 @@ TableSpec AspTable(const std::string& name, uint64_t rows, uint32_t dim) {
 }
 
 TableSpec AspSparse(const std::string& name, uint32_t dim) {
-  TableSpec s;
-  s.name = name;
+  TableSpec s = AspTable(name, 0, dim);
   s.sparse = true;
-  s.dim = dim;
-  s.consistency.model = Consistency::kAsp;
   return s;
 }
 

@@ -904,6 +904,35 @@ Result<Table> ClientImpl::CreateTable(const TableSpec& spec) {
   return t;
 }
 
+namespace {
+// Which server holds each of a call's keys. `owner` is filled with more than one server only;
+// count[s] is server s's number of keys and first[s] where they start in server order. When the
+// owners never go down (keys in server order, as GroupByServer leaves them; always with one
+// server) `grouped` is set: server s's keys are then [first[s], first[s] + count[s]) as given.
+struct KeysByServer {
+  std::vector<int> owner;
+  std::vector<size_t> first, count;
+  bool grouped = true;
+};
+KeysByServer SplitByServer(const TableInfo& info, const std::vector<Key>& keys, int S) {
+  KeysByServer k;
+  k.first.assign(S, 0);
+  k.count.assign(S, 0);
+  if (S == 1) {
+    k.count[0] = keys.size();
+    return k;
+  }
+  k.owner.resize(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const int o = k.owner[i] = info.OwnerOf(keys[i]);
+    if (i && o < k.owner[i - 1]) k.grouped = false;
+    ++k.count[o];
+  }
+  for (int s = 1; s < S; ++s) k.first[s] = k.first[s - 1] + k.count[s - 1];
+  return k;
+}
+}  // namespace
+
 Future ClientImpl::Push(const Table& t, KeyBuffer kbuf, std::shared_ptr<const std::vector<float>> vbuf) {
   const TableInfo* info;
   Status st = CheckTable(t, &info);
@@ -924,14 +953,9 @@ Future ClientImpl::Push(const Table& t, KeyBuffer kbuf, std::shared_ptr<const st
       return Failed(Status::InvalidArgument("push to '" + t.name + "': row " + std::to_string(k) +
                                             " out of range [0, " + std::to_string(info->spec.rows) + ")"));
   const int S = num_servers();
-  // Owners in order (the usual case: sorted keys; always with one server) -> zero-copy slices;
-  // otherwise gather.
-  std::vector<int> owner(keys.size(), 0);
-  bool sorted = true;
-  for (size_t i = 0; S > 1 && i < keys.size(); ++i) {
-    owner[i] = info->OwnerOf(keys[i]);
-    if (i && owner[i] < owner[i - 1]) sorted = false;
-  }
+  // Keys in server order -> each server its slices of the caller's buffers, zero-copy; otherwise
+  // each server's rows gathered.
+  const KeysByServer by = SplitByServer(*info, keys, S);
   std::vector<std::unique_ptr<Command>> cmds;
   auto make = [&](int s, zmq::message_t kf, zmq::message_t vf, uint64_t n) {
     auto c = std::make_unique<Command>();
@@ -946,28 +970,25 @@ Future ClientImpl::Push(const Table& t, KeyBuffer kbuf, std::shared_ptr<const st
     c->part.reply_type = MsgType::kPushReply;
     cmds.push_back(std::move(c));
   };
-  if (sorted) {
-    size_t i = 0;
-    while (i < kbuf->size()) {
-      size_t j = i;
-      while (j < kbuf->size() && owner[j] == owner[i]) ++j;
-      make(owner[i], ZeroCopyFrame(kbuf->data() + i, (j - i) * sizeof(Key), kbuf),
-           ZeroCopyFrame(vbuf->data() + i * dim, (j - i) * dim * sizeof(float), vbuf), j - i);
-      i = j;
+  if (by.grouped) {
+    for (int s = 0; s < S; ++s) {
+      const size_t i = by.first[s], n = by.count[s];
+      if (n == 0) continue;
+      make(s, ZeroCopyFrame(kbuf->data() + i, n * sizeof(Key), kbuf),
+           ZeroCopyFrame(vbuf->data() + i * dim, n * dim * sizeof(float), vbuf), n);
     }
   } else {
     // Gather each server's rows (one pass; exact sizes, so no regrowth copies).
-    std::vector<size_t> count(S, 0), fill(S, 0);
-    for (int o : owner) ++count[o];
+    std::vector<size_t> fill(S, 0);
     std::vector<std::vector<Key>> ks(S);
     std::vector<FloatArray> vs(S);
     for (int s = 0; s < S; ++s) {
-      ks[s].resize(count[s]);
-      vs[s].resize(count[s] * dim);
+      ks[s].resize(by.count[s]);
+      vs[s].resize(by.count[s] * dim);
     }
     const float* src = vbuf->data();
     for (size_t i = 0; i < kbuf->size(); ++i) {
-      const int o = owner[i];
+      const int o = by.owner[i];
       ks[o][fill[o]] = (*kbuf)[i];
       std::memcpy(vs[o].data() + fill[o] * dim, src + i * dim, dim * sizeof(float));
       ++fill[o];
@@ -994,16 +1015,14 @@ Result<std::vector<uint32_t>> ClientImpl::GroupByServer(const Table& t, std::vec
   if (keys->size() > kMaxKeysPerMessage)
     return Status::InvalidArgument("grouping keys of '" + t.name + "': " + std::to_string(keys->size()) +
                                    " keys, at most " + std::to_string(kMaxKeysPerMessage) + " per call");
-  const int S = num_servers();
-  // A counting sort by owner: stable, one pass to count and one to place.
-  std::vector<int> owner(keys->size());
-  std::vector<size_t> start(S + 1, 0);
-  for (size_t i = 0; i < keys->size(); ++i) ++start[(owner[i] = info->OwnerOf((*keys)[i])) + 1];
-  for (int s = 0; s < S; ++s) start[s + 1] += start[s];
+  // A counting sort by owner (stable): each key to the next place of its server's part.
+  KeysByServer by = SplitByServer(*info, *keys, num_servers());
   std::vector<uint32_t> order(keys->size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
+  if (by.grouped) return order;
   std::vector<Key> grouped(keys->size());
   for (size_t i = 0; i < keys->size(); ++i) {
-    const size_t at = start[owner[i]]++;
+    const size_t at = by.first[by.owner[i]]++;
     order[at] = static_cast<uint32_t>(i);
     grouped[at] = (*keys)[i];
   }
@@ -1029,29 +1048,17 @@ Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out
   const int S = num_servers();
   const size_t total_keys = keys.size();
   // Keys in server order (GroupByServer; always with one server): each server is sent its slice
-  // of the one key buffer, zero-copy, and its rows go to consecutive places from `first[s]`.
+  // of the one key buffer, zero-copy, and its rows go to consecutive places from `first(s)`.
   // Otherwise its keys are gathered, and where each of its rows goes is listed (pos).
-  std::vector<int> owner(S > 1 ? total_keys : 0);
-  bool grouped = true;
-  for (size_t i = 0; i < owner.size(); ++i) {
-    owner[i] = info->OwnerOf(keys[i]);
-    if (i && owner[i] < owner[i - 1]) grouped = false;
-  }
+  const KeysByServer by = SplitByServer(*info, keys, S);
+  const std::vector<size_t>& count = by.count;
+  auto first = [&](int s) { return by.grouped ? by.first[s] : 0; };  // (else placed by `pos`)
   std::vector<zmq::message_t> kf(S);
-  std::vector<size_t> first(S, 0), count(S, 0);
   std::vector<std::vector<uint32_t>> pos(S);
-  if (grouped) {
-    for (size_t i = 0; i < total_keys;) {
-      const int s = owner.empty() ? 0 : owner[i];
-      size_t j = i;
-      while (j < total_keys && (owner.empty() || owner[j] == s)) ++j;
-      first[s] = i;
-      count[s] = j - i;
-      kf[s] = ZeroCopyFrame(kbuf->data() + i, (j - i) * sizeof(Key), kbuf);
-      i = j;
-    }
+  if (by.grouped) {
+    for (int s = 0; s < S; ++s)
+      if (count[s]) kf[s] = ZeroCopyFrame(kbuf->data() + first(s), count[s] * sizeof(Key), kbuf);
   } else {
-    for (int o : owner) ++count[o];
     std::vector<std::shared_ptr<std::vector<Key>>> ks(S);
     for (int s = 0; s < S; ++s) {
       ks[s] = std::make_shared<std::vector<Key>>();
@@ -1059,8 +1066,8 @@ Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out
       pos[s].reserve(count[s]);
     }
     for (size_t i = 0; i < total_keys; ++i) {
-      ks[owner[i]]->push_back((*kbuf)[i]);
-      pos[owner[i]].push_back(static_cast<uint32_t>(i));
+      ks[by.owner[i]]->push_back((*kbuf)[i]);
+      pos[by.owner[i]].push_back(static_cast<uint32_t>(i));
     }
     for (int s = 0; s < S; ++s)
       if (count[s]) kf[s] = ZeroCopyFrame(ks[s]->data(), count[s] * sizeof(Key), ks[s]);
@@ -1086,7 +1093,7 @@ Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out
     c->keys = std::move(kf[s]);
     c->part.target = s;
     c->part.reply_type = MsgType::kPullReply;
-    c->part.out = out ? out + first[s] * dim : nullptr;
+    c->part.out = out ? out + first(s) * dim : nullptr;
     c->part.rows = count[s];
     c->part.dim = dim;
     c->part.positions = std::move(pos[s]);
@@ -1094,7 +1101,7 @@ Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out
       c->part.view = parts;
       c->part.view_index = parts->frames.size();
       parts->frames.emplace_back();
-      parts->first_row.push_back(first[s]);
+      parts->first_row.push_back(first(s));
       parts->positions.push_back(std::move(c->part.positions));
     }
     cmds.push_back(std::move(c));
