@@ -377,6 +377,11 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
                               (most > want ? " to " + std::to_string(most) : std::string()) +
                               " frames, got " + std::to_string(frames->size()));
   if (want == 1) return Status::OK();
+  // A status is what a reply says; a data request carries none. (An error reply carries no
+  // values: a request that claimed a status would so pass with none behind its row count.)
+  if (!IsReply(h.type) && h.status != Code::kOk)
+    return Status::Corruption(std::string(MsgTypeName(h.type)) + " request carries status " +
+                              std::to_string(int(h.status)) + "; only replies carry one");
   out->keys = std::move((*frames)[1]);
   out->values = std::move((*frames)[2]);
   out->more_values.clear();

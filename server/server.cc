@@ -98,11 +98,20 @@ class ServerImpl final : public Server {
   // record: the answer goes into the sender's RequestRecord (a repeat gets it again).
   void ReplyError(const Message& m, const Status& st, bool record = true);
   void Answered(const Header& request, const Header& reply);
+  // From a client of a worker rank that another client has replaced since (its receive socket,
+  // named in every request, is not the one the rank's last Hello came from). Its request ids are
+  // not the new client's: it is refused without a look at, or a mark in, the rank's record.
+  bool FromEarlierClient(const Header& h) const {
+    if (h.sender_rank < 0 || h.sender_rank >= static_cast<int>(sessions_.size())) return false;
+    const std::string& session = sessions_[h.sender_rank];
+    return !h.reply_to.empty() && !session.empty() && h.reply_to != session;
+  }
   // Sends m's sender a reply of `type` without payload; returns it.
   Header SendBareReply(const Message& m, MsgType type, uint32_t table, int64_t clock, const Status& st);
   enum class Repeat { kNo, kHandled, kServeAgain };  // kServeAgain: a pull answered already
   Repeat LookUpRepeat(const Message& m);
   void HandleControl();
+  void FreeRetiredTables();
   void OnMembership();
   void DropBspSums(int w);
   void AdvanceMinClock();
@@ -153,6 +162,9 @@ class ServerImpl final : public Server {
   // applied, so each push of a clock is applied once whoever sent it.
   std::vector<std::map<uint32_t, int64_t>> pushed_in_clock_, redo_;
   std::multimap<int64_t, Request*> parked_;          // pulls by the min clock they need
+  // Tables a failed creation left here, dropped (CreateTable) but freed only once nothing uses
+  // them: the checkpoint writer, a request handed to the update threads, a parked pull.
+  std::vector<std::unique_ptr<TableShard>> retired_;
   StalenessHistogram staleness_;
   std::vector<std::unique_ptr<SpscQueue<Request>>> queues_;
   std::unique_ptr<std::atomic<int>[]> inflight_;     // per update thread: requests handed over, not done
@@ -270,7 +282,13 @@ Status ServerImpl::Run() {
       ++stats_.bad_messages;
     }
     if ((now = NowMs()) >= next_control) {
-      HandleControl();
+      try {
+        HandleControl();
+      } catch (const std::exception& e) {
+        // (Out of memory serving the pulls a membership change released: they stay parked and
+        // are served on the next pass.)
+        PP_LOG(Error) << "control loop: " << e.what();
+      }
       stats_.copy_on_write_waits = cow_budget_->waits.load();
       stats_.copy_on_write_overdrafts = cow_budget_->overdrafts.load();
       next_control = now + kControlEveryMs;
@@ -280,6 +298,7 @@ Status ServerImpl::Run() {
       }
     }
     if (ckpt_.asked && !ckpt_.writer.joinable()) StartCheckpointWhenReady();
+    if (!retired_.empty() && !ckpt_.writer.joinable() && awaiting_done_ == 0) FreeRetiredTables();
     const Membership& mem = control_.membership();
     if (mem.job_state == Membership::kFinished) {
       PP_LOG(Info) << "job finished: " << mem.reason;
@@ -482,7 +501,7 @@ Status ServerImpl::Validate(const Message& m, TableShard** shard, bool again) {
   if (replacing_[h.sender_rank])
     return Status::FailedPrecondition("worker " + std::to_string(h.sender_rank) +
                                       " was declared dead; the job waits for a new worker in its place");
-  if (!h.reply_to.empty() && !sessions_[h.sender_rank].empty() && h.reply_to != sessions_[h.sender_rank])
+  if (FromEarlierClient(h))
     return Status::FailedPrecondition("from an earlier client of worker " + std::to_string(h.sender_rank) +
                                       ", which another has replaced");
   if (h.type == MsgType::kClock) return Status::OK();
@@ -866,8 +885,7 @@ void ServerImpl::Answered(const Header& request, const Header& reply) {
   if (request.sender_rank < 0 || request.sender_rank >= static_cast<int>(requests_.size())) return;
   // A request of an earlier client of this rank, answered after a new one said hello (a pull it
   // left parked): not the new client's request of the same id, whose record it would overwrite.
-  const std::string& session = sessions_[request.sender_rank];
-  if (!request.reply_to.empty() && !session.empty() && request.reply_to != session) return;
+  if (FromEarlierClient(request)) return;
   RequestRecord::Answer a;
   a.type = reply.type;
   a.table = reply.table;
@@ -884,6 +902,9 @@ ServerImpl::Repeat ServerImpl::LookUpRepeat(const Message& m) {
   const Header& h = m.header;
   if (h.sender_role != Role::kWorker || h.sender_rank < 0 || h.sender_rank >= static_cast<int>(requests_.size()))
     return Repeat::kNo;  // Validate() refuses it
+  // Validate() refuses it too; marking its id begun would make the new client's request of that
+  // id look in progress, and dropped, for good.
+  if (FromEarlierClient(h)) return Repeat::kNo;
   RequestRecord& record = requests_[h.sender_rank];
   const RequestRecord::Answer* a = nullptr;
   switch (record.Look(h.request_id, &a)) {
@@ -930,7 +951,11 @@ ServerImpl::Repeat ServerImpl::LookUpRepeat(const Message& m) {
 
 void ServerImpl::AdvanceMinClock() {
   const int64_t m = clocks_.MinLive();
-  if (m <= min_live_ && m != std::numeric_limits<int64_t>::max()) return;
+  // (Pulls parked at or below the minimum are served even when it did not move: a pass that
+  // threw, out of memory for a reply, left them.)
+  if (m <= min_live_ && m != std::numeric_limits<int64_t>::max() &&
+      (parked_.empty() || parked_.begin()->first > min_live_))
+    return;
   // The minimum may jump several clocks (a slow worker dies or finishes). It is stepped up to each
   // point where something happens, in order, so that a pull parked until the minimum reaches k
   // is served after BSP's clocks below k are applied and before clock k is: it sees exactly the
@@ -1023,6 +1048,18 @@ void ServerImpl::HandleControl() {
   }
 }
 
+// Frees the dropped tables no parked pull refers to. Called with no checkpoint being written and
+// nothing handed to the update threads.
+void ServerImpl::FreeRetiredTables() {
+  auto used = [&](const TableShard* t) {
+    for (const auto& [at, r] : parked_)
+      if (r->shard == t) return true;
+    return false;
+  };
+  retired_.erase(std::remove_if(retired_.begin(), retired_.end(), [&](const auto& t) { return !used(t.get()); }),
+                 retired_.end());
+}
+
 void ServerImpl::CreateTable(const Message& m) {
   const TableInfo& info = m.header.info;
   Header reply;
@@ -1045,7 +1082,7 @@ void ServerImpl::CreateTable(const Message& m) {
         if (!t || t->spec().name != info.spec.name) continue;
         PP_LOG(Warning) << "dropping table " << t->info().id << " " << t->spec().ToString()
                         << ", left by a failed creation, for table " << info.id << " of that name";
-        t.reset();
+        retired_.push_back(std::move(t));
         --stats_.tables;
       }
       auto saved = restore_.find(info.spec.name);

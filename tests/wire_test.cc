@@ -192,6 +192,16 @@ TEST(Wire, DecodeRejectsEveryMalformedShape) {
     auto f = Frames(h, 32, 44);
     EXPECT_EQ(Decode(&f, &m).code(), Code::kCorruption);
   }
+  {  // a request that claims an error status, and so no values, for its rows (found in review:
+     // the server then read a gradient that was not there)
+    Header bad = h;
+    bad.status = Code::kInternal;
+    auto f = Frames(bad, 32, 0);
+    EXPECT_EQ(Decode(&f, &m).code(), Code::kCorruption);
+    bad.type = MsgType::kPull;
+    auto g = Frames(bad, 32, 0);
+    EXPECT_EQ(Decode(&g, &m).code(), Code::kCorruption);
+  }
   {  // a claimed count of 2^40 keys with nothing behind it
     Header big = h;
     big.num_keys = uint64_t(1) << 40;
@@ -519,6 +529,47 @@ TEST_F(PeersOfRankOne, ANewClientMidClockRedoesItsPredecessorsPushesOnce) {
   EXPECT_EQ(Duplicates(), dups + 3);
 }
 
+// A client of a worker rank that another has replaced (declared dead, but still running) is
+// refused, and its request ids stay out of the new client's record: the new client's requests of
+// the same ids are run and answered (found in review: the old one's refused id was marked begun
+// in the new record, and the new client's request of that id was then dropped as a repeat for
+// good), and the old client is never given the new one's recorded answers.
+TEST_F(PeersOfRankOne, AReplacedClientsRequestIdsAreNotTheNewOnes) {
+  auto a = Peer("old-client"), b = Peer("new-client");
+  auto send = [&](RawPeer& p, MsgType type, uint64_t request_id, const std::string& reply_to) {
+    Header h = Of(type, 0, request_id);
+    h.reply_to = reply_to;
+    if (type == MsgType::kPush) {
+      h.table = table_.id;
+      h.num_keys = 1;
+      h.dim = 4;
+      p.Send(h, {2}, {-1, -1, -1, -1});
+    } else {
+      p.Send(h, {}, {});
+    }
+    return p.Reply();
+  };
+  ASSERT_EQ(send(*a, MsgType::kHello, 0, "old-client").type, MsgType::kHelloReply);
+  ASSERT_EQ(send(*a, MsgType::kPush, 1, "old-client").status, Code::kOk);
+  EXPECT_EQ(Row2(), 1.0f);
+  ASSERT_EQ(send(*b, MsgType::kHello, 0, "new-client").type, MsgType::kHelloReply);
+  Header r = send(*a, MsgType::kPush, 3, "old-client");
+  EXPECT_EQ(r.type, MsgType::kPushReply);
+  EXPECT_EQ(r.status, Code::kFailedPrecondition) << r.error;
+  // The new client redoes the open clock: its first push was its predecessor's (answered, not
+  // applied), its second and third are new; the third has the id the old client's refused one had.
+  for (uint64_t id = 1; id <= 3; ++id) {
+    Header q = send(*b, MsgType::kPush, id, "new-client");
+    ASSERT_EQ(q.type, MsgType::kPushReply) << "the new client's push " << id << " was not answered";
+    EXPECT_EQ(q.status, Code::kOk) << q.error;
+  }
+  EXPECT_EQ(Row2(), 3.0f);
+  // The old client asks for an id the new one's record holds as answered: refused, not told "ok".
+  r = send(*a, MsgType::kPush, 2, "old-client");
+  EXPECT_EQ(r.status, Code::kFailedPrecondition) << r.error;
+  EXPECT_EQ(Row2(), 3.0f);
+}
+
 TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
   LocalClusterConfig cfg;
   cfg.servers = 1;
@@ -586,6 +637,17 @@ TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
     expect_error(h, key, g, Code::kNotFound, "unknown table");
   }
   expect_error(push, {8}, g, Code::kInvalidArgument, "row out of range");
+  {  // a request claiming an error status (which excuses a reply from carrying values) and no
+     // values: once applied stray memory as the gradient, or read past it (a crash)
+    Header h = push;
+    h.status = Code::kInternal;
+    expect_error(h, {2, 3}, {}, Code::kCorruption, "push with an error status and no values");
+    h.num_keys = 0;
+    h.flags = kFlagRange;
+    h.row_begin = 0;
+    h.num_rows = 8;
+    expect_error(h, {}, {}, Code::kCorruption, "range push with an error status and no values");
+  }
   {
     Header h = push;
     h.dim = 2;
@@ -657,9 +719,9 @@ TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
   ASSERT_TRUE(cluster.client(0).Pull(*t, {5, 2}, vals.data()).Wait().ok());
   EXPECT_EQ(vals[0], 2.0f);
   EXPECT_EQ(vals[4], 1.0f);
-  // Malformed: 2 dropped + 4 answered; refused: the 8 well-formed but invalid ones and the NaN
+  // Malformed: 2 dropped + 6 answered; refused: the 8 well-formed but invalid ones and the NaN
   // push (its repeat was answered from the record, not refused again).
-  EXPECT_EQ(stats.bad_messages.load(), 6u);
+  EXPECT_EQ(stats.bad_messages.load(), 8u);
   EXPECT_EQ(stats.rejected.load(), 9u);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
