@@ -36,7 +36,8 @@ Status ControlChannel::Register(const std::string& address) {
   try {
     sock_.connect(options_.scheduler);
   } catch (const zmq::error_t& e) {
-    return Status::InvalidArgument("scheduler address '" + options_.scheduler + "': " + e.what());
+    return Status::InvalidArgument("scheduler address '" + options_.scheduler + "': " + e.what() +
+                                   " (expected tcp://HOST:PORT)");
   }
   Header h;
   h.type = MsgType::kRegister;
@@ -46,7 +47,15 @@ Status ControlChannel::Register(const std::string& address) {
   h.clock = options_.heartbeat_interval_ms;  // checked against the scheduler's timeout
   PP_RETURN_IF_ERROR(SendMessage(sock_, nullptr, h));
   Deadline deadline = Deadline::In(options_.register_timeout_ms);
+  PP_LOG(Info) << "registering with the scheduler at " << options_.scheduler << " (waiting up to "
+               << options_.register_timeout_ms / 1000 << " s for it and for the job's other nodes)";
+  int64_t next_note = NowMs() + 10000;
   while (!deadline.Expired()) {
+    if (NowMs() >= next_note) {  // (the scheduler answers once every node of the job has registered)
+      PP_LOG(Info) << "still waiting for the scheduler at " << options_.scheduler << " to answer registration ("
+                   << deadline.RemainingMs() / 1000 << " s left)";
+      next_note = NowMs() + 10000;
+    }
     zmq::pollitem_t item{static_cast<void*>(sock_), 0, ZMQ_POLLIN, 0};
     Poll(&item, 1, std::min<int64_t>(deadline.RemainingMs(), 200));
     if (!(item.revents & ZMQ_POLLIN)) continue;

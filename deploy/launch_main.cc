@@ -34,7 +34,8 @@ DEFINE_int32(replacement_timeout_s, 60, "--on_worker_death=wait: the scheduler a
              "dead one's place by then");
 DEFINE_int32(heartbeat_timeout_ms, 5000, "scheduler: a node silent this long is declared dead");
 DEFINE_int32(heartbeat_interval_ms, 500, "servers and workers: heartbeat period");
-DEFINE_int32(update_threads, 1, "update threads per server");
+DEFINE_int32(update_threads, 1, "update threads per server (the servers share this machine's cores; "
+             "pushpull-server on a machine of its own defaults to the cores but one)");
 DEFINE_int32(stats_every_s, 30, "each server logs a line of rates and state this often (0: never)");
 DEFINE_int32(copy_on_write_budget_mb, 64, "each server: memory for parameters pull replies still hold while pushes go on "
              "(over it, a push waits for the reply to be sent)");

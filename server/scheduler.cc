@@ -451,21 +451,23 @@ void SchedulerImpl::HandleRegister(Message& m) {
   const bool replacement = registered_ && role == Role::kWorker && !replacing_.empty() && !nodes_.count(identity) &&
                            membership_.job_state == Membership::kRunning;
   if (!replacement && (role == Role::kScheduler || registered_ || nodes_.count(identity))) {
-    ReplyTo(w, MsgType::kRegisterReply,
-            Status::FailedPrecondition(
-                !registered_ ? "bad registration"
-                : options_.wait_for_replacement && role == Role::kWorker
-                    ? "the job is running with all its workers: a new worker takes a dead one's place once the "
-                      "scheduler has declared it dead (after --heartbeat_timeout_ms of silence); try again then"
-                    : "the job is already running with all its nodes"));
+    Status st = Status::FailedPrecondition(
+        !registered_ ? "bad registration"
+        : options_.wait_for_replacement && role == Role::kWorker
+            ? "the job is running with all its workers: a new worker takes a dead one's place once the "
+              "scheduler has declared it dead (after --heartbeat_timeout_ms of silence); try again then"
+            : "the job is already running with all its nodes");
+    if (registered_) PP_LOG(Warning) << "refused a " << RoleName(role) << "'s registration: " << st.message();
+    ReplyTo(w, MsgType::kRegisterReply, st);
     return;
   }
   auto& list = role == Role::kServer ? servers_ : workers_;
   int want = role == Role::kServer ? options_.num_servers : options_.num_workers;
   if (!replacement && static_cast<int>(list.size()) >= want) {
-    ReplyTo(w, MsgType::kRegisterReply,
-            Status::FailedPrecondition("the job expects " + std::to_string(want) + " " +
-                                       RoleName(role) + "s and has them all"));
+    Status st = Status::FailedPrecondition("the job expects " + std::to_string(want) + " " + RoleName(role) +
+                                           "s and has them all");
+    PP_LOG(Warning) << "refused a " << RoleName(role) << "'s registration: " << st.message();
+    ReplyTo(w, MsgType::kRegisterReply, st);
     return;
   }
   if (role == Role::kServer && m.header.address.empty()) {
@@ -492,7 +494,18 @@ void SchedulerImpl::HandleRegister(Message& m) {
   std::vector<bool> taken(want, false);
   for (Node* o : list) taken[o->rank] = true;
   int rank = m.header.sender_rank;
-  if (rank < 0 || rank >= want || taken[rank]) {
+  if (rank >= want) {  // (a deploy's task index and the job's size disagree: its data shard would be wrong)
+    Status st = Status::InvalidArgument("asked for " + std::string(RoleName(role)) + " rank " + std::to_string(rank) +
+                                        ", but the job has " + std::to_string(want) + " " + RoleName(role) +
+                                        "s (ranks 0 to " + std::to_string(want - 1) + ")");
+    PP_LOG(Error) << "refused a " << RoleName(role) << "'s registration: " << st.message();
+    ReplyTo(w, MsgType::kRegisterReply, st);
+    return;
+  }
+  if (rank >= 0 && taken[rank])
+    PP_LOG(Warning) << "a " << RoleName(role) << " asked for rank " << rank
+                    << ", which another has taken; it gets the first free rank";
+  if (rank < 0 || taken[rank]) {
     rank = 0;
     while (taken[rank]) ++rank;
   }

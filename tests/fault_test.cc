@@ -347,6 +347,29 @@ TEST(ServerFailure, RegistrationThatTimesOutSaysWhoIsMissing) {
   scheduler.join();
 }
 
+// A rank asked for outside the job (a deploy's task index and the job's size disagree, so the
+// node's data shard would be wrong) is refused at registration, naming both: exit 2, not restarted.
+TEST(ServerFailure, ARankOutsideTheJobIsRefused) {
+  SchedulerOptions so;
+  so.bind_host = "127.0.0.1";
+  so.num_servers = 1;
+  so.num_workers = 2;
+  so.register_timeout_ms = 20000;
+  auto sched = Scheduler::Create(so);
+  ASSERT_TRUE(sched.ok()) << sched.status().ToString();
+  std::thread scheduler([&] { (*sched)->Run().IgnoreError(); });
+  ClientOptions c;
+  c.scheduler = (*sched)->address();
+  c.register_timeout_ms = 10000;
+  c.requested_rank = 2;
+  auto client = Client::Connect(c);
+  EXPECT_EQ(client.status().code(), Code::kInvalidArgument) << client.status().ToString();
+  EXPECT_NE(client.status().message().find("rank 2, but the job has 2 workers"), std::string::npos)
+      << client.status().ToString();
+  (*sched)->Stop();
+  scheduler.join();
+}
+
 // Filling a large table takes longer than the scheduler waits for a heartbeat here (200 ms): the
 // server keeps its heartbeats going meanwhile, so it is not declared dead.
 // A dense table of `rows` x 1024 floats, each from the seeded initialiser: slow to fill.
@@ -1095,6 +1118,15 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-worker --scheduler=tcp://127.0.0.1:1 --app=linreg --batch=-3", 30, &out), 2)
       << out;
   EXPECT_NE(out.find("--batch"), std::string::npos) << out;
+  // The app's flags are checked before joining: no scheduler listens at port 1, and a worker
+  // that tried to join would wait out --register_timeout_ms (here 60 s, over the 30 s allowed).
+  for (const char* flags : {"--app=linreg2", "--app=linreg --epochs=0", "--app=linreg --optimizer=rmsprop",
+                            "--app=linreg --consistency=sspp", "--app=fmnist_mlp --device=tpu",
+                            "--app=fmnist_mlp --layers=784,x,10"}) {
+    EXPECT_EQ(RunCommand(BinDir() + "/pushpull-worker --scheduler=tcp://127.0.0.1:1 --register_timeout_ms=60000 " +
+                             flags, 30, &out), 2) << flags << ": " << out;
+    EXPECT_NE(out.find("see --help"), std::string::npos) << flags << ": " << out;
+  }
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-server --scheduler=tcp://127.0.0.1:1 --update_threads=-3", 30, &out), 2)
       << out;
   EXPECT_NE(out.find("--update_threads"), std::string::npos) << out;
