@@ -370,9 +370,19 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       Drain(c, true);
       const bool failed = Failed(st);
       if (failed || c.role == "scheduler") Say(c.name + " (pid " + std::to_string(c.pid) + ") " + Describe(st));
+      if (c.role == "worker" && WIFEXITED(st) && WEXITSTATUS(st) == 2) {
+        // Bad flags or setup: it fails the same way again, whoever noticed first (a worker that
+        // stops tells the scheduler why, which may end the job, and exit 1, before the worker
+        // has exited).
+        *crashed = false;
+        if (stopping) exit_code = 2;
+      }
       if (stopping) continue;
       if (c.role == "scheduler") {
-        if (failed) {
+        if (failed && WIFEXITED(st) && WEXITSTATUS(st) == 2) {
+          // It ended the job on a worker's bad flags or setup: that fails again, not restarted.
+          stop_all("the scheduler reports the job failed on a worker's flags or setup", 2);
+        } else if (failed) {
           *crashed = true;  // it ended the job: a node died
           stop_all("the scheduler reports the job failed", 1);
         } else {

@@ -22,6 +22,8 @@ struct Node {
   std::string address;
   bool alive = true;
   bool done = false;
+  std::string left_why;  // a worker that stopped early said why (Client::Leave) ...
+  Code left_code = Code::kOk;  // ... and its error's code
   bool told_end = false;   // has been sent the final membership
   bool end_heard = false;  // told_end only once it heartbeats that it holds the final membership
   int64_t last_seen_ms = 0;
@@ -104,6 +106,7 @@ class SchedulerImpl final : public Scheduler {
   void HandleCreateTable(Message& m);
   void HandleServerTableReply(Node& server, const Message& m);
   void CheckLiveness(int64_t now);
+  Code end_code_ = Code::kAborted;  // Run()'s code when the job is aborted
   void CheckBarrier();
   void CheckDone();
   void CheckPendingTables();
@@ -343,7 +346,7 @@ Status SchedulerImpl::Run() {
     return Status::OK();
   }
   PP_LOG(Error) << "job aborted: " << membership_.reason;
-  return Status::Aborted(membership_.reason);
+  return Status(end_code_, membership_.reason);
 }
 
 void SchedulerImpl::Handle(Message& m) {
@@ -413,7 +416,16 @@ void SchedulerImpl::Handle(Message& m) {
       if (n.role == Role::kServer) HandleServerCheckpointReply(n, m);
       break;
     case MsgType::kDone:
-      if (n.role == Role::kWorker && !n.done) {
+      if (n.role == Role::kWorker && !n.done && m.header.status != Code::kOk && n.alive) {
+        // A worker stopping early (Client::Leave): dead now, under --on_worker_death, for the
+        // reason it gives rather than a heartbeat timeout later.
+        n.left_why = m.header.status_obj().ToString();
+        n.left_code = m.header.status;
+        ReplyTo(Waiter{identity, m.header.request_id}, MsgType::kDoneReply, Status::OK());
+        PP_LOG(Error) << NodeName(n) << " is stopping: " << n.left_why;  // (declared dead at the next liveness check)
+      } else if (n.role == Role::kWorker && !n.done && m.header.status != Code::kOk) {
+        ReplyTo(Waiter{identity, m.header.request_id}, MsgType::kDoneReply, Status::OK());
+      } else if (n.role == Role::kWorker && !n.done) {
         n.done = true;
         PP_LOG(Info) << "worker " << n.rank << " finished";
         membership_.worker_done[n.rank] = 1;
@@ -674,11 +686,13 @@ void SchedulerImpl::CheckPendingTables() {
 void SchedulerImpl::CheckLiveness(int64_t now) {
   bool changed = false;
   for (auto& [id, n] : nodes_) {
-    if (!n.alive || n.done || now - n.last_seen_ms <= options_.heartbeat_timeout_ms) continue;
+    const bool left = !n.left_why.empty();
+    if (!n.alive || n.done || (!left && now - n.last_seen_ms <= options_.heartbeat_timeout_ms)) continue;
     n.alive = false;
     changed = true;
-    std::string why = NodeName(n) + " sent no heartbeat for " + std::to_string(now - n.last_seen_ms) +
-                      " ms (timeout " + std::to_string(options_.heartbeat_timeout_ms) + " ms)";
+    std::string why = left ? NodeName(n) + " stopped: " + n.left_why
+                           : NodeName(n) + " sent no heartbeat for " + std::to_string(now - n.last_seen_ms) +
+                                 " ms (timeout " + std::to_string(options_.heartbeat_timeout_ms) + " ms)";
     PP_LOG(Error) << why << ": declared dead";
     if (n.role == Role::kServer) {
       membership_.server_alive[n.rank] = 0;
@@ -695,8 +709,12 @@ void SchedulerImpl::CheckLiveness(int64_t now) {
     }
     membership_.worker_alive[n.rank] = Membership::kWorkerDead;
     if (!options_.continue_on_worker_death) {
-      End(Membership::kAborted, why + " (run with --on_worker_death=continue to go on without it, or =wait to "
-                                      "wait for a replacement)");
+      // A worker's bad flags or setup (a missing file) end the job as they would again: Run()
+      // says so in its code, and pushpull-scheduler exits 2 (not restarted).
+      if (left && (n.left_code == Code::kInvalidArgument || n.left_code == Code::kNotFound)) end_code_ = n.left_code;
+      End(Membership::kAborted, left ? why
+                                     : why + " (run with --on_worker_death=continue to go on without it, or =wait "
+                                             "to wait for a replacement)");
       return;
     }
   }

@@ -90,5 +90,8 @@ int main(int argc, char** argv) {
   }
   pushpull::CallOnStopSignal([&] { (*s)->Stop(); });
   pushpull::Status st = (*s)->Run();
+  // 2: the job ended on a worker's bad flags or setup (Run() keeps its error's code), which a
+  // restart would meet again.
+  if (st.code() == pushpull::Code::kInvalidArgument || st.code() == pushpull::Code::kNotFound) return 2;
   return st.ok() ? 0 : 1;
 }

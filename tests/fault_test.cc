@@ -323,6 +323,32 @@ TEST(WorkerFailure, DeadWorkerAbortsTheJobNamingItByDefault) {
   EXPECT_NE(cluster.scheduler_status().message().find("worker 1"), std::string::npos);
 }
 
+// A worker whose app fails (a missing file, say) tells the scheduler why as it stops
+// (Client::Leave): the job ends at once naming that reason, not a heartbeat timeout later (60 s
+// here, more than the test waits) with advice about --on_worker_death that does not apply.
+TEST(WorkerFailure, AWorkerThatStopsSaysWhyAndTheJobHearsAtOnce) {
+  LocalClusterConfig cfg;
+  cfg.servers = 1;
+  cfg.workers = 2;
+  cfg.heartbeat_timeout_ms = 60000;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Status st;
+  std::thread waiter([&] { st = cluster.client(0).Barrier(); });  // waits for worker 1
+  const int64_t start = NowMs();
+  ASSERT_TRUE(cluster.client(1).Leave(Status::NotFound("cannot open /nowhere/train-images")).ok());
+  waiter.join();
+  EXPECT_LT(NowMs() - start, 20000);
+  EXPECT_EQ(st.code(), Code::kAborted) << st.ToString();
+  EXPECT_NE(st.message().find("worker 1 stopped: NotFound: cannot open /nowhere/train-images"), std::string::npos)
+      << st.ToString();
+  EXPECT_EQ(st.message().find("--on_worker_death"), std::string::npos) << st.ToString();
+  cluster.FinishAndJoin().IgnoreError();
+  // A setup error (NotFound, InvalidArgument) keeps its code: pushpull-scheduler exits 2 on it,
+  // and pushpull-launch does not restart the job.
+  EXPECT_EQ(cluster.scheduler_status().code(), Code::kNotFound) << cluster.scheduler_status().ToString();
+}
+
 // A registration the scheduler gives up on (a worker never came) ends the waiting nodes at once
 // with the scheduler's reason, naming who is missing, rather than after their own deadline.
 TEST(ServerFailure, RegistrationThatTimesOutSaysWhoIsMissing) {
@@ -1408,6 +1434,9 @@ TEST(MultiProcess, LauncherDoesNotRestartAJobMissingItsData) {
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("/nonexistent"), std::string::npos) << out;
   EXPECT_EQ(out.find("restart"), std::string::npos) << out;
+  // The workers say why as they stop: the job ends naming it, not a heartbeat timeout later.
+  EXPECT_NE(out.find(" stopped: NotFound: worker "), std::string::npos) << out;
+  EXPECT_EQ(out.find("sent no heartbeat"), std::string::npos) << out;
 }
 
 // Neither is a worker that --on_worker_death=continue let go, when the job later fails on its own.

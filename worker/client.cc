@@ -545,6 +545,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   Status Barrier() override;
   Status Checkpoint() override;
   Status Finish() override;
+  Status Leave(const Status& why) override;
   ClientStats stats() const override {
     ClientStats st;
     {
@@ -1254,6 +1255,17 @@ Status ClientImpl::Finish() {
   Header h;
   h.type = MsgType::kDone;
   auto r = ControlCall(h, "finish");
+  if (r.ok()) finished_ = true;
+  return r.status();
+}
+
+Status ClientImpl::Leave(const Status& why) {
+  std::lock_guard<std::mutex> once(finish_mu_);
+  if (finished_) return Status::OK();
+  Header h;
+  h.type = MsgType::kDone;  // a "done" that carries an error: this worker stops, failed
+  h.SetStatus(why.ok() ? Status::Aborted("left the job") : why);
+  auto r = ControlCall(h, "leave", 2000);
   if (r.ok()) finished_ = true;
   return r.status();
 }

@@ -222,6 +222,11 @@ class Client {
   // waited for included: a finished worker's last updates are applied, under BSP in its last
   // clock's sum), then tells the scheduler this worker is done; no calls after it.
   virtual Status Finish() = 0;
+  // Tells the scheduler this worker stops early because of `why` (its app failed, say on a
+  // missing file): the job takes it for this worker's death at once, under the scheduler's
+  // --on_worker_death, and names `why`, instead of finding it silent after its heartbeat
+  // timeout. Waits up to 2 s for the scheduler's answer; no calls after it.
+  virtual Status Leave(const Status& why) = 0;
 
   virtual ClientStats stats() const = 0;
 };

@@ -208,6 +208,9 @@ int main(int argc, char** argv) {
   pushpull::Status st = RunApp(**client, app, &result);
   if (!st.ok()) {
     PP_LOG(Error) << FLAGS_app << " failed: " << st.ToString();
+    // The job hears why now, rather than from this worker's silence a heartbeat timeout later.
+    pushpull::Status left = (*client)->Leave(st.Annotate("worker " + std::to_string((*client)->rank()) + ": " + FLAGS_app));
+    if (!left.ok()) PP_LOG(Warning) << "could not tell the scheduler: " << left.ToString();
     // Bad flags or a bad setup (exit 2: arguments refused, a file such as the data missing) fail
     // the same way again: pushpull-launch does not restart them.
     return st.code() == pushpull::Code::kInvalidArgument || st.code() == pushpull::Code::kNotFound ? 2 : 1;
