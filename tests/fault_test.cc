@@ -1224,7 +1224,7 @@ struct KillRun {
 };
 
 KillRun LaunchAndKill(const std::string& flags, const std::string& victim,
-                      const std::string& when = "linreg epoch 2/") {
+                      const std::string& when = "linreg epoch 2/", int sig = SIGKILL) {
   KillRun r;
   pid_t pid = -1;
   std::string cmd = BinDir() + "/pushpull-launch --heartbeat_timeout_ms=1500 --heartbeat_interval_ms=200 " + flags;
@@ -1233,11 +1233,24 @@ KillRun LaunchAndKill(const std::string& flags, const std::string& victim,
     auto at = line.find(tag);
     if (at != std::string::npos) pid = std::stoi(line.substr(at + tag.size()));
     if (!r.killed && pid > 0 && line.find(when) != std::string::npos) {
-      kill(pid, SIGKILL);
+      kill(pid, sig);
       r.killed = true;
     }
   });
   return r;
+}
+
+// A worker stopped by SIGTERM says so as it goes: the job ends at once naming it (here with a
+// heartbeat timeout of a minute, which the test's 90 s would not see twice), exit 1.
+TEST(MultiProcess, ASigtermedWorkerSaysSoAndTheJobEndsAtOnce) {
+  KillRun r = LaunchAndKill("--heartbeat_timeout_ms=60000 --servers=1 --workers=2 -- --app=linreg --epochs=400 "
+                            "--examples=4000 --progress_s=0",
+                            "worker 1", "linreg epoch 2/", SIGTERM);
+  ASSERT_TRUE(r.killed) << r.output;
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("job aborted: worker 1 stopped: Aborted: stopped by a signal"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("sent no heartbeat"), std::string::npos) << r.output;
 }
 
 TEST(MultiProcess, LinregConvergesUnderSspWithTwoServersThreeWorkers) {

@@ -1,10 +1,12 @@
 // pushpull-worker: runs one training app as one worker of a job.
 #include <gflags/gflags.h>
 
+#include <cstdlib>
 #include <map>
 
 #include "common/flags.h"
 #include "common/memory.h"
+#include "common/signals.h"
 #include "apps/app.h"
 #include "apps/fmnist_mlp.h"
 #include "apps/linreg.h"
@@ -204,6 +206,14 @@ int main(int argc, char** argv) {
     return client.status().code() == pushpull::Code::kInvalidArgument ? 2 : 1;
   }
   pushpull::SetLogTag("worker " + std::to_string((*client)->rank()));
+  // SIGINT/SIGTERM: the job hears that this worker stops, and why, now rather than from its
+  // silence a heartbeat timeout later (the scheduler's --on_worker_death decides what follows);
+  // exit 1, as a worker whose calls fail (a second signal exits at once).
+  pushpull::CallOnStopSignal([c = client->get()] {
+    PP_LOG(Warning) << "stopping on a signal; telling the scheduler";
+    c->Leave(pushpull::Status::Aborted("stopped by a signal (SIGINT or SIGTERM)")).IgnoreError();
+    std::_Exit(1);
+  });
   pushpull::AppResult result;
   pushpull::Status st = RunApp(**client, app, &result);
   if (!st.ok()) {
