@@ -169,6 +169,12 @@ void ParseFlagsOrHelp(int* argc, char*** argv, const char* usage, const char* fl
   gflags::HandleCommandLineHelpFlags();
 }
 
+void RefuseArguments(int argc, char** argv) {
+  if (argc <= 1) return;
+  std::fprintf(stderr, "%s: unexpected argument '%s' (flags are written --name=value); see --help\n", argv[0], argv[1]);
+  std::exit(2);
+}
+
 std::string ExecutableDir() {
   char buf[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);

@@ -14,5 +14,8 @@ std::string ExecutableDir();
 // `flag_file` (e.g. "server_main"), then exits 0.
 void ParseFlagsOrHelp(int* argc, char*** argv, const char* usage, const char* flag_file,
                       bool remove_flags = true);
+// After ParseFlagsOrHelp, for a binary that takes flags only: an argument left over (a typo such
+// as `epochs=3`, without its dashes) is refused, naming it: exit 2.
+void RefuseArguments(int argc, char** argv);
 
 }  // namespace pushpull

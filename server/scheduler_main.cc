@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
       "usage: pushpull-scheduler --num_servers=S --num_workers=W [--port=7000]\n"
       "       [--checkpoint_dir=DIR] [--restore_from=DIR]",
                             "scheduler_main");
+  pushpull::RefuseArguments(argc, argv);
   pushpull::SetLogTag("scheduler");
   if (FLAGS_verbose) pushpull::SetLogLevel(pushpull::LogLevel::kDebug);
   if (FLAGS_on_worker_death != "abort" && FLAGS_on_worker_death != "continue" && FLAGS_on_worker_death != "wait") {

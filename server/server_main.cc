@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
       "a pushpull server: holds table shards and optimizer state, applies pushes, answers pulls.\n"
       "usage: pushpull-server --scheduler=tcp://HOST:PORT [--advertise_host=MY_IP]",
                             "server_main");
+  pushpull::RefuseArguments(argc, argv);
   pushpull::TuneMallocForLargeMessages();
   pushpull::SetLogTag("server");
   if (FLAGS_verbose) pushpull::SetLogLevel(pushpull::LogLevel::kDebug);

@@ -1144,6 +1144,9 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-worker --scheduler=tcp://127.0.0.1:1 --app=linreg --batch=-3", 30, &out), 2)
       << out;
   EXPECT_NE(out.find("--batch"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-worker --scheduler=tcp://127.0.0.1:1 --app=linreg epochs=3", 30, &out), 2)
+      << out;
+  EXPECT_NE(out.find("unexpected argument 'epochs=3'"), std::string::npos) << out;
   // The app's flags are checked before joining: no scheduler listens at port 1, and a worker
   // that tried to join would wait out --register_timeout_ms (here 60 s, over the 30 s allowed).
   for (const char* flags : {"--app=linreg2", "--app=linreg --epochs=0", "--app=linreg --optimizer=rmsprop",

@@ -165,6 +165,7 @@ int main(int argc, char** argv) {
       "a pushpull worker: runs one training app.\n"
       "usage: pushpull-worker --scheduler=tcp://HOST:PORT --app=linreg|fmnist_mlp|sparse_lr [app flags]",
                             "worker_main");
+  pushpull::RefuseArguments(argc, argv);
   pushpull::TuneMallocForLargeMessages();
   pushpull::SetLogTag("worker");
   if (FLAGS_verbose) pushpull::SetLogLevel(pushpull::LogLevel::kDebug);
