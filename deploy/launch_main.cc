@@ -31,7 +31,8 @@ DEFINE_string(on_worker_death, "abort", "abort: a dead worker ends the job; cont
               "resumes at the dead one's clock while the others wait");
 DEFINE_int32(max_worker_restarts, 3, "--on_worker_death=wait: new workers started in dead ones' places, in all");
 DEFINE_int32(replacement_timeout_s, 60, "--on_worker_death=wait: the scheduler aborts the job when no worker took a "
-             "dead one's place by then");
+             "dead one's place by then (60 here, 90 for pushpull-scheduler run by hand: this launcher starts the "
+             "new worker itself, --restart_delay_ms after the death is declared)");
 DEFINE_int32(heartbeat_timeout_ms, 5000, "scheduler: a node silent this long is declared dead");
 DEFINE_int32(heartbeat_interval_ms, 500, "servers and workers: heartbeat period");
 DEFINE_int32(update_threads, 1, "update threads per server (the servers share this machine's cores; "
