@@ -81,8 +81,14 @@ std::string TableSpec::ToString() const {
   std::ostringstream os;
   os << "'" << name << "' " << (sparse ? "sparse" : "dense");
   if (!sparse) os << " rows=" << rows;
-  os << " dim=" << dim << " optimizer=" << opt::KindName(optimizer.kind)
-     << " lr=" << optimizer.lr << " consistency=" << consistency.ToString();
+  os << " dim=" << dim << " optimizer=" << opt::KindName(optimizer.kind);
+  // (FTRL's step size is its alpha; it does not read lr.)
+  if (optimizer.kind == opt::Kind::kFtrl)
+    os << " alpha=" << optimizer.ftrl_alpha << " beta=" << optimizer.ftrl_beta << " l1=" << optimizer.ftrl_l1
+       << " l2=" << optimizer.ftrl_l2;
+  else
+    os << " lr=" << optimizer.lr;
+  os << " consistency=" << consistency.ToString();
   return os.str();
 }
 

@@ -302,6 +302,23 @@ TEST(Wire, PullReplyValuesMaySpanFramesOfWholeRows) {
   }
 }
 
+// A table's description (logged when it is created) names the step size its optimizer uses:
+// FTRL's alpha, not the lr it ignores.
+TEST(Wire, TableDescriptionNamesTheStepSizeUsed) {
+  TableSpec spec;
+  spec.name = "w";
+  spec.sparse = true;
+  spec.dim = 1;
+  spec.optimizer.kind = opt::Kind::kFtrl;
+  spec.optimizer.ftrl_alpha = 0.2f;
+  const std::string ftrl = spec.ToString();
+  EXPECT_NE(ftrl.find("optimizer=ftrl alpha=0.2 "), std::string::npos) << ftrl;
+  EXPECT_EQ(ftrl.find("lr="), std::string::npos) << ftrl;
+  spec.optimizer.kind = opt::Kind::kAdam;
+  spec.optimizer.lr = 0.001f;
+  EXPECT_NE(spec.ToString().find("optimizer=adam lr=0.001 "), std::string::npos) << spec.ToString();
+}
+
 TEST(Wire, PartitionIsBalancedAndOwnersAgree) {
   TableSpec s;
   s.name = "t";
