@@ -1094,7 +1094,9 @@ void ServerImpl::CreateTable(const Message& m) {
         // servers (ReadCheckpointForServer re-partitions a checkpoint of another server count).
         const TableInfo& was = saved->second.info;
         if (!(was.spec == info.spec) || was.row_offsets != info.row_offsets || was.bucket_owner != info.bucket_owner)
-          st = Status::FailedPrecondition("table '" + info.spec.name + "' differs from the checkpoint's: it was " +
+          // (The job's flags and the checkpoint disagree: a setup error, the same on every restart,
+          // so InvalidArgument, which a worker exits 2 on.)
+          st = Status::InvalidArgument("table '" + info.spec.name + "' differs from the checkpoint's: it was " +
                                           was.spec.ToString() + "; asked for " + info.spec.ToString());
         if (st.ok()) st = WhileHeartbeating([&] { return shard->Restore(std::move(saved->second.rows)); });
         if (st.ok()) {
