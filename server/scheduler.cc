@@ -416,9 +416,10 @@ void SchedulerImpl::Handle(Message& m) {
       if (n.role == Role::kServer) HandleServerCheckpointReply(n, m);
       break;
     case MsgType::kDone:
-      if (n.role == Role::kWorker && !n.done && m.header.status != Code::kOk && n.alive) {
-        // A worker stopping early (Client::Leave): dead now, under --on_worker_death, for the
-        // reason it gives rather than a heartbeat timeout later.
+      if (!n.done && m.header.status != Code::kOk && n.alive) {
+        // A worker stopping early (Client::Leave), or a server stopped before the job ended:
+        // dead now (a worker under --on_worker_death), for the reason it gives rather than a
+        // heartbeat timeout later.
         n.left_why = m.header.status_obj().ToString();
         n.left_code = m.header.status;
         ReplyTo(Waiter{identity, m.header.request_id}, MsgType::kDoneReply, Status::OK());

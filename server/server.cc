@@ -315,8 +315,15 @@ Status ServerImpl::Run() {
     }
   }
 
-  if (stop_ && exit_status.ok() && control_.membership().job_state == Membership::kRunning)
+  if (stop_ && exit_status.ok() && control_.membership().job_state == Membership::kRunning) {
     exit_status = Status::Aborted("stopped before the job ended");
+    // The job hears it now, not from this server's silence a heartbeat timeout later (the
+    // control socket lingers 200 ms for it when closed).
+    Header h;
+    h.type = MsgType::kDone;
+    h.SetStatus(exit_status);
+    control_.Send(h).IgnoreError();
+  }
   if (ckpt_.writer.joinable()) {
     // Nobody can take this server's answer any more, so the checkpoint could never be committed:
     // stop writing it (at most one 4 MB write on) rather than wait for the whole file.

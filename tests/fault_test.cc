@@ -502,6 +502,9 @@ TEST(ServerFailure, DeadServerEndsTheJobNamingIt) {
   EXPECT_NE(st.message().find("server 1"), std::string::npos) << st.ToString();
   cluster.FinishAndJoin().IgnoreError();
   EXPECT_EQ(cluster.scheduler_status().code(), Code::kAborted);
+  // A server stopped mid-job says so as it goes: the job hears that, not its silence later.
+  EXPECT_NE(cluster.scheduler_status().message().find(") stopped: Aborted: stopped before the job ended"),
+            std::string::npos) << cluster.scheduler_status().ToString();
   EXPECT_NE(cluster.scheduler_status().message().find("server 1"), std::string::npos)
       << cluster.scheduler_status().ToString();
   // The stopped server says so too (pushpull-server exits 1, not 0, on a signal mid-job).
