@@ -22,8 +22,7 @@ struct Node {
   std::string address;
   bool alive = true;
   bool done = false;
-  std::string left_why;  // a worker that stopped early said why (Client::Leave) ...
-  Code left_code = Code::kOk;  // ... and its error's code
+  Status left;  // why it stopped early, as it said (Client::Leave; a server stopped mid-job)
   bool told_end = false;   // has been sent the final membership
   bool end_heard = false;  // told_end only once it heartbeats that it holds the final membership
   int64_t last_seen_ms = 0;
@@ -106,7 +105,6 @@ class SchedulerImpl final : public Scheduler {
   void HandleCreateTable(Message& m);
   void HandleServerTableReply(Node& server, const Message& m);
   void CheckLiveness(int64_t now);
-  Code end_code_ = Code::kAborted;  // Run()'s code when the job is aborted
   void CheckBarrier();
   void CheckDone();
   void CheckPendingTables();
@@ -136,6 +134,7 @@ class SchedulerImpl final : public Scheduler {
   void ReplyTo(const Waiter& w, MsgType type, const Status& st, const TableInfo* info = nullptr);
   std::string NodeName(const Node& n) const;
   Membership membership_;
+  Code end_code_ = Code::kAborted;  // Run()'s code when the job is aborted
 
   const SchedulerOptions options_;
   zmq::context_t ctx_;
@@ -416,15 +415,14 @@ void SchedulerImpl::Handle(Message& m) {
       if (n.role == Role::kServer) HandleServerCheckpointReply(n, m);
       break;
     case MsgType::kDone:
-      if (!n.done && m.header.status != Code::kOk && n.alive) {
+      if (!n.done && m.header.status != Code::kOk) {
         // A worker stopping early (Client::Leave), or a server stopped before the job ended:
-        // dead now (a worker under --on_worker_death), for the reason it gives rather than a
-        // heartbeat timeout later.
-        n.left_why = m.header.status_obj().ToString();
-        n.left_code = m.header.status;
-        ReplyTo(Waiter{identity, m.header.request_id}, MsgType::kDoneReply, Status::OK());
-        PP_LOG(Error) << NodeName(n) << " is stopping: " << n.left_why;  // (declared dead at the next liveness check)
-      } else if (n.role == Role::kWorker && !n.done && m.header.status != Code::kOk) {
+        // declared dead at the next liveness check (a worker under --on_worker_death), for the
+        // reason it gives rather than a heartbeat timeout later. (Asked again: answered again.)
+        if (n.alive && n.left.ok()) {
+          n.left = m.header.status_obj();
+          PP_LOG(Error) << NodeName(n) << " is stopping: " << n.left.ToString();
+        }
         ReplyTo(Waiter{identity, m.header.request_id}, MsgType::kDoneReply, Status::OK());
       } else if (n.role == Role::kWorker && !n.done) {
         n.done = true;
@@ -687,11 +685,11 @@ void SchedulerImpl::CheckPendingTables() {
 void SchedulerImpl::CheckLiveness(int64_t now) {
   bool changed = false;
   for (auto& [id, n] : nodes_) {
-    const bool left = !n.left_why.empty();
+    const bool left = !n.left.ok();
     if (!n.alive || n.done || (!left && now - n.last_seen_ms <= options_.heartbeat_timeout_ms)) continue;
     n.alive = false;
     changed = true;
-    std::string why = left ? NodeName(n) + " stopped: " + n.left_why
+    std::string why = left ? NodeName(n) + " stopped: " + n.left.ToString()
                            : NodeName(n) + " sent no heartbeat for " + std::to_string(now - n.last_seen_ms) +
                                  " ms (timeout " + std::to_string(options_.heartbeat_timeout_ms) + " ms)";
     PP_LOG(Error) << why << ": declared dead";
@@ -712,7 +710,7 @@ void SchedulerImpl::CheckLiveness(int64_t now) {
     if (!options_.continue_on_worker_death) {
       // A worker's bad flags or setup (a missing file) end the job as they would again: Run()
       // says so in its code, and pushpull-scheduler exits 2 (not restarted).
-      if (left && (n.left_code == Code::kInvalidArgument || n.left_code == Code::kNotFound)) end_code_ = n.left_code;
+      if (n.left.code() == Code::kInvalidArgument || n.left.code() == Code::kNotFound) end_code_ = n.left.code();
       End(Membership::kAborted, left ? why
                                      : why + " (run with --on_worker_death=continue to go on without it, or =wait "
                                              "to wait for a replacement)");

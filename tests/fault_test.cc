@@ -349,51 +349,63 @@ TEST(WorkerFailure, AWorkerThatStopsSaysWhyAndTheJobHearsAtOnce) {
   EXPECT_EQ(cluster.scheduler_status().code(), Code::kNotFound) << cluster.scheduler_status().ToString();
 }
 
+// A scheduler of `servers` and `workers` running on a thread of its own while the test lasts.
+class SchedulerThread {
+ public:
+  SchedulerThread(int servers, int workers, int64_t register_timeout_ms) {
+    SchedulerOptions so;
+    so.bind_host = "127.0.0.1";
+    so.num_servers = servers;
+    so.num_workers = workers;
+    so.register_timeout_ms = register_timeout_ms;
+    auto s = Scheduler::Create(so);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (!s.ok()) return;
+    sched_ = std::move(*s);
+    thread_ = std::thread([this] { sched_->Run().IgnoreError(); });
+  }
+  ~SchedulerThread() {
+    if (!sched_) return;
+    sched_->Stop();
+    thread_.join();
+  }
+  bool ok() const { return sched_ != nullptr; }
+  std::string address() const { return sched_->address(); }
+
+ private:
+  std::unique_ptr<Scheduler> sched_;
+  std::thread thread_;
+};
+
 // A registration the scheduler gives up on (a worker never came) ends the waiting nodes at once
 // with the scheduler's reason, naming who is missing, rather than after their own deadline.
 TEST(ServerFailure, RegistrationThatTimesOutSaysWhoIsMissing) {
-  SchedulerOptions so;
-  so.bind_host = "127.0.0.1";
-  so.num_servers = 1;
-  so.num_workers = 1;
-  so.register_timeout_ms = 300;
-  auto sched = Scheduler::Create(so);
-  ASSERT_TRUE(sched.ok()) << sched.status().ToString();
-  std::thread scheduler([&] { (*sched)->Run().IgnoreError(); });
+  SchedulerThread sched(1, 1, 300);
+  ASSERT_TRUE(sched.ok());
   ServerOptions o;
   o.bind_host = "127.0.0.1";
-  o.control.scheduler = (*sched)->address();
+  o.control.scheduler = sched.address();
   o.control.register_timeout_ms = 60000;
   auto srv = Server::Create(o);
   ASSERT_TRUE(srv.ok()) << srv.status().ToString();
   Status st = (*srv)->Run();
   EXPECT_EQ(st.code(), Code::kAborted) << st.ToString();
   EXPECT_NE(st.message().find("0/1 workers"), std::string::npos) << st.ToString();
-  (*sched)->Stop();
-  scheduler.join();
 }
 
 // A rank asked for outside the job (a deploy's task index and the job's size disagree, so the
 // node's data shard would be wrong) is refused at registration, naming both: exit 2, not restarted.
 TEST(ServerFailure, ARankOutsideTheJobIsRefused) {
-  SchedulerOptions so;
-  so.bind_host = "127.0.0.1";
-  so.num_servers = 1;
-  so.num_workers = 2;
-  so.register_timeout_ms = 20000;
-  auto sched = Scheduler::Create(so);
-  ASSERT_TRUE(sched.ok()) << sched.status().ToString();
-  std::thread scheduler([&] { (*sched)->Run().IgnoreError(); });
+  SchedulerThread sched(1, 2, 20000);
+  ASSERT_TRUE(sched.ok());
   ClientOptions c;
-  c.scheduler = (*sched)->address();
+  c.scheduler = sched.address();
   c.register_timeout_ms = 10000;
   c.requested_rank = 2;
   auto client = Client::Connect(c);
   EXPECT_EQ(client.status().code(), Code::kInvalidArgument) << client.status().ToString();
   EXPECT_NE(client.status().message().find("rank 2, but the job has 2 workers"), std::string::npos)
       << client.status().ToString();
-  (*sched)->Stop();
-  scheduler.join();
 }
 
 // Filling a large table takes longer than the scheduler waits for a heartbeat here (200 ms): the
