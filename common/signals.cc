@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 namespace pushpull {
@@ -25,12 +26,31 @@ void InstallStopSignals() {
 
 bool StopRequested() { return g_signals.load() > 0; }
 
-void CallOnStopSignal(std::function<void()> stop) {
+namespace {
+std::mutex g_stop_mu;
+std::function<void()> g_stop;  // under g_stop_mu; empty once disarmed
+}  // namespace
+
+StopSignalCallback CallOnStopSignal(std::function<void()> stop) {
   InstallStopSignals();
-  std::thread([stop = std::move(stop)] {
+  {
+    std::lock_guard<std::mutex> l(g_stop_mu);
+    g_stop = std::move(stop);
+  }
+  std::thread([] {
     while (!StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    stop();
+    std::lock_guard<std::mutex> l(g_stop_mu);
+    if (g_stop) g_stop();
   }).detach();
+  StopSignalCallback c;
+  c.armed_ = true;
+  return c;
+}
+
+StopSignalCallback::~StopSignalCallback() {
+  if (!armed_) return;
+  std::lock_guard<std::mutex> l(g_stop_mu);
+  g_stop = nullptr;
 }
 
 }  // namespace pushpull

@@ -10,7 +10,23 @@ namespace pushpull {
 // Installs handlers; StopRequested() turns true on the first SIGINT or SIGTERM.
 void InstallStopSignals();
 bool StopRequested();
-// Installs the handlers and calls stop() (once, from a detached watcher thread) on the first signal.
-void CallOnStopSignal(std::function<void()> stop);
+// Disarms the callback of CallOnStopSignal when it goes (waiting for a call in progress): keep it
+// no longer than what the callback touches, so that a signal while main() returns (a launcher
+// stopping every process) calls nothing on an object already gone.
+class [[nodiscard]] StopSignalCallback {
+ public:
+  StopSignalCallback() = default;
+  StopSignalCallback(StopSignalCallback&& o) noexcept : armed_(o.armed_) { o.armed_ = false; }
+  StopSignalCallback& operator=(StopSignalCallback&&) = delete;
+  ~StopSignalCallback();
+
+ private:
+  friend StopSignalCallback CallOnStopSignal(std::function<void()> stop);
+  bool armed_ = false;
+};
+
+// Installs the handlers and calls stop() (once, from a watcher thread) on the first signal, while
+// the returned object lives.
+StopSignalCallback CallOnStopSignal(std::function<void()> stop);
 
 }  // namespace pushpull

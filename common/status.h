@@ -20,6 +20,8 @@ enum class Code : uint8_t {
   kAlreadyExists = 7,     // same name, different spec
   kAborted = 8,           // the job is shutting down
   kInternal = 9,          // a bug: a local invariant does not hold
+  kResourceExhausted = 10,// out of memory, or past a configured limit (a server's --max_table_mb)
+  kLastCode = kResourceExhausted,
 };
 
 const char* CodeName(Code c);
@@ -41,6 +43,7 @@ class [[nodiscard]] Status {
   static Status AlreadyExists(std::string m) { return {Code::kAlreadyExists, std::move(m)}; }
   static Status Aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
   static Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
+  static Status ResourceExhausted(std::string m) { return {Code::kResourceExhausted, std::move(m)}; }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
@@ -69,8 +72,16 @@ inline const char* CodeName(Code c) {
     case Code::kAlreadyExists: return "AlreadyExists";
     case Code::kAborted: return "Aborted";
     case Code::kInternal: return "Internal";
+    case Code::kResourceExhausted: return "ResourceExhausted";
   }
   return "Unknown";
+}
+
+// Errors that a restart meets again as they are: bad flags or arguments, a missing file, a table
+// that outgrows its servers' memory limit. A worker exits 2 on them, the scheduler ends the job
+// with them, and pushpull-launch does not restart it.
+inline bool IsSetupError(Code c) {
+  return c == Code::kInvalidArgument || c == Code::kNotFound || c == Code::kResourceExhausted;
 }
 
 inline std::string Status::ToString() const {

@@ -208,7 +208,7 @@ void LoadCommon(Ar& ar, const Buf& buf, Header& h) {
     throw WireError("protocol version " + std::to_string(h.version) + ", expected " +
                     std::to_string(kWireVersion));
   FixedFields(h, ar);
-  if (uint8_t(h.status) > uint8_t(Code::kInternal)) throw WireError("unknown status code");
+  if (uint8_t(h.status) > uint8_t(Code::kLastCode)) throw WireError("unknown status code");
   if (uint8_t(h.sender_role) > uint8_t(Role::kWorker)) throw WireError("unknown sender role");
   LoadString(ar, buf, h.error, kMaxErrorText, "error text");
   if (IsDataType(h.type) && !IsReply(h.type)) LoadString(ar, buf, h.reply_to, 255, "reply_to");

@@ -40,6 +40,8 @@ DEFINE_int32(update_threads, 1, "update threads per server (the servers share th
 DEFINE_int32(stats_every_s, 30, "each server logs a line of rates and state this often (0: never)");
 DEFINE_int32(copy_on_write_budget_mb, 64, "each server: memory for parameters pull replies still hold while pushes go on "
              "(over it, a push waits for the reply to be sent)");
+DEFINE_int64(max_table_mb, 0, "each server: memory its tables may hold; past it a table's growth is refused and "
+             "the job ends saying so (0: no limit)");
 DEFINE_int32(grace_ms, 5000, "after the job ends or fails, how long children get to exit before SIGKILL");
 DEFINE_string(bin_dir, "", "where the pushpull binaries are (default: beside this one)");
 DEFINE_string(checkpoint_dir, "", "scheduler: where checkpoints go (workers take them with --checkpoint_every_epochs)");
@@ -294,7 +296,8 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
                               "--update_threads=" + std::to_string(FLAGS_update_threads), "--rank=" + std::to_string(s),
                               "--heartbeat_interval_ms=" + hb,
                               "--stats_every_s=" + std::to_string(FLAGS_stats_every_s),
-                              "--copy_on_write_budget_mb=" + std::to_string(FLAGS_copy_on_write_budget_mb)}));
+                              "--copy_on_write_budget_mb=" + std::to_string(FLAGS_copy_on_write_budget_mb),
+                              "--max_table_mb=" + std::to_string(FLAGS_max_table_mb)}));
   for (int w = 0; w < FLAGS_workers; ++w) {
     std::vector<std::string> a = {dir + "/pushpull-worker", "--scheduler=" + scheduler,
                                   "--consistency=" + FLAGS_consistency, "--heartbeat_interval_ms=" + hb,

@@ -31,9 +31,31 @@ class RowIndex {
   }
   // Adds key -> row; the key must not be there yet. row < kNone.
   void Insert(Key key, uint32_t row) {
-    if ((size_ + 1) * 2 > slots_.size()) Grow();
+    Reserve(size_ + 1);
     Place(key, row);
     ++size_;
+  }
+  // Room for n keys: the next inserts up to n do not allocate (nor throw). Out of memory here
+  // leaves the index as it was.
+  void Reserve(size_t n) {
+    while (n * 2 > slots_.size()) Grow();
+  }
+  // Removes key (if there): the entries after it in its probe run move back into the gap.
+  void Erase(Key key) {
+    if (slots_.empty()) return;
+    size_t i = Home(key);
+    while (slots_[i].row != kNone && slots_[i].key != key) i = (i + 1) & mask_;
+    if (slots_[i].row == kNone) return;
+    for (size_t j = (i + 1) & mask_; slots_[j].row != kNone; j = (j + 1) & mask_) {
+      // The entry at j may fill the gap at i unless its home lies cyclically in (i, j].
+      const size_t home = Home(slots_[j].key);
+      const bool stays = i < j ? (home > i && home <= j) : (home > i || home <= j);
+      if (stays) continue;
+      slots_[i] = slots_[j];
+      i = j;
+    }
+    slots_[i] = Slot();
+    --size_;
   }
   size_t size() const { return size_; }
   // key of every row, by row (rows are 0..size()-1 when the stripe numbers them densely).
@@ -64,8 +86,8 @@ class RowIndex {
     slots_[i] = Slot{key, row};
   }
   void Grow() {
-    std::vector<Slot> old = std::move(slots_);
-    slots_.assign(old.empty() ? 64 : old.size() * 2, Slot());
+    std::vector<Slot> old(slots_.empty() ? 64 : slots_.size() * 2);  // may throw: nothing changed yet
+    std::swap(old, slots_);
     mask_ = slots_.size() - 1;
     shift_ = 64;
     for (size_t n = slots_.size(); n > 1; n >>= 1) --shift_;

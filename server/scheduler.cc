@@ -708,9 +708,9 @@ void SchedulerImpl::CheckLiveness(int64_t now) {
     }
     membership_.worker_alive[n.rank] = Membership::kWorkerDead;
     if (!options_.continue_on_worker_death) {
-      // A worker's bad flags or setup (a missing file) end the job as they would again: Run()
+      // A worker's bad flags or setup (a missing file, a full table) end the job as they would again: Run()
       // says so in its code, and pushpull-scheduler exits 2 (not restarted).
-      if (n.left.code() == Code::kInvalidArgument || n.left.code() == Code::kNotFound) end_code_ = n.left.code();
+      if (IsSetupError(n.left.code())) end_code_ = n.left.code();
       End(Membership::kAborted, left ? why
                                      : why + " (run with --on_worker_death=continue to go on without it, or =wait "
                                              "to wait for a replacement)");

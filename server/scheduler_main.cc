@@ -89,10 +89,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  pushpull::CallOnStopSignal([&] { (*s)->Stop(); });
+  auto on_stop = pushpull::CallOnStopSignal([&] { (*s)->Stop(); });
   pushpull::Status st = (*s)->Run();
   // 2: the job ended on a worker's bad flags or setup (Run() keeps its error's code), which a
   // restart would meet again.
-  if (st.code() == pushpull::Code::kInvalidArgument || st.code() == pushpull::Code::kNotFound) return 2;
+  if (pushpull::IsSetupError(st.code())) return 2;
   return st.ok() ? 0 : 1;
 }

@@ -47,6 +47,14 @@ struct Request {
   std::vector<std::shared_ptr<const float>> shared;
   int32_t staleness = 0;
   std::atomic<int> pending{0};
+  // Set by the first stripe whose part failed (out of memory, the tables' memory limit), before
+  // its `pending` decrement; the request is then answered with it instead of its result.
+  std::atomic<bool> failed{false};
+  Status error;
+  void Fail(Status st) {
+    bool expected = false;
+    if (failed.compare_exchange_strong(expected, true, std::memory_order_relaxed)) error = std::move(st);
+  }
 };
 
 // Where a reply goes: the routing id the request names (a client's receive socket), else the
@@ -86,7 +94,7 @@ class ServerImpl final : public Server {
 
  private:
   void UpdateLoop(int k);
-  void Execute(Request* r, int k);
+  void Execute(Request* r, int k) noexcept;
   void HandleRouter();
   bool ReceiveRequest(int64_t wait_ms);
   void HandleData(Message& m);
@@ -94,6 +102,7 @@ class ServerImpl final : public Server {
   Status Validate(const Message& m, TableShard** shard, bool again = false);
   void Dispatch(Request* r);
   void HandleDone();
+  void ExecuteOrThrow(Request* r, int k);
   void Reply(Request* r);
   // record: the answer goes into the sender's RequestRecord (a repeat gets it again).
   void ReplyError(const Message& m, const Status& st, bool record = true);
@@ -142,6 +151,8 @@ class ServerImpl final : public Server {
   // Memory for arrays that pull replies hold while their stripe moved on (every table's).
   const std::shared_ptr<CopyOnWriteBudget> cow_budget_ =
       std::make_shared<CopyOnWriteBudget>(options_.copy_on_write_budget_bytes, options_.copy_on_write_wait_ms);
+  // What every table's rows hold, against options_.max_table_bytes.
+  const std::shared_ptr<ByteBudget> table_memory_ = std::make_shared<ByteBudget>(options_.max_table_bytes);
 
   // I/O thread state.
   std::vector<std::unique_ptr<TableShard>> tables_;  // by table id
@@ -241,7 +252,11 @@ Status ServerImpl::Run() {
   OnMembership();
   PP_LOG(Info) << "serving at " << address_ << " (" << W << " workers, "
                << control_.cluster().servers.size() << " servers, " << options_.update_threads
-               << " update threads)";
+               << " update threads"
+               << (options_.max_table_bytes == std::numeric_limits<size_t>::max()
+                       ? std::string()
+                       : ", tables up to " + std::to_string(options_.max_table_bytes >> 20) + " MiB")
+               << ")";
 
   const int K = options_.update_threads;
   for (int k = 0; k < K; ++k) queues_.push_back(std::make_unique<SpscQueue<Request>>());
@@ -291,6 +306,7 @@ Status ServerImpl::Run() {
       }
       stats_.copy_on_write_waits = cow_budget_->waits.load();
       stats_.copy_on_write_overdrafts = cow_budget_->overdrafts.load();
+      stats_.table_bytes = table_memory_->used();
       next_control = now + kControlEveryMs;
       if (now >= next_stats) {
         LogStats(now);
@@ -357,7 +373,22 @@ Status ServerImpl::Run() {
   return exit_status;
 }
 
-void ServerImpl::Execute(Request* r, int k) {
+// A stripe that cannot do its part (the tables' memory limit, the machine out of memory) leaves
+// it undone (Stripe: nothing changed) and the request is answered with the error; the server goes
+// on serving. (Under BSP a sum that ran out of memory part way is the exception: logged.)
+void ServerImpl::Execute(Request* r, int k) noexcept {
+  try {
+    ExecuteOrThrow(r, k);
+  } catch (const TableMemoryExhausted& e) {  // (the client names the server)
+    r->Fail(Status::ResourceExhausted(e.what()));
+  } catch (const std::bad_alloc&) {
+    r->Fail(Status::ResourceExhausted("out of memory (table '" + r->shard->spec().name + "')"));
+  } catch (const std::exception& e) {
+    r->Fail(Status::Internal("table '" + r->shard->spec().name + "': " + e.what()));
+  }
+}
+
+void ServerImpl::ExecuteOrThrow(Request* r, int k) {
   Stripe& s = r->shard->stripe(k);
   const RowSelection* sel = r->sel.empty() ? nullptr : &r->sel[k];
   switch (r->op) {
@@ -434,7 +465,14 @@ void ServerImpl::LogStats(int64_t now) {
                   static_cast<unsigned long long>(cow.overdrafts.load()));
     spare = buf;
   }
-  PP_LOG(Info) << line << spare << ckpt;
+  std::string tables;
+  if (table_memory_->limit() != std::numeric_limits<size_t>::max()) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "; tables hold %.1f of %.1f MB", table_memory_->used() / 1e6,
+                  table_memory_->limit() / 1e6);
+    tables = buf;
+  }
+  PP_LOG(Info) << line << tables << spare << ckpt;
   logged_ = {now, pushes, pulls, clocks, in, out};
 }
 
@@ -809,7 +847,20 @@ void ServerImpl::HandleDone() {
 }
 
 void ServerImpl::Reply(Request* r) {
-  if (r->op == Request::kApplyBsp || r->op == Request::kDropWorker) {
+  const bool sum = r->op == Request::kApplyBsp || r->op == Request::kDropWorker;  // nobody to answer
+  if (r->failed.load(std::memory_order_relaxed)) {
+    ++stats_.rejected;
+    if (sum)  // (a clock's update lost: always said)
+      PP_LOG(Error) << (r->op == Request::kApplyBsp ? "applying" : "dropping a worker's sum of") << " clock "
+                    << r->clock << " failed: " << r->error.ToString();
+    else if (LogThisOne(&refused_logged_))
+      PP_LOG(Error) << "refused " << MsgTypeName(r->msg.header.type) << " from worker " << r->msg.header.sender_rank
+                    << ": " << r->error.ToString();
+    if (!sum) ReplyError(r->msg, r->error);
+    delete r;
+    return;
+  }
+  if (sum) {
     delete r;
     return;
   }
@@ -1094,9 +1145,18 @@ void ServerImpl::CreateTable(const Message& m) {
       }
       auto saved = restore_.find(info.spec.name);
       const bool fill = saved == restore_.end();
-      auto shard = WhileHeartbeating(
-          [&] { return std::make_unique<TableShard>(info, rank_, options_.update_threads, fill, cow_budget_); });
-      if (saved != restore_.end()) {
+      std::unique_ptr<TableShard> shard;
+      try {
+        shard = WhileHeartbeating([&] {
+          return std::make_unique<TableShard>(info, rank_, options_.update_threads, fill, cow_budget_, table_memory_);
+        });
+      } catch (const TableMemoryExhausted& e) {  // (the scheduler names the server)
+        st = Status::ResourceExhausted(e.what());
+      } catch (const std::bad_alloc&) {
+        st = Status::ResourceExhausted("out of memory for table " + info.spec.ToString());
+      }
+      if (!st.ok()) PP_LOG(Error) << "refused table " << info.id << ": " << st.ToString();
+      if (st.ok() && saved != restore_.end()) {
         // The checkpoint's table must be this one: same spec, same partition over this job's
         // servers (ReadCheckpointForServer re-partitions a checkpoint of another server count).
         const TableInfo& was = saved->second.info;
@@ -1157,8 +1217,14 @@ void ServerImpl::StartCheckpointWhenReady() {
   const int servers = static_cast<int>(control_.cluster().servers.size());
   ckpt_.writer = std::thread([this, tables, servers] {
     SetThreadName("pp-checkpoint");
-    ckpt_.status = WriteServerCheckpoint(ckpt_.dir, rank_, servers, ckpt_.clock, tables, &ckpt_.bytes,
-                                         [this] { return ckpt_.abandon.load(std::memory_order_relaxed); });
+    try {
+      ckpt_.status = WriteServerCheckpoint(ckpt_.dir, rank_, servers, ckpt_.clock, tables, &ckpt_.bytes,
+                                           [this] { return ckpt_.abandon.load(std::memory_order_relaxed); });
+    } catch (const std::bad_alloc&) {  // (a sparse stripe's key list copied for the file)
+      ckpt_.status = Status::ResourceExhausted("out of memory writing the checkpoint");
+    } catch (const std::exception& e) {
+      ckpt_.status = Status::Internal(std::string("writing the checkpoint: ") + e.what());
+    }
     ckpt_.written = true;
   });
 }

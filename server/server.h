@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,11 @@ struct ServerOptions {
   // most copy_on_write_wait_ms, then copies anyway (logged).
   size_t copy_on_write_budget_bytes = size_t(64) << 20;
   int64_t copy_on_write_wait_ms = 1000;
+  // What this server's tables may hold: their rows' parameters, optimizer slots, step counts and
+  // (sparse) key index. A table creation, restore, or request adding sparse rows past it is
+  // refused with ResourceExhausted, naming the table, and the server goes on serving; without
+  // it a worker pushing ever new keys grows the server until the machine kills it.
+  size_t max_table_bytes = std::numeric_limits<size_t>::max();
 };
 
 struct ServerStats {
@@ -47,6 +53,7 @@ struct ServerStats {
   // those that then copied over the budget. Brought up to date every few ms and at the end.
   std::atomic<uint64_t> copy_on_write_waits{0}, copy_on_write_overdrafts{0};
   std::atomic<uint64_t> tables{0};  // tables this server holds a shard of
+  std::atomic<uint64_t> table_bytes{0};  // what they hold, as max_table_bytes counts it
   std::atomic<uint64_t> checkpoints{0};  // checkpoint files this server wrote
 };
 

@@ -30,6 +30,11 @@ DEFINE_int32(copy_on_write_budget_mb, 64,
              "over it, a push waits for the reply to be sent instead (0: always wait)");
 DEFINE_int32(copy_on_write_wait_ms, 1000,
              "a push waits at most this long for a pull reply to be sent, then copies over the budget (logged)");
+DEFINE_int64(max_table_mb, 0,
+             "memory this server's tables may hold (parameters, optimizer slots, step counts, sparse key index); "
+             "a table creation or a push or pull of new sparse keys past it is refused with ResourceExhausted, "
+             "which ends the job with a message (exit 2, not restarted) instead of the machine killing the server "
+             "(0: no limit)");
 DEFINE_bool(verbose, false, "debug logging");
 
 int main(int argc, char** argv) {
@@ -65,12 +70,17 @@ int main(int argc, char** argv) {
   o.stats_every_ms = int64_t(std::max(0, FLAGS_stats_every_s)) * 1000;
   o.copy_on_write_budget_bytes = size_t(std::max(0, FLAGS_copy_on_write_budget_mb)) << 20;
   o.copy_on_write_wait_ms = std::max(1, FLAGS_copy_on_write_wait_ms);
+  if (FLAGS_max_table_mb < 0) {
+    PP_LOG(Error) << "--max_table_mb must be >= 0 (0: no limit), not " << FLAGS_max_table_mb;
+    return 2;
+  }
+  if (FLAGS_max_table_mb > 0) o.max_table_bytes = size_t(FLAGS_max_table_mb) << 20;
   auto s = pushpull::Server::Create(o);
   if (!s.ok()) {
     PP_LOG(Error) << s.status().ToString();
     return 2;
   }
-  pushpull::CallOnStopSignal([&] { (*s)->Stop(); });
+  auto on_stop = pushpull::CallOnStopSignal([&] { (*s)->Stop(); });
   pushpull::Status st = (*s)->Run();
   if (!st.ok()) PP_LOG(Error) << st.ToString();
   // 2: a setting no run of this job can get past (the scheduler refused it at registration).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 
 #include "common/log.h"
@@ -9,7 +10,7 @@
 
 namespace pushpull {
 
-bool CopyOnWriteBudget::TryTake(size_t bytes) {
+bool ByteBudget::TryTake(size_t bytes) {
   size_t u = used_.load(std::memory_order_relaxed);
   do {
     if (bytes > limit_ || u > limit_ - bytes) return false;
@@ -18,7 +19,7 @@ bool CopyOnWriteBudget::TryTake(size_t bytes) {
 }
 
 void CopyOnWriteBudget::Give(size_t bytes) {
-  used_.fetch_sub(bytes, std::memory_order_relaxed);
+  bytes_.Give(bytes);
   Released();
 }
 
@@ -57,16 +58,20 @@ bool CopyOnWriteBudget::WaitUntil(int64_t until_ms, Ready&& ready) {
 }
 
 Stripe::Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t row_begin,
-               uint64_t row_end, bool fill, std::shared_ptr<CopyOnWriteBudget> budget)
+               uint64_t row_end, bool fill, std::shared_ptr<CopyOnWriteBudget> budget,
+               std::shared_ptr<ByteBudget> memory)
     : spec_(spec),
       optimizer_(optimizer),
       dim_(spec.dim),
       row_begin_(row_begin),
       budget_(budget ? std::move(budget) : std::make_shared<CopyOnWriteBudget>()),
+      memory_(memory ? std::move(memory) : std::make_shared<ByteBudget>()),
       params_(NewParams(0)) {
   slots_.resize(optimizer_->num_slots());
   if (!spec.sparse && fill) AppendRows(row_begin, row_end - row_begin, nullptr);
 }
+
+Stripe::~Stripe() { memory_->Give(charged_); }
 
 size_t Stripe::bytes() const {
   size_t b = params_->capacity() * 4 + steps_.capacity() * 4;
@@ -76,10 +81,50 @@ size_t Stripe::bytes() const {
   return b;
 }
 
+size_t Stripe::RowBytes(const TableSpec& spec, int num_slots) {
+  // Sparse: the index keeps at least two 16-byte slots a key.
+  return (1 + size_t(num_slots)) * spec.dim * sizeof(float) + sizeof(uint32_t) + (spec.sparse ? 32 : 0);
+}
+
+namespace {
+// The error for rows that the tables' memory limit refuses: a dense shard's (all at once) or a
+// sparse request's new rows (one at a time).
+std::string MemoryRefusal(const TableSpec& spec, const ByteBudget& memory, size_t rows, size_t bytes) {
+  char what[160];
+  if (spec.sparse)
+    std::snprintf(what, sizeof what, "new rows for its keys (%zu bytes each: parameters, optimizer slots, step count, "
+                  "key index)", bytes / std::max<size_t>(rows, 1));
+  else
+    std::snprintf(what, sizeof what, "its %zu rows on this server (%.1f MB: parameters, optimizer slots, step counts)",
+                  rows, bytes / 1e6);
+  char buf[400];
+  std::snprintf(buf, sizeof buf, "table '%s': %s would take this server's tables past their limit of %.1f MB "
+                "(--max_table_mb; %.1f MB in use)", spec.name.c_str(), what, memory.limit() / 1e6, memory.used() / 1e6);
+  return buf;
+}
+
+// Capacity for n elements, growing geometrically (rows are added one at a time).
+template <typename V>
+void RoomFor(V* v, size_t n) {
+  if (v->capacity() < n) v->reserve(std::max(n, 2 * v->capacity()));
+}
+}  // namespace
+
 void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
-  size_t old = steps_.size();
-  std::shared_ptr<ParamArray> held;
-  BeginWrite(0, 0, &held);
+  const size_t old = steps_.size(), bytes = n * RowBytes(spec_, optimizer_->num_slots());
+  if (!memory_->TryTake(bytes)) throw TableMemoryExhausted(MemoryRefusal(spec_, *memory_, n, bytes));
+  try {
+    // Every array has its room before any grows: out of memory here leaves the stripe as it was.
+    std::shared_ptr<ParamArray> held;
+    BeginWrite(0, 0, &held);
+    RoomFor(params_.get(), (old + n) * dim_);
+    for (auto& s : slots_) RoomFor(&s, (old + n) * dim_);
+    RoomFor(&steps_, old + n);
+  } catch (...) {
+    memory_->Give(bytes);
+    throw;
+  }
+  charged_ += bytes;
   params_->resize((old + n) * dim_);
   for (size_t i = 0; i < n; ++i) {
     Key k = keys ? keys[i] : first_key + i;
@@ -200,8 +245,9 @@ uint32_t Stripe::LocalRow(Key key) {
   const uint32_t found = index_.Find(key);
   if (found != RowIndex::kNone) return found;
   uint32_t r = static_cast<uint32_t>(steps_.size());
-  index_.Insert(key, r);
-  AppendRows(key, 1, &key);
+  index_.Reserve(index_.size() + 1);  // may throw: nothing changed yet
+  AppendRows(key, 1, &key);           // may throw: the index does not have the key yet
+  index_.Insert(key, r);              // has room: does not throw
   return r;
 }
 
@@ -222,26 +268,48 @@ const uint32_t* Stripe::LocalRows(const RowSelection& sel, const Key* keys) {
     }
   }
   std::vector<uint32_t>* rows = &rows_scratch_;
-  Key* kept = nullptr;
+  KeyList* list = nullptr;
   if (keep) {
     // Replaces the least recently used list.
     if (key_lists_.size() < kReusedLists) key_lists_.emplace_back();
-    KeyList* l = &key_lists_[0];
+    list = &key_lists_[0];
     for (KeyList& c : key_lists_)
-      if (c.last_use < l->last_use) l = &c;
-    l->last_use = ++key_list_uses_;
-    l->keys.resize(n);
-    kept = l->keys.data();
-    rows = &l->rows;
+      if (c.last_use < list->last_use) list = &c;
+    list->last_use = ++key_list_uses_;
+    rows = &list->rows;
   }
-  rows->resize(n);
-  // The index slot of the key kPrefetchAhead entries on is asked of the cache first, so that the
-  // lookups of random keys overlap their cache misses instead of taking them one at a time.
-  for (size_t i = 0; i < n; ++i) {
-    if (i + kPrefetchAhead < n) index_.Prefetch(key_at(i + kPrefetchAhead));
-    const Key k = key_at(i);
-    if (kept) kept[i] = k;
-    (*rows)[i] = LocalRow(k);
+  const size_t rows_before = num_rows();
+  size_t i = 0;
+  try {
+    if (list) list->keys.resize(n);
+    rows->resize(n);
+    Key* kept = list ? list->keys.data() : nullptr;
+    // The index slot of the key kPrefetchAhead entries on is asked of the cache first, so that the
+    // lookups of random keys overlap their cache misses instead of taking them one at a time.
+    for (; i < n; ++i) {
+      if (i + kPrefetchAhead < n) index_.Prefetch(key_at(i + kPrefetchAhead));
+      const Key k = key_at(i);
+      if (kept) kept[i] = k;
+      (*rows)[i] = LocalRow(k);
+    }
+  } catch (...) {
+    // A row that could not be added: the rows this call added go again, so that a refused
+    // request leaves the stripe, and the memory limit, as they were; the list is not whole, so
+    // it matches nothing.
+    for (size_t j = 0; j < i; ++j) {
+      const uint32_t r = index_.Find(key_at(j));
+      if (r != RowIndex::kNone && r >= rows_before) index_.Erase(key_at(j));
+    }
+    const size_t added = num_rows() - rows_before;
+    params_->resize(rows_before * dim_);
+    for (auto& sl : slots_) sl.resize(rows_before * dim_);
+    steps_.resize(rows_before);
+    const size_t bytes = added * RowBytes(spec_, optimizer_->num_slots());
+    charged_ -= bytes;
+    memory_->Give(bytes);
+    rows->clear();
+    if (list) list->keys.clear();
+    throw;
   }
   return rows->data();
 }
@@ -404,6 +472,11 @@ void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out
 
 Status Stripe::Restore(std::vector<Key> keys, FloatArray params, std::vector<std::vector<float>> slots,
                        std::vector<uint32_t> steps) {
+  const size_t bytes = steps.size() * RowBytes(spec_, optimizer_->num_slots());
+  memory_->Give(charged_);
+  charged_ = 0;
+  if (!memory_->TryTake(bytes)) return Status::ResourceExhausted(MemoryRefusal(spec_, *memory_, steps.size(), bytes));
+  charged_ = bytes;
   params_ = NewParams(0);
   static_cast<FloatArray&>(*params_) = std::move(params);
   spare_.reset();
@@ -508,21 +581,25 @@ std::shared_ptr<const float> Stripe::ReadOrShare(const RowSelection& sel, const 
 }
 
 TableShard::TableShard(const TableInfo& info, int server_rank, int num_stripes, bool fill,
-                       std::shared_ptr<CopyOnWriteBudget> budget)
+                       std::shared_ptr<CopyOnWriteBudget> budget, std::shared_ptr<ByteBudget> memory)
     : info_(info), server_rank_(server_rank) {
   optimizer_ = opt::Optimizer::Create(info.spec.optimizer);
   if (!info.spec.sparse) {
     row_begin_ = info.row_offsets[server_rank];
     row_end_ = info.row_offsets[server_rank + 1];
     uint64_t rows = row_end_ - row_begin_;
+    // Refused whole, naming the shard's size (its stripes charge their parts as they are made).
+    const size_t bytes = rows * Stripe::RowBytes(info.spec, optimizer_->num_slots());
+    if (fill && memory && memory->WouldExceed(bytes))
+      throw TableMemoryExhausted(MemoryRefusal(info.spec, *memory, rows, bytes));
     stripe_offsets_.resize(num_stripes + 1);
     for (int i = 0; i <= num_stripes; ++i) stripe_offsets_[i] = row_begin_ + rows * i / num_stripes;
     for (int i = 0; i < num_stripes; ++i)
       stripes_.push_back(std::make_unique<Stripe>(info.spec, optimizer_.get(), stripe_offsets_[i],
-                                                  stripe_offsets_[i + 1], fill, budget));
+                                                  stripe_offsets_[i + 1], fill, budget, memory));
   } else {
     for (int i = 0; i < num_stripes; ++i)
-      stripes_.push_back(std::make_unique<Stripe>(info.spec, optimizer_.get(), 0, 0, true, budget));
+      stripes_.push_back(std::make_unique<Stripe>(info.spec, optimizer_.get(), 0, 0, true, budget, memory));
     owns_every_key_ = std::all_of(info.bucket_owner.begin(), info.bucket_owner.end(),
                                   [&](uint16_t o) { return o == server_rank; });
   }

@@ -37,6 +37,33 @@ struct RowSelection {
   size_t size() const { return is_range ? range_end - range_begin : positions.size(); }
 };
 
+// Bytes under a limit, taken and given back by several threads.
+class ByteBudget {
+ public:
+  explicit ByteBudget(size_t limit = std::numeric_limits<size_t>::max()) : limit_(limit) {}
+  size_t limit() const { return limit_; }
+  size_t used() const { return used_.load(std::memory_order_relaxed); }
+  // Takes `bytes` if they fit under the limit.
+  bool TryTake(size_t bytes);
+  // Takes them regardless.
+  void Take(size_t bytes) { used_.fetch_add(bytes, std::memory_order_relaxed); }
+  void Give(size_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+  // Would taking `bytes` go over the limit?
+  bool WouldExceed(size_t bytes) const { return bytes > limit_ || used() > limit_ - bytes; }
+
+ private:
+  const size_t limit_;
+  std::atomic<size_t> used_{0};
+};
+
+// Thrown by a stripe that would take its server's tables past their memory limit
+// (ServerOptions::max_table_bytes) to add rows; the stripe is as it was. The server answers the
+// request that asked for the rows with ResourceExhausted and goes on.
+class TableMemoryExhausted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // The memory copy-on-write may take: parameter arrays that pull replies still hold after their
 // stripe moved on to another array (Stripe::BeginWrite), over every stripe of a server. A write
 // that would take more waits for a reply to let go of an array (it is being sent), so a server
@@ -46,19 +73,20 @@ struct RowSelection {
 class CopyOnWriteBudget {
  public:
   explicit CopyOnWriteBudget(size_t limit = std::numeric_limits<size_t>::max(), int64_t wait_ms = 1000)
-      : limit_(limit), wait_ms_(wait_ms) {}
-  size_t limit() const { return limit_; }
+      : bytes_(limit), wait_ms_(wait_ms) {}
+  size_t limit() const { return bytes_.limit(); }
   int64_t wait_ms() const { return wait_ms_; }
-  size_t used() const { return used_.load(std::memory_order_relaxed); }
+  size_t used() const { return bytes_.used(); }
   // Takes `bytes` if they fit under the limit.
-  bool TryTake(size_t bytes);
+  bool TryTake(size_t bytes) { return bytes_.TryTake(bytes); }
   // Takes them regardless (a write that waited its deadline).
-  void Take(size_t bytes) { used_.fetch_add(bytes, std::memory_order_relaxed); }
+  void Take(size_t bytes) { bytes_.Take(bytes); }
+  // Gives them back and wakes writes waiting for room.
   void Give(size_t bytes);
   // A reply let go of an array: wakes writes waiting for one.
   void Released();
   // Would taking `bytes` go over the limit?
-  bool WouldExceed(size_t bytes) const { return bytes > limit_ || used() > limit_ - bytes; }
+  bool WouldExceed(size_t bytes) const { return bytes_.WouldExceed(bytes); }
   // Sleeps until `ready()` holds or `until_ms` (NowMs() clock) passes; false on the deadline.
   // `ready` is evaluated under the budget's lock, after every Released().
   template <typename Ready>
@@ -75,9 +103,8 @@ class CopyOnWriteBudget {
   std::atomic<uint64_t> overdrafts{0};  // writes that copied over the limit after wait_ms
 
  private:
-  const size_t limit_;
+  ByteBudget bytes_;
   const int64_t wait_ms_;
-  std::atomic<size_t> used_{0};
   std::atomic<int> waiters_{0};
   std::mutex mu_;
   std::condition_variable cv_;
@@ -100,8 +127,19 @@ class Stripe {
  public:
   // A dense stripe starts with its rows at their initial values, unless `fill` is false (a stripe
   // about to be restored from a checkpoint: no rows until Restore()).
+  // Its rows are charged to `memory` (nullptr: unbounded) as they are made, and given back
+  // when it goes: adding rows past the limit throws TableMemoryExhausted.
   Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t row_begin, uint64_t row_end,
-         bool fill = true, std::shared_ptr<CopyOnWriteBudget> budget = nullptr);
+         bool fill = true, std::shared_ptr<CopyOnWriteBudget> budget = nullptr,
+         std::shared_ptr<ByteBudget> memory = nullptr);
+  ~Stripe();
+  Stripe(const Stripe&) = delete;
+  Stripe& operator=(const Stripe&) = delete;
+
+  // The calls below that may add sparse rows (every keyed one) throw TableMemoryExhausted, or
+  // std::bad_alloc for the rows, before they change anything: no gradient applied, no row read,
+  // the rows they added taken away again. (The machine out of memory later in a call, say for a
+  // BSP sum, may leave it part done.)
 
   // Applies gradients now (SSP/ASP). grads holds dim floats per message row.
   void ApplyPush(const RowSelection& sel, const Key* keys, const float* grads,
@@ -140,6 +178,9 @@ class Stripe {
 
   size_t num_rows() const { return steps_.size(); }
   size_t bytes() const;
+  // What one row is charged to the tables' memory limit: its parameters, optimizer slots, step
+  // count and (sparse) key index entries.
+  static size_t RowBytes(const TableSpec& spec, int num_slots);
 
   // Checkpoints (server/checkpoint.h) read a stripe's rows as they are, row by row: only while
   // no update thread works on it. Sparse: the key of each row; dense rows are [row_begin, +n).
@@ -149,7 +190,7 @@ class Stripe {
   const uint32_t* steps() const { return steps_.data(); }
   // Replaces the stripe's state with rows from a checkpoint (keys: sparse only; slots: one array
   // per optimizer slot; steps: one per row). The caller has checked the shapes; a key given twice
-  // is InvalidArgument.
+  // is InvalidArgument, rows past the tables' memory limit ResourceExhausted.
   Status Restore(std::vector<Key> keys, FloatArray params, std::vector<std::vector<float>> slots,
                std::vector<uint32_t> steps);
 
@@ -179,6 +220,8 @@ class Stripe {
   std::shared_ptr<const float> Lend(const float* p);
   bool SpareFree() const;
   std::shared_ptr<ParamArray> NewParams(size_t n) const;  // counted against this stripe's budget when not current
+  // Adds n rows at their initial values (keys: sparse rows' keys; else first_key on), charged to
+  // the memory limit. Out of memory or past the limit, throws with the stripe as it was.
   void AppendRows(uint64_t first_key, size_t n, const Key* keys);
   // rows: LocalRows(sel, keys) (nullptr: computed from the range or dense keys).
   template <typename F>
@@ -197,6 +240,8 @@ class Stripe {
   static constexpr size_t kPrefetchAhead = 16;  // LocalRows: index slots asked for ahead
   static constexpr size_t kMinReusedKeys = 128, kMaxReusedKeys = size_t(1) << 20, kReusedLists = 4;
   const std::shared_ptr<CopyOnWriteBudget> budget_;
+  const std::shared_ptr<ByteBudget> memory_;  // the server's tables' memory limit
+  size_t charged_ = 0;                        // what this stripe's rows took of it
   std::shared_ptr<ParamArray> params_;
   std::shared_ptr<ParamArray> spare_;
   uint32_t writes_without_spare_ = 0;
@@ -234,9 +279,10 @@ class TableShard {
  public:
   // fill false: the stripes stay empty until Restore() (no pass initialising rows a checkpoint
   // is about to replace).
-  // budget: shared by the server's shards (nullptr: unbounded).
+  // budget: shared by the server's shards (nullptr: unbounded). memory: the limit on what the
+  // server's tables hold (nullptr: none); a dense shard over it throws TableMemoryExhausted.
   TableShard(const TableInfo& info, int server_rank, int num_stripes, bool fill = true,
-             std::shared_ptr<CopyOnWriteBudget> budget = nullptr);
+             std::shared_ptr<CopyOnWriteBudget> budget = nullptr, std::shared_ptr<ByteBudget> memory = nullptr);
 
   const TableInfo& info() const { return info_; }
   const TableSpec& spec() const { return info_.spec; }

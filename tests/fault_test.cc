@@ -891,6 +891,30 @@ TEST(ConnectionFailure, RequestsWaitOutAServerUnreachableForAWhile) {
   EXPECT_TRUE(job.cluster.FinishAndJoin().ok());
 }
 
+// A server slow to answer a worker's hello (one restoring a large checkpoint reads it first):
+// the worker keeps sending heartbeats while it waits in Connect, so it is not declared dead.
+TEST(ConnectionFailure, AWorkerWaitingForAServersHelloIsNoDeadWorker) {
+  TcpProxy proxy;
+  proxy.Hold(/*to_upstream=*/true, /*from_upstream=*/true);  // every connection, from the first
+  LocalClusterConfig cfg;
+  cfg.heartbeat_timeout_ms = 1000;
+  cfg.server_options = DataThrough(proxy, 0);
+  LocalCluster cluster(cfg);
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3 * cfg.heartbeat_timeout_ms));
+    proxy.Hold(false, false);
+  });
+  Status started = cluster.Start();
+  release.join();
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  Client& c = cluster.client(0);
+  auto t = c.CreateTable(AspZeros("w", 8));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(c.PushDense(*t, std::vector<float>(32, 1.0f)).WaitFor(10000).ok());
+  ASSERT_TRUE(c.Clock().ok());
+  EXPECT_TRUE(cluster.FinishAndJoin().ok()) << cluster.scheduler_status().ToString();
+}
+
 // Backpressure: while a server takes nothing, a worker's unanswered requests stop growing at
 // max_unanswered_mb: the next push waits in the call (not in memory) until the server answers,
 // and then both are applied once.
@@ -952,6 +976,8 @@ TEST(ConnectionFailure, ACallWaitingForRoomPastItsDeadlineFailsUnsent) {
   EXPECT_LE(job.cluster.server(0).stats().pushes, 1u) << "the push left out was sent after all";
   first.WaitFor(1).IgnoreError();
   // The client failed for good: its Finish() fails, and the cluster is stopped by its destructor.
+  // Leaving still tells the scheduler why (the error is the worker's own, news to the job).
+  EXPECT_TRUE(c.Leave(st).ok());
 }
 
 // A BSP pull answers with exactly the updates of the clocks before its own. One asked again after
@@ -1020,6 +1046,79 @@ TEST(ConnectionFailure, APushOverOneServersLimitIsAppliedNowhere) {
       << st.ToString();
   EXPECT_EQ(cluster.server(0).stats().pushes, 0u);
   EXPECT_EQ(cluster.server(1).stats().pushes, 0u);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+// A server's tables past --max_table_mb: a creation, or a push of new sparse keys, that would
+// take them over is refused with ResourceExhausted naming the table, and the server goes on
+// serving the rows it has (without the limit, a worker pushing ever new keys grows the server
+// until the machine kills it). One update thread: the refused push applied nothing.
+TEST(ServerFailure, TablesPastTheServersMemoryLimitAreRefusedAndTheServerGoesOn) {
+  LocalClusterConfig cfg;
+  cfg.server_options = [](int, ServerOptions* o) { o->max_table_bytes = 1 << 20; };
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  TableSpec big = AspZeros("big", 1 << 20);  // 16 MB of parameters
+  auto refused = c.CreateTable(big);
+  ASSERT_EQ(refused.status().code(), Code::kResourceExhausted) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("server 0 refused table 'big': table 'big': its 1048576 rows"),
+            std::string::npos) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("--max_table_mb"), std::string::npos) << refused.status().ToString();
+
+  TableSpec spec = AspZeros("emb", 0);
+  spec.sparse = true;
+  spec.dim = 16;  // SGD: a row takes 64 bytes of parameters, 4 of step count, 32 of key index
+  auto t = c.CreateTable(spec);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto keys = [](Key from, Key n) {
+    std::vector<Key> k(n);
+    for (Key i = 0; i < n; ++i) k[i] = from + i;
+    return k;
+  };
+  ASSERT_TRUE(c.Push(*t, keys(0, 5000), std::vector<float>(5000 * 16, 1.0f)).WaitFor(10000).ok());
+  EXPECT_EQ(cluster.server(0).stats().pushes, 1u);
+  // 7,000 more rows do not fit in what is left of 1 MiB.
+  Status st = c.Push(*t, keys(5000, 7000), std::vector<float>(7000 * 16, 1.0f)).WaitFor(10000);
+  ASSERT_EQ(st.code(), Code::kResourceExhausted) << st.ToString();
+  EXPECT_NE(st.message().find("server 0: table 'emb': new rows"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("past their limit of 1.0 MB (--max_table_mb"), std::string::npos) << st.ToString();
+  // The server goes on: the rows it had are there, pushes to them apply, and the refused push
+  // applied nothing (new rows it made before the limit are at their initial zeros).
+  ASSERT_TRUE(c.Push(*t, keys(0, 5000), std::vector<float>(5000 * 16, 1.0f)).WaitFor(10000).ok());
+  std::vector<float> v(12000 * 16, -1.0f);
+  ASSERT_TRUE(c.Pull(*t, keys(0, 5000), v.data()).WaitFor(10000).ok());
+  for (size_t i = 0; i < 5000 * 16; ++i) ASSERT_FLOAT_EQ(v[i], -0.2f) << i;
+  ASSERT_TRUE(c.Pull(*t, keys(5000, 100), v.data()).WaitFor(10000).ok());
+  for (size_t i = 0; i < 100 * 16; ++i) ASSERT_EQ(v[i], 0.0f) << i;
+  EXPECT_LE(cluster.server(0).stats().table_bytes.load(), size_t(1) << 20);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+// With several update threads each stripe adds its own rows: the one that would pass the limit
+// refuses its part, the request is answered with that error, and the server goes on.
+TEST(ServerFailure, AStripePastTheMemoryLimitAnswersTheRequestWithIt) {
+  LocalClusterConfig cfg;
+  cfg.update_threads = 3;
+  cfg.server_options = [](int, ServerOptions* o) { o->max_table_bytes = 1 << 20; };
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  TableSpec spec = AspZeros("emb", 0);
+  spec.sparse = true;
+  spec.dim = 16;
+  auto t = c.CreateTable(spec);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  std::vector<Key> k(20000);
+  for (Key i = 0; i < k.size(); ++i) k[i] = i * 7919;
+  // A pull makes the rows it reads, too (at their initial values): refused alike.
+  std::vector<float> v(k.size() * 16);
+  Status st = c.Pull(*t, k, v.data()).WaitFor(10000);
+  ASSERT_EQ(st.code(), Code::kResourceExhausted) << st.ToString();
+  std::vector<Key> few(k.begin(), k.begin() + 100);
+  ASSERT_TRUE(c.Push(*t, few, std::vector<float>(100 * 16, 1.0f)).WaitFor(10000).ok());
+  ASSERT_TRUE(c.Pull(*t, few, v.data()).WaitFor(10000).ok());
+  for (size_t i = 0; i < 100 * 16; ++i) ASSERT_FLOAT_EQ(v[i], -0.1f) << i;
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
@@ -1468,6 +1567,20 @@ TEST(MultiProcess, LauncherDoesNotRestartAJobMissingItsData) {
   // The workers say why as they stop: the job ends naming it, not a heartbeat timeout later.
   EXPECT_NE(out.find(" stopped: NotFound: worker "), std::string::npos) << out;
   EXPECT_EQ(out.find("sent no heartbeat"), std::string::npos) << out;
+}
+
+// Nor one whose table outgrew its server's --max_table_mb: it would again. The worker stopping
+// while the launcher signals every process exits cleanly (it once called into its freed client).
+TEST(MultiProcess, LauncherDoesNotRestartAJobPastItsTableMemory) {
+  std::string out;
+  int code = RunCommand(BinDir() + "/pushpull-launch --max_table_mb=1 --max_restarts=2 -- --app=sparse_lr --epochs=1",
+                        60, &out);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find(" stopped: ResourceExhausted: worker 0: sparse_lr: server 0: table 'sparse_lr.w': new rows"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("past their limit of 1.0 MB (--max_table_mb"), std::string::npos) << out;
+  EXPECT_EQ(out.find("restart"), std::string::npos) << out;
+  EXPECT_EQ(out.find("killed by signal"), std::string::npos) << out;
 }
 
 // Neither is a worker that --on_worker_death=continue let go, when the job later fails on its own.

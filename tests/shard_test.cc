@@ -39,6 +39,60 @@ TEST(RowIndex, FindsEveryKeyAndNoOther) {
   EXPECT_EQ(idx.KeysByRow(), keys);
 }
 
+// Erasing keys (a refused request's new rows go again) keeps every other key findable, whatever
+// probe runs the erased ones sat in.
+TEST(RowIndex, ErasedKeysAreGoneAndTheOthersStay) {
+  RowIndex idx;
+  std::vector<Key> keys;
+  for (uint64_t i = 0; i < 20000; ++i) keys.push_back(SplitMix64(i));
+  for (uint32_t r = 0; r < keys.size(); ++r) idx.Insert(keys[r], r);
+  for (size_t i = 0; i < keys.size(); i += 3) idx.Erase(keys[i]);
+  idx.Erase(12345);  // not there: nothing changes
+  EXPECT_EQ(idx.size(), keys.size() - (keys.size() + 2) / 3);
+  for (uint32_t r = 0; r < keys.size(); ++r) ASSERT_EQ(idx.Find(keys[r]), r % 3 == 0 ? RowIndex::kNone : r) << r;
+  for (size_t i = 0; i < keys.size(); i += 3) idx.Insert(keys[i], static_cast<uint32_t>(i));
+  for (uint32_t r = 0; r < keys.size(); ++r) ASSERT_EQ(idx.Find(keys[r]), r) << r;
+}
+
+// A stripe charges its rows to the server's table memory: a write whose new rows would pass the
+// limit throws, taking away the rows it had added, so the stripe and the limit are as they were.
+TEST(Shard, RowsPastTheMemoryLimitAreRefusedAndNothingChanges) {
+  TableSpec spec = AdamSparse();  // parameters, m and v, a step count and the key index a row
+  const size_t row = Stripe::RowBytes(spec, 2);
+  EXPECT_EQ(row, 3 * spec.dim * 4 + 4 + 32u);
+  auto memory = std::make_shared<ByteBudget>(100 * row);
+  {
+    TableShard t(TableInfo::Make(0, spec, 1), 0, 1, true, nullptr, memory);
+    std::vector<RowSelection> sel;
+    std::vector<Key> keys(60);
+    for (Key i = 0; i < keys.size(); ++i) keys[i] = i;
+    std::vector<float> g(keys.size() * spec.dim, 1.0f);
+    t.Split(keys.data(), keys.size(), &sel);
+    opt::StepContext ctx;
+    t.stripe(0).ApplyPush(sel[0], keys.data(), g.data(), ctx);
+    EXPECT_EQ(memory->used(), 60 * row);
+    std::vector<float> before(60 * spec.dim), after(60 * spec.dim);
+    t.stripe(0).Read(sel[0], keys.data(), -1, before.data());
+    // Keys 50 to 109: 10 known, 50 new rows, of which 40 fit.
+    for (Key i = 0; i < keys.size(); ++i) keys[i] = 50 + i;
+    t.Split(keys.data(), keys.size(), &sel);
+    EXPECT_THROW(t.stripe(0).ApplyPush(sel[0], keys.data(), g.data(), ctx), TableMemoryExhausted);
+    EXPECT_EQ(memory->used(), 60 * row);
+    EXPECT_EQ(t.stripe(0).num_rows(), 60u);
+    for (Key i = 0; i < keys.size(); ++i) keys[i] = i;
+    t.Split(keys.data(), keys.size(), &sel);
+    t.stripe(0).Read(sel[0], keys.data(), -1, after.data());
+    EXPECT_EQ(before, after);
+    // A dense shard past it is refused whole.
+    TableSpec dense = AdamSparse();
+    dense.sparse = false;
+    dense.rows = 100;
+    EXPECT_THROW(TableShard(TableInfo::Make(1, dense, 1), 0, 2, true, nullptr, memory), TableMemoryExhausted);
+    EXPECT_EQ(memory->used(), 60 * row);
+  }
+  EXPECT_EQ(memory->used(), 0u);  // given back with the table
+}
+
 // A sparse read of keys never seen creates their rows (initial values) as it goes, and the
 // arrays grow under it while it copies.
 TEST(Shard, SparseReadOfNewKeysGrowsTheStripe) {

@@ -463,15 +463,34 @@ class ClientImpl final : public Client, private internal::Receiver {
     return Status::OK();
   }
 
-  // Until every server's reply to a Hello reaches rx_: the server knows the receive socket.
+  // While Connect waits for the servers (one restoring a large checkpoint answers a hello only
+  // once it has read it): the scheduler's news read and heartbeats sent, so that this worker does
+  // not look dead meanwhile, and a job aborted meanwhile ends the wait with its reason.
+  Status KeepInTouch() {
+    for (int i = 0; i < 64; ++i) {
+      zmq::pollitem_t it{static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0};
+      Poll(&it, 1, 0);
+      if (!(it.revents & ZMQ_POLLIN)) break;
+      Message m;
+      bool changed = false;
+      control_.Receive(&m, &changed);  // (no control request is open yet: news only)
+    }
+    const Membership& mem = control_.membership();
+    if (mem.job_state == Membership::kAborted) return Status::Aborted("job aborted: " + mem.reason);
+    return control_.Tick();
+  }
+
+  // Until every server's reply to a Hello reaches rx_: the server knows the receive socket. All
+  // of them within register_timeout_ms.
   Status Hello() {
     std::vector<zmq::message_t> frames;
     std::vector<int64_t> server_clock(tx_.size(), 0);
+    Deadline deadline = Deadline::In(options_.register_timeout_ms);
     for (size_t s = 0; s < tx_.size(); ++s) {
-      Deadline deadline = Deadline::In(options_.register_timeout_ms);
       bool answered = false;
       int64_t reopen = NowMs() + kTxConnectMs;
       while (!answered && !deadline.Expired()) {
+        PP_RETURN_IF_ERROR(KeepInTouch());
         if (NowMs() > reopen) {  // not connected yet, and ZeroMQ does not try again by itself
           PP_RETURN_IF_ERROR(OpenTx(s));
           reopen = NowMs() + kTxConnectMs;
@@ -571,7 +590,9 @@ class ClientImpl final : public Client, private internal::Receiver {
   // most request_timeout_ms, receiving replies meanwhile; DeadlineExceeded names what it waited for.
   Status WaitForRoom(size_t bytes, const Command& first);
   // timeout_ms < 0: the client's request_timeout_ms.
-  Result<Header> ControlCall(Header h, const std::string& what, int64_t timeout_ms = -1);
+  // A request to the scheduler; refused with the sticky error, if any, unless `despite_sticky`
+  // (Leave: a worker failing for that error says so).
+  Result<Header> ControlCall(Header h, const std::string& what, int64_t timeout_ms = -1, bool despite_sticky = false);
   // Into out, or kept in view (no copy).
   Future PullImpl(const Table& t, KeyBuffer keys, int slot, float* out, PulledRows* view);
   Status CheckTable(const Table& t, const TableInfo** info);
@@ -854,8 +875,8 @@ Status ClientImpl::CheckTable(const Table& t, const TableInfo** info) {
   return Status::OK();
 }
 
-Result<Header> ClientImpl::ControlCall(Header h, const std::string& what, int64_t timeout_ms) {
-  PP_RETURN_IF_ERROR(Sticky());
+Result<Header> ClientImpl::ControlCall(Header h, const std::string& what, int64_t timeout_ms, bool despite_sticky) {
+  if (!despite_sticky) PP_RETURN_IF_ERROR(Sticky());
   auto cmd = std::make_unique<Command>();
   cmd->header = std::move(h);
   auto fs = NewState(what, 1);
@@ -1260,12 +1281,15 @@ Status ClientImpl::Finish() {
 }
 
 Status ClientImpl::Leave(const Status& why) {
-  std::lock_guard<std::mutex> once(finish_mu_);
+  // Not under finish_mu_: a Finish() in progress may wait on slow servers far longer than this
+  // call's 2 s (a worker stopped by a signal while it finishes).
   if (finished_) return Status::OK();
   Header h;
   h.type = MsgType::kDone;  // a "done" that carries an error: this worker stops, failed
   h.SetStatus(why.ok() ? Status::Aborted("left the job") : why);
-  auto r = ControlCall(h, "leave", 2000);
+  // Also after a sticky error (one the scheduler may not know of, such as a push that found no
+  // room): it is what the job should hear.
+  auto r = ControlCall(h, "leave", 2000, /*despite_sticky=*/true);
   if (r.ok()) finished_ = true;
   return r.status();
 }

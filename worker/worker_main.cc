@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
   // SIGINT/SIGTERM: the job hears that this worker stops, and why, now rather than from its
   // silence a heartbeat timeout later (the scheduler's --on_worker_death decides what follows);
   // exit 1, as a worker whose calls fail (a second signal exits at once).
-  pushpull::CallOnStopSignal([c = client->get()] {
+  auto on_stop = pushpull::CallOnStopSignal([c = client->get()] {
     PP_LOG(Warning) << "stopping on a signal; telling the scheduler";
     c->Leave(pushpull::Status::Aborted("stopped by a signal (SIGINT or SIGTERM)")).IgnoreError();
     std::_Exit(1);
@@ -220,11 +220,14 @@ int main(int argc, char** argv) {
   if (!st.ok()) {
     PP_LOG(Error) << FLAGS_app << " failed: " << st.ToString();
     // The job hears why now, rather than from this worker's silence a heartbeat timeout later.
-    pushpull::Status left = (*client)->Leave(st.Annotate("worker " + std::to_string((*client)->rank()) + ": " + FLAGS_app));
+    std::string who = "worker " + std::to_string((*client)->rank());
+    if (st.message().rfind(FLAGS_app, 0) != 0) who += ": " + FLAGS_app;  // (most app errors name it)
+    pushpull::Status left = (*client)->Leave(st.Annotate(who));
     if (!left.ok()) PP_LOG(Warning) << "could not tell the scheduler: " << left.ToString();
-    // Bad flags or a bad setup (exit 2: arguments refused, a file such as the data missing) fail
-    // the same way again: pushpull-launch does not restart them.
-    return st.code() == pushpull::Code::kInvalidArgument || st.code() == pushpull::Code::kNotFound ? 2 : 1;
+    // Bad flags or a bad setup (exit 2: arguments refused, a file such as the data missing, a
+    // table past its servers' --max_table_mb) fail the same way again: pushpull-launch does not
+    // restart them.
+    return pushpull::IsSetupError(st.code()) ? 2 : 1;
   }
   PP_LOG(Info) << result.summary;
   st = (*client)->Finish();
