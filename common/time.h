@@ -19,7 +19,8 @@ inline int64_t NowUs() {
 
 class Deadline {
  public:
-  static Deadline In(int64_t ms) { return Deadline(NowMs() + ms); }
+  // (ms beyond Never()'s, up to INT64_MAX, is Never(): no overflow.)
+  static Deadline In(int64_t ms) { return ms >= INT64_MAX / 4 ? Never() : Deadline(NowMs() + ms); }
   static Deadline Never() { return Deadline(INT64_MAX / 4); }
   int64_t at_ms() const { return at_ms_; }
   int64_t RemainingMs() const {

@@ -856,6 +856,17 @@ TEST(ClientErrors, BadShapesAreRefusedBeforeSending) {
   view.CopyTo(copied.data());
   EXPECT_EQ(copied, dense);
   EXPECT_EQ(view.part(1)[0], dense[15]);
+  // No destination: refused, not written through a null pointer on the receiving thread.
+  EXPECT_EQ(c.Pull(*t, {1}, nullptr).Wait().code(), Code::kInvalidArgument);
+  EXPECT_EQ(c.PullDense(*t, nullptr).Wait().code(), Code::kInvalidArgument);
+  EXPECT_TRUE(c.Pull(*t, std::vector<Key>{}, nullptr).Wait().ok());  // nothing to write
+  // A view whose pull was refused before it was sent says so when read, not as an empty pull.
+  Status refused = c.PullView(*t, {1, 10}, &view).Wait();
+  EXPECT_EQ(refused.code(), Code::kInvalidArgument);
+  EXPECT_THROW(view.num_rows(), std::logic_error);
+  EXPECT_THROW(view.CopyTo(copied.data()), std::logic_error);
+  // A wait without end (INT64_MAX ms) waits, rather than overflowing into an expired deadline.
+  EXPECT_TRUE(c.PullDense(*t, dense.data()).WaitFor(std::numeric_limits<int64_t>::max()).ok());
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 

@@ -107,9 +107,11 @@ struct PulledParts {
   size_t rows = 0;
   uint32_t dim = 0;
   std::atomic<size_t> landed{0};  // server parts whose reply is in `frames`
+  std::string refused;            // the pull failed before it was sent: why
 
   // Read only once every part landed (the pull succeeded): the lists below are made once.
   void CheckComplete() const {
+    if (!refused.empty()) throw std::logic_error("PulledRows of a pull that failed: " + refused);
     if (landed.load(std::memory_order_acquire) != frames.size())
       throw std::logic_error("PulledRows read before its pull succeeded (" + std::to_string(landed.load()) + " of " +
                              std::to_string(frames.size()) + " server replies in)");
@@ -171,7 +173,10 @@ struct PulledParts {
 
 using internal::FutureState;
 
-size_t PulledRows::num_rows() const { return p_ ? p_->rows : 0; }
+size_t PulledRows::num_rows() const {
+  if (p_ && !p_->refused.empty()) p_->CheckComplete();  // throws
+  return p_ ? p_->rows : 0;
+}
 const float* PulledRows::row(size_t i) const {
   if (!p_ || i >= p_->rows) throw std::out_of_range("PulledRows::row(" + std::to_string(i) + ") of " +
                                                     std::to_string(num_rows()));
@@ -190,7 +195,7 @@ const float* PulledRows::part(size_t i) const { return static_cast<const float*>
 size_t PulledRows::part_floats(size_t i) const { return PartAt(p_, i).frame->size() / sizeof(float); }
 uint64_t PulledRows::part_first_row(size_t i) const { return PartAt(p_, i).first_row; }
 void PulledRows::CopyTo(float* out) const {
-  if (!p_) return;
+  if (!p_) return;  // (never pulled into)
   p_->CheckComplete();
   if (p_->keyed) {
     for (size_t i = 0; i < p_->rows; ++i) std::memcpy(out + i * p_->dim, row(i), p_->dim * sizeof(float));
@@ -235,8 +240,8 @@ Status internal::WaitState(const std::shared_ptr<FutureState>& s_, int64_t timeo
       }
     }
     std::unique_lock<std::mutex> l(s_->mu);
-    const auto slice = s_->receiver ? std::chrono::microseconds(std::min<int64_t>(left * 1000, 500))
-                                    : std::chrono::microseconds(left * 1000);
+    const auto slice = s_->receiver ? std::chrono::microseconds(500)
+                                    : std::chrono::microseconds(std::min<int64_t>(left, 1000) * 1000);
     s_->cv.wait_for(l, slice, [&] { return s_->remaining <= 0; });
   }
   std::unique_lock<std::mutex> l(s_->mu);
@@ -580,6 +585,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   std::shared_ptr<FutureState> NewState(std::string what, int parts);
   std::shared_ptr<FutureState> NewState(const char* kind, const std::string& table, int64_t rows, int parts);
   Future Failed(const Status& st);
+  Future FailedPull(const Status& st, PulledRows* view);  // and marks the view failed
   Status Sticky() const {
     std::lock_guard<std::mutex> l(mu_);
     return sticky_;
@@ -708,6 +714,15 @@ Future ClientImpl::Failed(const Status& st) {
   fs->status = st;
   fs->remaining_hint = 0;
   return Future(fs);
+}
+
+Future ClientImpl::FailedPull(const Status& st, PulledRows* view) {
+  if (view) {  // its accessors say why, rather than read as an empty pull
+    auto p = std::make_shared<internal::PulledParts>();
+    p->refused = st.ToString();
+    ClientAccess::parts(view) = std::move(p);
+  }
+  return Failed(st);
 }
 
 void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
@@ -1054,10 +1069,13 @@ Result<std::vector<uint32_t>> ClientImpl::GroupByServer(const Table& t, std::vec
 
 Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out, PulledRows* view) {
   if (view) ClientAccess::parts(view).reset();  // nothing of an earlier pull stays readable
+  auto Failed = [&](const Status& st) { return FailedPull(st, view); };
   const TableInfo* info;
   Status st = CheckTable(t, &info);
   if (!st.ok()) return Failed(st);
   if (!kbuf) return Failed(Status::InvalidArgument("pull from '" + t.name + "': no key buffer (null)"));
+  if (!out && !view && !kbuf->empty())
+    return Failed(Status::InvalidArgument("pull from '" + t.name + "': no destination (null)"));
   const std::vector<Key>& keys = *kbuf;
   const uint32_t dim = info->spec.dim;
   if (keys.size() > kMaxKeysPerMessage)
@@ -1179,9 +1197,11 @@ std::unique_ptr<Command> ClientImpl::RangeCommand(MsgType type, const TableInfo&
 
 Future ClientImpl::PullDenseImpl(const Table& t, float* out, PulledRows* view) {
   if (view) ClientAccess::parts(view).reset();
+  auto Failed = [&](const Status& st) { return FailedPull(st, view); };
   const TableInfo* info;
   Status st = CheckTable(t, &info);
   if (!st.ok()) return Failed(st);
+  if (!out && !view) return Failed(Status::InvalidArgument("PullDense from '" + t.name + "': no destination (null)"));
   if (info->spec.sparse) return Failed(Status::InvalidArgument("PullDense on sparse table '" + t.name + "'"));
   const uint32_t dim = info->spec.dim;
   std::shared_ptr<internal::PulledParts> parts;

@@ -15,8 +15,8 @@
 //
 // Calls that span servers are split and sent to all of them at once. Every wait has a deadline
 // (ClientOptions::request_timeout_ms unless given) and says what it waited for when it expires.
-// A dead server, an aborted job or a refused clock fails the pending calls and is sticky: later
-// calls return it. Other refusals (a bad row, a non-finite gradient) fail only their own call, so
+// A dead server or an aborted job fails the pending calls; these and a refused clock are sticky:
+// later calls return it. Other refusals (a bad row, a non-finite gradient) fail only their own call, so
 // check the Futures of pushes that matter. A connection to a server that drops is no failure:
 // the calls it had no answer for are sent again (ClientStats::resent), and answered once.
 //
@@ -77,7 +77,7 @@ struct PulledParts;
 
 // The values of a pull, read in place from the messages the servers sent: no copy. Readable
 // once the pull's Future succeeded (before that, or after it failed, the accessors throw
-// std::logic_error), for as long as this object lives (it keeps the messages); a new pull into
+// std::logic_error; num_rows() too once it failed), for as long as this object lives (it keeps the messages); a new pull into
 // it drops the old one's at once.
 //
 // row(i) is the i-th row: of the table for a dense pull (PullDenseView), of the key list for a
@@ -111,7 +111,10 @@ class Future {
   explicit Future(std::shared_ptr<internal::FutureState> s) : s_(std::move(s)) {}
   // Waits for every server's answer, at most the client's request_timeout_ms. A pull's values
   // are in its destination once this returns OK. A WaitFor that expires gives the call up: a
-  // pull writes nothing more into its destination, and the Future never turns OK afterwards.
+  // pull writes nothing more into its destination, and the Future never turns OK afterwards; a
+  // push given up on may still be applied, or, when its connection drops, is not sent again (a
+  // Clock() after it closes the step without it: the caller decides whether to go on).
+  // (A timeout beyond Deadline::Never()'s, such as INT64_MAX, waits without end.)
   Status Wait();
   Status WaitFor(int64_t timeout_ms);
   bool Ready() const;
