@@ -137,7 +137,7 @@ Result<StartPoint> FirstEpochOf(int64_t c, int epochs, const std::function<int64
 }
 }  // namespace
 
-Result<StartPoint> FirstEpoch(const Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
+Result<StartPoint> FirstEpoch(Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
                               const char* app_name) {
   auto first = FirstEpochOf(client.clock(), app.epochs, clock_after, app_name, client.replacement());
   // Checkpoints asked for in a job without them fail now rather than after an epoch (a job
@@ -146,6 +146,11 @@ Result<StartPoint> FirstEpoch(const Client& client, const AppOptions& app, const
     return Status::InvalidArgument(std::string(app_name) + ": --checkpoint_every_epochs=" +
                                    std::to_string(app.checkpoint_every_epochs) +
                                    " needs checkpoints on (the scheduler's --checkpoint_dir)");
+  // A replacement that takes a dead worker's place at the end of an epoch asks for the checkpoint
+  // due there, as the dead one would have: the others may be waiting in it for this rank (the
+  // scheduler answers at once when it was taken already).
+  if (first.ok() && client.replacement() && first->skip == 0 && first->epoch > 1)
+    PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, first->epoch - 1, app_name));
   return first;
 }
 

@@ -62,7 +62,7 @@ struct StartPoint {
   int epoch = 1;
   int64_t skip = 0;
 };
-Result<StartPoint> FirstEpoch(const Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
+Result<StartPoint> FirstEpoch(Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
                               const char* app_name);
 // After epoch `epoch` (its last Clock() done): a checkpoint when AppOptions asks for one, every
 // checkpoint_every_epochs epochs and after the last.

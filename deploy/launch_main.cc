@@ -398,7 +398,10 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
         // is no failure of the job (and nothing to restart).
         Say(c.name + " ended after the job finished; the job is not failed for it");
       } else if (failed) {
-        if (c.role == "worker" && FLAGS_on_worker_death == "continue" && WIFSIGNALED(st)) {
+        if (c.role == "worker" && FLAGS_on_worker_death == "continue" &&
+            (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1))) {
+          // (Exit 1: its calls failed, or it was stopped by SIGTERM and told the scheduler so; the
+          // scheduler goes on without it the same way, and ends the job itself if a server died.)
           Say(c.name + " died; the job goes on without it (--on_worker_death=continue)");
         } else if (c.role == "worker" && FLAGS_on_worker_death == "wait" && !job_finished &&
                    (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1)) &&

@@ -334,8 +334,27 @@ Status PrepareCheckpointDir(const std::string& root, const std::string& dir) {
   const fs::path manifest = fs::path(dir) / "MANIFEST";
   if (!fs::exists(manifest, ec)) return Status::OK();
   auto latest = ReadLatestCheckpoint(root);
-  if (latest.ok() && fs::path(latest->dir).filename() == fs::path(dir).filename())
-    return Status::FailedPrecondition(dir + " is the newest checkpoint (LATEST): it is not rewritten in place");
+  if (latest.ok() && fs::path(latest->dir).filename() == fs::path(dir).filename()) {
+    // An earlier run's newest (a fresh job in a used directory reaching the same clock): LATEST
+    // first goes back to the complete checkpoint before it, if any, so that it never names one
+    // being rewritten; a crash meanwhile leaves that one to restore from.
+    std::string before;
+    const std::string name = fs::path(dir).filename().string();
+    for (const auto& e : fs::directory_iterator(root, ec)) {
+      const std::string n = e.path().filename().string();
+      if (e.is_directory() && n.rfind("ckpt-", 0) == 0 && n < name && n > before && fs::exists(e.path() / "MANIFEST", ec))
+        before = n;
+    }
+    const std::string latest_file = (fs::path(root) / "LATEST").string();
+    if (!before.empty()) {
+      PP_RETURN_IF_ERROR(WriteTextFile(latest_file, before + "\n"));
+    } else if (!fs::remove(latest_file, ec) || ec) {
+      return Status::Unavailable("cannot uncommit the earlier checkpoint in " + dir + " (removing " + latest_file +
+                                 "): " + ec.message());
+    } else {
+      SyncDir(root);
+    }
+  }
   if (!fs::remove(manifest, ec) || ec)
     return Status::Unavailable("cannot uncommit the earlier checkpoint in " + dir + ": " + ec.message());
   SyncDir(dir);

@@ -90,6 +90,7 @@ class SchedulerImpl final : public Scheduler {
                         << ": data shards and BSP means differ from the checkpointed run";
       PP_LOG(Info) << "restoring from " << restore_.dir << ": clock " << restore_.clock << ", written by "
                    << restore_.servers << " servers and " << restore_.workers << " workers";
+      committed_clock_ = restore_.clock;
     }
     return Status::OK();
   }
@@ -135,6 +136,10 @@ class SchedulerImpl final : public Scheduler {
   std::string NodeName(const Node& n) const;
   Membership membership_;
   Code end_code_ = Code::kAborted;  // Run()'s code when the job is aborted
+  // The clock of this job's newest committed checkpoint (or the one it was restored from; -1:
+  // none): a worker asking for one at or before it is answered at once (a replacement that took
+  // a dead worker's place at that clock catches up on the checkpoint the dead one would have asked for).
+  int64_t committed_clock_ = -1;
 
   const SchedulerOptions options_;
   zmq::context_t ctx_;
@@ -699,6 +704,9 @@ void SchedulerImpl::CheckLiveness(int64_t now) {
       return;
     }
     barrier_.erase(n.rank);
+    // Its ask for a checkpoint goes with it: a replacement in its place is another worker, which
+    // asks for itself (it catches up on the checkpoint due at the clock it starts at: apps/app.cc).
+    checkpoint_.workers.erase(n.rank);
     if (options_.wait_for_replacement) {
       membership_.worker_alive[n.rank] = Membership::kWorkerReplacing;
       replacing_.insert_or_assign(n.rank, Deadline::In(options_.replacement_timeout_ms));
@@ -758,6 +766,12 @@ void SchedulerImpl::HandleCheckpoint(Node& worker, const Message& m) {
   if (options_.checkpoint_dir.empty()) {
     ReplyTo(w, MsgType::kCheckpointReply,
             Status::FailedPrecondition("the scheduler has no --checkpoint_dir: checkpoints are off"));
+    return;
+  }
+  if (m.header.clock <= committed_clock_) {
+    PP_LOG(Info) << "worker " << worker.rank << " asked for a checkpoint at clock " << m.header.clock
+                 << ": already taken (the newest is at clock " << committed_clock_ << ")";
+    ReplyTo(w, MsgType::kCheckpointReply, Status::OK());
     return;
   }
   if (checkpoint_.writing || checkpoint_.workers.count(worker.rank)) {
@@ -842,6 +856,7 @@ void SchedulerImpl::HandleServerCheckpointReply(Node& server, const Message& m) 
   PP_LOG(Info) << "checkpoint at clock " << checkpoint_.clock << " complete: " << checkpoint_.dir << " ("
                << NowMs() - checkpoint_.started_ms << " ms)";
   for (auto& [rank, wc] : checkpoint_.workers) ReplyTo(wc.first, MsgType::kCheckpointReply, Status::OK());
+  committed_clock_ = checkpoint_.clock;
   checkpoint_ = PendingCheckpoint();
 }
 

@@ -259,8 +259,9 @@ TEST(Checkpoint, LatestNamesTheNewestCompleteOneAndOldOnesArePruned) {
 }
 
 // A run that reuses a directory: its checkpoint at a clock an earlier run also checkpointed is
-// uncommitted before it is written (never the one LATEST names), and the earlier run's newer
-// checkpoints neither count against this run's `keep` nor go.
+// uncommitted before it is written (when that is the one LATEST names, LATEST first goes back
+// to the complete one before it, or away), and the earlier run's newer checkpoints neither count
+// against this run's `keep` nor go.
 TEST(Checkpoint, AnEarlierRunsCheckpointsInTheDirectory) {
   TempDir root;
   TableInfo info = TableInfo::Make(0, Spec("w", false, opt::Kind::kSgd), 1);
@@ -276,7 +277,11 @@ TEST(Checkpoint, AnEarlierRunsCheckpointsInTheDirectory) {
     EXPECT_TRUE(CommitCheckpoint(root.path(), m, 2).ok());
   };
   for (int64_t c : {4, 8, 12}) commit(c);  // the earlier run
-  EXPECT_EQ(PrepareCheckpointDir(root.path(), CheckpointDir(root.path(), 12)).code(), Code::kFailedPrecondition);
+  ASSERT_TRUE(PrepareCheckpointDir(root.path(), CheckpointDir(root.path(), 12)).ok());  // its newest
+  EXPECT_EQ(ReadLatestCheckpoint(root.path())->clock, 8);
+  EXPECT_FALSE(fs::exists(fs::path(CheckpointDir(root.path(), 12)) / "MANIFEST"));
+  commit(12);
+  EXPECT_EQ(ReadLatestCheckpoint(root.path())->clock, 12);
   ASSERT_TRUE(PrepareCheckpointDir(root.path(), CheckpointDir(root.path(), 8)).ok());
   EXPECT_FALSE(fs::exists(fs::path(CheckpointDir(root.path(), 8)) / "MANIFEST"));  // uncommitted
   commit(8);  // the new run, at a clock the earlier one used
@@ -285,6 +290,19 @@ TEST(Checkpoint, AnEarlierRunsCheckpointsInTheDirectory) {
   EXPECT_TRUE(fs::exists(CheckpointDir(root.path(), 8)));   // this run's two newest
   EXPECT_TRUE(fs::exists(CheckpointDir(root.path(), 12)));  // the earlier run's newer one stays
   EXPECT_FALSE(fs::exists(CheckpointDir(root.path(), 4)));
+  // The only checkpoint, rewritten: no LATEST until it is committed again.
+  TempDir one;
+  CheckpointManifest m;
+  m.clock = 4;
+  m.servers = m.workers = 1;
+  m.dir = CheckpointDir(one.path(), 4);
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_TRUE(PrepareCheckpointDir(one.path(), m.dir).ok());
+    EXPECT_EQ(ReadLatestCheckpoint(one.path()).status().code(), Code::kNotFound);
+    ASSERT_TRUE(WriteServerCheckpoint(m.dir, 0, 1, 4, {&t}, nullptr).ok());
+    ASSERT_TRUE(CommitCheckpoint(one.path(), m, 2).ok());
+    EXPECT_EQ(ReadLatestCheckpoint(one.path())->clock, 4);
+  }
 }
 
 // A .npy file's shape (from its header) and float32 or uint64 payload.

@@ -221,6 +221,57 @@ INSTANTIATE_TEST_SUITE_P(Models, WorkerReplacementIn, ::testing::Values("bsp", "
                            return n.substr(0, n.find(':'));
                          });
 
+// A worker dies while it waits in a checkpoint the other has not asked for yet, and a new one
+// takes its place at that clock. The dead one's ask does not count for the new one (which pushes
+// at that clock once it runs: a checkpoint started on the old ask would hold those pushes, or fail
+// on them); the new one asks itself, as the apps' FirstEpoch does, and the checkpoint is taken
+// once, at that clock, with both. Asked again at that clock, it is answered at once.
+TEST(WorkerReplacement, ADeadWorkersCheckpointAskIsNotItsReplacements) {
+  char tmpl[] = "/tmp/pp-ckpt-replace-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  LocalClusterConfig cfg;
+  cfg.workers = 2;
+  cfg.wait_for_replacement = true;
+  cfg.checkpoint_dir = tmpl;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  TableSpec spec = Dense("w", 8);
+  spec.consistency = *ParseConsistency("asp");
+  std::vector<Table> t(2);
+  for (int w = 0; w < 2; ++w) {
+    auto made = cluster.client(w).CreateTable(spec);
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    t[w] = *made;
+  }
+  for (int w = 0; w < 2; ++w) ASSERT_TRUE(cluster.client(w).Clock().ok());
+  Status dead_ask;
+  std::thread asker([&] { dead_ask = cluster.client(1).Checkpoint(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // it waits for worker 0
+  cluster.KillClient(1);  // (its Checkpoint() returns as its client goes)
+  asker.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(cfg.heartbeat_timeout_ms + 500));
+  ASSERT_TRUE(cluster.ReplaceClient(1).ok());
+  Client& fresh = cluster.client(1);
+  ASSERT_EQ(fresh.clock(), 1);
+  // Worker 0 asks: the checkpoint waits for rank 1's new worker rather than counting the dead one.
+  Status first;
+  std::thread w0([&] { first = cluster.client(0).Checkpoint(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(cluster.server(0).stats().checkpoints, 0u) << "taken on the dead worker's ask";
+  ASSERT_TRUE(fresh.Checkpoint().ok());
+  w0.join();
+  ASSERT_TRUE(first.ok()) << first.ToString();
+  EXPECT_EQ(cluster.server(0).stats().checkpoints, 1u);
+  EXPECT_TRUE(fresh.Checkpoint().ok());  // at the clock of the newest: answered at once, not taken again
+  EXPECT_EQ(cluster.server(0).stats().checkpoints, 1u);
+  auto again = fresh.CreateTable(spec);
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(fresh.PushDense(*again, std::vector<float>(32, 1.0f)).Wait().ok());
+  for (int w = 0; w < 2; ++w) ASSERT_TRUE(cluster.client(w).Clock().ok());
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+  std::filesystem::remove_all(tmpl);
+}
+
 // Nobody takes the dead worker's place in time: the job aborts, naming its rank and the flag.
 TEST(WorkerReplacement, NoReplacementInTimeAbortsTheJobNamingTheRank) {
   LocalClusterConfig cfg;
@@ -1584,13 +1635,17 @@ TEST(MultiProcess, LauncherDoesNotRestartAJobPastItsTableMemory) {
 }
 
 // Neither is a worker that --on_worker_death=continue let go, when the job later fails on its own.
+// Killed, or stopped by SIGTERM (it then tells the scheduler and exits 1): the job goes on.
 TEST(MultiProcess, LauncherDoesNotRestartForAToleratedWorkerDeath) {
-  KillRun r = LaunchAndKill("--servers=1 --workers=2 --on_worker_death=continue --max_restarts=1 -- --app=linreg "
-                            "--epochs=40 --examples=4000 --progress_s=0 --target=1e-9",
-                            "worker 1");
-  ASSERT_TRUE(r.killed) << r.output;
-  EXPECT_EQ(r.exit_code, 3) << r.output;
-  EXPECT_EQ(r.output.find("restart 1"), std::string::npos) << r.output;
+  for (int sig : {SIGKILL, SIGTERM}) {
+    KillRun r = LaunchAndKill("--servers=1 --workers=2 --on_worker_death=continue --max_restarts=1 -- --app=linreg "
+                              "--epochs=40 --examples=4000 --progress_s=0 --target=1e-9",
+                              "worker 1", "linreg epoch 2/", sig);
+    ASSERT_TRUE(r.killed) << r.output;
+    EXPECT_EQ(r.exit_code, 3) << r.output;
+    EXPECT_NE(r.output.find("worker 1 died; the job goes on without it"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("restart 1"), std::string::npos) << r.output;
+  }
 }
 
 // A restart uses only checkpoints its own job wrote: one an earlier job left in the directory is
