@@ -218,11 +218,11 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
     if (rank == 0) {
       PP_RETURN_IF_ERROR(evaluate(&logloss, &auc, o.heldout));
       trace.Row(client.clock(), (NowMs() - start) / 1000.0, logloss, auc, 0);
-      PP_LOG(Info) << "sparse_lr " << epoch << "/" << app.epochs << ": " << done << " examples, train_loss "
+      PP_LOG(Info) << "sparse_lr epoch " << epoch << "/" << app.epochs << ": " << done << " examples, train_loss "
                    << train_loss << " held-out logloss " << logloss << " (optimal " << optimal << ", gap "
                    << 100 * (logloss / optimal - 1) << "%) auc " << auc << " " << int64_t(rate) << " examples/s";
     } else {
-      PP_LOG(Info) << "sparse_lr " << epoch << "/" << app.epochs << ": " << done << " examples, train_loss "
+      PP_LOG(Info) << "sparse_lr epoch " << epoch << "/" << app.epochs << ": " << done << " examples, train_loss "
                    << train_loss << " " << int64_t(rate) << " examples/s";
     }
     PP_RETURN_IF_ERROR(metrics.Write({{"epoch", epoch}, {"clock", double(client.clock())},

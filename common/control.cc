@@ -98,6 +98,10 @@ bool ControlChannel::Receive(Message* out, bool* membership_changed) {
     return false;
   }
   last_heard_ms_ = NowMs();
+  if (warned_silence_) {
+    PP_LOG(Info) << "heard from the scheduler again";
+    warned_silence_ = false;
+  }
   if (out->header.type == MsgType::kMembership) {
     if (ApplyMembership(out->header.membership)) *membership_changed = true;
     return false;
@@ -111,6 +115,12 @@ Status ControlChannel::Tick(bool at_once) {
   if (now - last_heard_ms_ > options_.scheduler_timeout_ms)
     return Status::Unavailable("no word from the scheduler at " + options_.scheduler + " for " +
                                std::to_string(now - last_heard_ms_) + " ms");
+  if (!warned_silence_ && now - last_heard_ms_ > options_.scheduler_timeout_ms / 2) {
+    // Said before giving up, so that an operator sees it coming (a scheduler paused, or gone).
+    PP_LOG(Warning) << "no word from the scheduler at " << options_.scheduler << " for " << now - last_heard_ms_
+                    << " ms; giving up at " << options_.scheduler_timeout_ms << " ms (--scheduler_timeout_ms)";
+    warned_silence_ = true;
+  }
   if (now >= next_heartbeat_ms_) {
     Header h;
     h.type = MsgType::kHeartbeat;

@@ -62,6 +62,7 @@ class ControlChannel {
   ClusterMap cluster_;
   Membership membership_;
   int64_t last_heard_ms_ = 0;
+  bool warned_silence_ = false;  // the scheduler silent for half the timeout: said once
   int64_t next_heartbeat_ms_ = 0;
   std::vector<zmq::message_t> frames_;
 };

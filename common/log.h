@@ -15,6 +15,10 @@ void SetThreadName(const std::string& name);
 void SetLogTag(const std::string& tag);
 void SetLogLevel(LogLevel level);
 bool LogEnabled(LogLevel level);
+// "1 server", "2 servers": a count and its noun, for messages.
+inline std::string Count(long long n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
 
 class LogLine {
  public:

@@ -26,6 +26,13 @@ constexpr size_t kIoChunk = 4 << 20;
 
 std::string ErrnoText() { return std::strerror(errno); }
 
+// A file that cannot be written: the disk full is ResourceExhausted, which a restart would meet
+// again (a worker exits 2 on it and pushpull-launch does not restart the job); else Unavailable.
+Status WriteError(int err, const std::string& what) {
+  if (err == ENOSPC || err == EDQUOT) return Status::ResourceExhausted(what + " (free space, or another --checkpoint_dir)");
+  return Status::Unavailable(what);
+}
+
 // fsync of a directory, so that a rename in it survives a crash. (Some filesystems refuse to
 // open or fsync a directory; the rename has happened either way, so that is not an error.)
 void SyncDir(const std::string& dir) {
@@ -50,7 +57,7 @@ class FileWriter {
   explicit FileWriter(std::string path, std::function<bool()> abandon = nullptr)
       : path_(std::move(path)), tmp_(path_ + ".tmp"), abandon_(std::move(abandon)) {
     f_ = std::fopen(tmp_.c_str(), "wb");
-    if (!f_) error_ = "cannot create " + tmp_ + ": " + ErrnoText();
+    if (!f_) Fail("cannot create " + tmp_);
   }
   ~FileWriter() {
     if (f_) std::fclose(f_);
@@ -62,7 +69,7 @@ class FileWriter {
       if (Abandoned()) return;
       const size_t k = std::min(n, kIoChunk);
       crc_ = Crc32c(crc_, b, k);
-      if (std::fwrite(b, 1, k, f_) != k) error_ = "writing " + tmp_ + ": " + ErrnoText();
+      if (std::fwrite(b, 1, k, f_) != k) Fail("writing " + tmp_);
       bytes_ += k;
       b += k;
       n -= k;
@@ -80,14 +87,13 @@ class FileWriter {
       Pod(payload);
       Pod(crc);
     }
-    if (!f_) return Status::Unavailable(error_);  // the file could not be created
+    if (!f_) return WriteError(errno_, error_);  // the file could not be created
     if (abandoned_) return Status::Aborted(error_);  // (asked last for the trailer); the destructor removes it
-    if (error_.empty() && (std::fflush(f_) != 0 || ::fsync(fileno(f_)) != 0)) error_ = "syncing " + tmp_ + ": " + ErrnoText();
-    if (std::fclose(f_) != 0 && error_.empty()) error_ = "closing " + tmp_ + ": " + ErrnoText();
+    if (error_.empty() && (std::fflush(f_) != 0 || ::fsync(fileno(f_)) != 0)) Fail("syncing " + tmp_);
+    if (std::fclose(f_) != 0 && error_.empty()) Fail("closing " + tmp_);
     f_ = nullptr;
-    if (error_.empty() && std::rename(tmp_.c_str(), path_.c_str()) != 0)
-      error_ = "renaming " + tmp_ + " to " + path_ + ": " + ErrnoText();
-    if (!error_.empty()) return Status::Unavailable(error_);
+    if (error_.empty() && std::rename(tmp_.c_str(), path_.c_str()) != 0) Fail("renaming " + tmp_ + " to " + path_);
+    if (!error_.empty()) return WriteError(errno_, error_);
     committed_ = true;
     SyncDir(fs::path(path_).parent_path().string());
     if (total) *total = bytes_;
@@ -95,6 +101,10 @@ class FileWriter {
   }
 
  private:
+  void Fail(const std::string& what) {  // with errno as the failed call left it
+    errno_ = errno;
+    error_ = what + ": " + ErrnoText();
+  }
   bool Abandoned() {
     if (!abandoned_ && error_.empty() && abandon_ && abandon_()) {
       abandoned_ = true;
@@ -108,6 +118,7 @@ class FileWriter {
   bool abandoned_ = false;
   std::FILE* f_ = nullptr;
   std::string error_;
+  int errno_ = 0;
   uint32_t crc_ = 0;
   uint64_t bytes_ = 0;
   bool committed_ = false;

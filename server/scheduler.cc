@@ -82,14 +82,14 @@ class SchedulerImpl final : public Scheduler {
       if (!m.ok()) return m.status().Annotate("--restore_from");
       restore_ = *m;
       if (m->servers != options_.num_servers)
-        PP_LOG(Info) << "checkpoint " << m->dir << " was written by " << m->servers << " servers; this job has "
+        PP_LOG(Info) << "checkpoint " << m->dir << " was written by " << Count(m->servers, "server") << "; this job has "
                      << options_.num_servers << ": each server gathers the rows it now owns from every file";
       if (m->workers != options_.num_workers)
         PP_LOG(Warning) << "checkpoint " << m->dir << " was written by a job of " << m->workers
                         << " workers; this one has " << options_.num_workers
                         << ": data shards and BSP means differ from the checkpointed run";
       PP_LOG(Info) << "restoring from " << restore_.dir << ": clock " << restore_.clock << ", written by "
-                   << restore_.servers << " servers and " << restore_.workers << " workers";
+                   << Count(restore_.servers, "server") << " and " << Count(restore_.workers, "worker");
       committed_clock_ = restore_.clock;
     }
     return Status::OK();
@@ -253,8 +253,8 @@ Status SchedulerImpl::Run() {
   membership_.server_alive.assign(options_.num_servers, 1);
   membership_.worker_done.assign(options_.num_workers, 0);
   membership_.version = 1;
-  PP_LOG(Info) << "listening at " << address_ << ", waiting for " << options_.num_servers
-               << " servers and " << options_.num_workers << " workers";
+  PP_LOG(Info) << "listening at " << address_ << ", waiting for " << Count(options_.num_servers, "server")
+               << " and " << Count(options_.num_workers, "worker");
   if (!options_.checkpoint_dir.empty() && options_.restore_from.empty()) {
     auto earlier = ReadLatestCheckpoint(options_.checkpoint_dir);
     if (earlier.ok())
@@ -745,7 +745,7 @@ void SchedulerImpl::CheckLiveness(int64_t now) {
       return;
     }
     membership_.version++;
-    membership_.reason = "worker died; continuing with " + std::to_string(live) + " workers";
+    membership_.reason = "worker died; continuing with " + Count(live, "worker");
     Broadcast();
     CheckBarrier();
     CheckCheckpoint();
@@ -874,7 +874,7 @@ void SchedulerImpl::CheckDone() {
     if ((w->alive || Replacing(w->rank)) && !w->done) return;
     (w->alive ? live : dead)++;
   }
-  End(Membership::kFinished, std::to_string(live) + " workers finished" +
+  End(Membership::kFinished, Count(live, "worker") + " finished" +
                                  (dead ? ", " + std::to_string(dead) + " died" : ""));
 }
 

@@ -246,13 +246,13 @@ Status ServerImpl::Run() {
       return r.status().Annotate("restoring from " + cluster.restore_from);
     }
     restore_ = std::move(r.value());
-    PP_LOG(Info) << "restoring " << restore_.size() << " tables at clock " << cluster.start_clock << " from "
+    PP_LOG(Info) << "restoring " << Count(restore_.size(), "table") << " at clock " << cluster.start_clock << " from "
                  << cluster.restore_from;
   }
   OnMembership();
-  PP_LOG(Info) << "serving at " << address_ << " (" << W << " workers, "
-               << control_.cluster().servers.size() << " servers, " << options_.update_threads
-               << " update threads"
+  PP_LOG(Info) << "serving at " << address_ << " (" << Count(W, "worker") << ", "
+               << Count(control_.cluster().servers.size(), "server") << ", "
+               << Count(options_.update_threads, "update thread")
                << (options_.max_table_bytes == std::numeric_limits<size_t>::max()
                        ? std::string()
                        : ", tables up to " + std::to_string(options_.max_table_bytes >> 20) + " MiB")

@@ -178,6 +178,7 @@ size_t PulledRows::num_rows() const {
   return p_ ? p_->rows : 0;
 }
 const float* PulledRows::row(size_t i) const {
+  if (p_ && !p_->refused.empty()) p_->CheckComplete();  // throws
   if (!p_ || i >= p_->rows) throw std::out_of_range("PulledRows::row(" + std::to_string(i) + ") of " +
                                                     std::to_string(num_rows()));
   const float* r = p_->Row(i);
