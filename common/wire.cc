@@ -3,6 +3,7 @@
 #include <cereal/archives/binary.hpp>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <istream>
@@ -86,7 +87,7 @@ void LoadSpec(cereal::BinaryInputArchive& ar, const FrameBuf& buf, TableSpec& s)
 template <class H, class F>
 void FixedFields(H& h, F&& f) {
   f(h.type, h.flags, h.request_id, h.sender_role, h.sender_rank, h.table, h.clock, h.num_keys,
-    h.dim, h.row_begin, h.num_rows, h.slot, h.staleness, h.status);
+    h.dim, h.row_begin, h.num_rows, h.slot, h.staleness, h.status, h.push_norm);
 }
 
 // What every message's header carries; data messages (push, pull and their replies) carry
@@ -382,6 +383,8 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
   if (!IsReply(h.type) && h.status != Code::kOk)
     return Status::Corruption(std::string(MsgTypeName(h.type)) + " request carries status " +
                               std::to_string(int(h.status)) + "; only replies carry one");
+  if (!(h.push_norm == -1.0f || (std::isfinite(h.push_norm) && h.push_norm >= 0.0f)))
+    return Status::Corruption("push norm " + std::to_string(h.push_norm) + " is neither -1 nor a finite norm");
   out->keys = std::move((*frames)[1]);
   out->values = std::move((*frames)[2]);
   out->more_values.clear();

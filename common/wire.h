@@ -24,8 +24,9 @@
 namespace pushpull {
 
 constexpr uint32_t kWireMagic = 0x50505348;  // "PPSH"
-constexpr uint16_t kWireVersion = 4;  // 2: pull replies may split their values over frames; 3: checkpoints;
-                                      // 4: heartbeats carry the membership version, RegisterReply whether the job checkpoints
+constexpr uint16_t kWireVersion = 5;  // 2: pull replies may split their values over frames; 3: checkpoints;
+                                      // 4: heartbeats carry the membership version, RegisterReply whether the job checkpoints;
+                                      // 5: pushes split over servers carry the whole push's norm (clip_norm)
 // A RegisterReply lists every server's address (up to kMaxNodes of at most 256 bytes): 1.1 MB
 // at most; data-message headers are a few dozen bytes.
 constexpr uint32_t kMaxNodes = 4096;
@@ -83,6 +84,9 @@ struct Header {
   uint64_t num_rows = 0;   // kFlagRange
   int32_t slot = -1;       // pull: -1 parameters, s >= 0 optimizer slot s (debugging)
   int32_t staleness = 0;   // pull reply: own clock - slowest live worker's clock when served
+  // Push to a table with clip_norm, split over servers: the L2 norm of the whole push, which each
+  // part is clipped by (-1: the part is the whole push; the server computes it).
+  float push_norm = -1.0f;
   std::string reply_to;    // data requests: the ZeroMQ routing id to answer (empty: the sender)
   Code status = Code::kOk;
   std::string error;       // status text, at most kMaxErrorText bytes

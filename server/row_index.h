@@ -40,6 +40,13 @@ class RowIndex {
   void Reserve(size_t n) {
     while (n * 2 > slots_.size()) Grow();
   }
+  // Bytes it holds, and what Reserve(n) would add to them.
+  size_t bytes() const { return slots_.size() * sizeof(Slot); }
+  size_t GrowthBytes(size_t n) const {
+    size_t slots = slots_.size();
+    while (n * 2 > slots) slots = slots == 0 ? 64 : slots * 2;
+    return (slots - slots_.size()) * sizeof(Slot);
+  }
   // Removes key (if there): the entries after it in its probe run move back into the gap.
   void Erase(Key key) {
     if (slots_.empty()) return;

@@ -720,7 +720,9 @@ void ServerImpl::HandleData(Message& m) {
     const opt::OptimizerConfig& oc = shard->spec().optimizer;
     float scale = 1.0f;
     if (oc.clip_norm > 0) {
-      double sq = opt::SquaredNorm(r->msg.value_data(), rh.row_count() * rh.dim);
+      // By the whole push's norm: a push split over servers says it (each part clipped alike).
+      const double sq = rh.push_norm >= 0 ? double(rh.push_norm) * rh.push_norm
+                                          : opt::SquaredNorm(r->msg.value_data(), rh.row_count() * rh.dim);
       if (sq > double(oc.clip_norm) * oc.clip_norm) scale = float(oc.clip_norm / std::sqrt(sq));
     }
     r->ctx.grad_scale = scale;
@@ -1165,7 +1167,13 @@ void ServerImpl::CreateTable(const Message& m) {
           // so InvalidArgument, which a worker exits 2 on.)
           st = Status::InvalidArgument("table '" + info.spec.name + "' differs from the checkpoint's: it was " +
                                           was.spec.ToString() + "; asked for " + info.spec.ToString());
-        if (st.ok()) st = WhileHeartbeating([&] { return shard->Restore(std::move(saved->second.rows)); });
+        if (st.ok()) {
+          try {
+            st = WhileHeartbeating([&] { return shard->Restore(std::move(saved->second.rows)); });
+          } catch (const std::bad_alloc&) {
+            st = Status::ResourceExhausted("out of memory restoring table " + info.spec.ToString());
+          }
+        }
         if (st.ok()) {
           shard->table_step = saved->second.table_step;
           restore_.erase(saved);

@@ -82,49 +82,53 @@ size_t Stripe::bytes() const {
 }
 
 size_t Stripe::RowBytes(const TableSpec& spec, int num_slots) {
-  // Sparse: the index keeps at least two 16-byte slots a key.
-  return (1 + size_t(num_slots)) * spec.dim * sizeof(float) + sizeof(uint32_t) + (spec.sparse ? 32 : 0);
+  return (1 + size_t(num_slots)) * spec.dim * sizeof(float) + sizeof(uint32_t);
 }
 
 namespace {
-// The error for rows that the tables' memory limit refuses: a dense shard's (all at once) or a
-// sparse request's new rows (one at a time).
-std::string MemoryRefusal(const TableSpec& spec, const ByteBudget& memory, size_t rows, size_t bytes) {
-  char what[160];
-  if (spec.sparse)
-    std::snprintf(what, sizeof what, "new rows for its keys (%zu bytes each: parameters, optimizer slots, step count, "
-                  "key index)", bytes / std::max<size_t>(rows, 1));
-  else
-    std::snprintf(what, sizeof what, "its %zu rows on this server (%.1f MB: parameters, optimizer slots, step counts)",
-                  rows, bytes / 1e6);
+// The error for memory that the tables' limit refuses to `what`.
+std::string MemoryRefusal(const TableSpec& spec, const ByteBudget& memory, const std::string& what, size_t bytes) {
   char buf[400];
-  std::snprintf(buf, sizeof buf, "table '%s': %s would take this server's tables past their limit of %.1f MB "
-                "(--max_table_mb; %.1f MB in use)", spec.name.c_str(), what, memory.limit() / 1e6, memory.used() / 1e6);
+  std::snprintf(buf, sizeof buf, "table '%s': %s (%.1f MB) would take this server's tables past their limit of %.1f MB "
+                "(--max_table_mb; %.1f MB in use)", spec.name.c_str(), what.c_str(), bytes / 1e6, memory.limit() / 1e6,
+                memory.used() / 1e6);
   return buf;
-}
-
-// Capacity for n elements, growing geometrically (rows are added one at a time).
-template <typename V>
-void RoomFor(V* v, size_t n) {
-  if (v->capacity() < n) v->reserve(std::max(n, 2 * v->capacity()));
 }
 }  // namespace
 
-void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
-  const size_t old = steps_.size(), bytes = n * RowBytes(spec_, optimizer_->num_slots());
-  if (!memory_->TryTake(bytes)) throw TableMemoryExhausted(MemoryRefusal(spec_, *memory_, n, bytes));
-  try {
-    // Every array has its room before any grows: out of memory here leaves the stripe as it was.
-    std::shared_ptr<ParamArray> held;
-    BeginWrite(0, 0, &held);
-    RoomFor(params_.get(), (old + n) * dim_);
-    for (auto& s : slots_) RoomFor(&s, (old + n) * dim_);
-    RoomFor(&steps_, old + n);
-  } catch (...) {
-    memory_->Give(bytes);
-    throw;
-  }
+void Stripe::Charge(size_t bytes, const std::string& what) {
+  if (!memory_->TryTake(bytes)) throw TableMemoryExhausted(MemoryRefusal(spec_, *memory_, what, bytes));
   charged_ += bytes;
+}
+
+void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
+  const size_t old = steps_.size(), need = old + n;
+  std::shared_ptr<ParamArray> held;
+  BeginWrite(0, 0, &held);  // (may move to another array, with room for the rows in use only)
+  if (need > cap_rows_) {
+    // Sparse rows come one at a time: the arrays double, or near the limit grow by what is needed.
+    const size_t row = RowBytes(spec_, optimizer_->num_slots());
+    size_t cap = std::max(need, 2 * cap_rows_);
+    if (memory_->WouldExceed((cap - cap_rows_) * row)) cap = need;
+    const size_t bytes = (cap - cap_rows_) * row;
+    Charge(bytes, spec_.sparse ? "room for rows " + std::to_string(cap_rows_) + " to " + std::to_string(cap) +
+                                     " (parameters, optimizer slots, step counts)"
+                               : "its " + std::to_string(n) + " rows on this server (parameters, optimizer slots, "
+                                 "step counts)");
+    try {
+      // Every array has its room before any grows: out of memory here leaves the stripe as it was.
+      params_->reserve(cap * dim_);
+      for (auto& s : slots_) s.reserve(cap * dim_);
+      steps_.reserve(cap);
+    } catch (...) {
+      memory_->Give(bytes);
+      charged_ -= bytes;
+      throw;
+    }
+    cap_rows_ = cap;
+  } else if (params_->capacity() < need * dim_) {
+    params_->reserve(cap_rows_ * dim_);  // the array BeginWrite moved to (already counted)
+  }
   params_->resize((old + n) * dim_);
   for (size_t i = 0; i < n; ++i) {
     Key k = keys ? keys[i] : first_key + i;
@@ -209,7 +213,12 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::sha
     taken = true;
   }
   if (!next) {
-    next = NewParams(params_->size());
+    try {
+      next = NewParams(params_->size());
+    } catch (...) {  // out of memory: the budget taken for it goes back
+      budget_->Give(held_bytes);
+      throw;
+    }
     params_->counted = held_bytes;
   }
   writes_without_spare_ = 0;
@@ -245,9 +254,18 @@ uint32_t Stripe::LocalRow(Key key) {
   const uint32_t found = index_.Find(key);
   if (found != RowIndex::kNone) return found;
   uint32_t r = static_cast<uint32_t>(steps_.size());
-  index_.Reserve(index_.size() + 1);  // may throw: nothing changed yet
-  AppendRows(key, 1, &key);           // may throw: the index does not have the key yet
-  index_.Insert(key, r);              // has room: does not throw
+  if (const size_t grow = index_.GrowthBytes(index_.size() + 1); grow > 0) {
+    Charge(grow, "a larger key index");
+    try {
+      index_.Reserve(index_.size() + 1);  // may throw: nothing changed yet
+    } catch (...) {
+      memory_->Give(grow);
+      charged_ -= grow;
+      throw;
+    }
+  }
+  AppendRows(key, 1, &key);  // may throw: the index does not have the key yet
+  index_.Insert(key, r);     // has room: does not throw
   return r;
 }
 
@@ -300,13 +318,10 @@ const uint32_t* Stripe::LocalRows(const RowSelection& sel, const Key* keys) {
       const uint32_t r = index_.Find(key_at(j));
       if (r != RowIndex::kNone && r >= rows_before) index_.Erase(key_at(j));
     }
-    const size_t added = num_rows() - rows_before;
+    // (The arrays keep the room they grew into, and it stays charged: the memory is held.)
     params_->resize(rows_before * dim_);
     for (auto& sl : slots_) sl.resize(rows_before * dim_);
     steps_.resize(rows_before);
-    const size_t bytes = added * RowBytes(spec_, optimizer_->num_slots());
-    charged_ -= bytes;
-    memory_->Give(bytes);
     rows->clear();
     if (list) list->keys.clear();
     throw;
@@ -350,12 +365,15 @@ void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* gr
   std::shared_ptr<ParamArray> held;  // keeps `in` alive through the loop
   const uint64_t keep_begin = sel.is_range ? sel.range_begin - row_begin_ : 0;
   const uint64_t keep_end = sel.is_range ? sel.range_end - row_begin_ : num_rows();
+  // Keyed, out of place: a bit per local row written. A key given twice in one push is applied
+  // twice, the second time to the first's result, as in place. Allocated before the array
+  // moves (which leaves the rows to write uncopied): out of memory here changes nothing.
+  std::vector<uint64_t> written;
+  if (params_.use_count() != 1 && !sel.is_range) written.assign((num_rows() + 63) / 64, 0);
   const float* in = BeginWrite(keep_begin, keep_end, &held);
   float* const base = params_->data();
-  // Keyed, out of place: a bit per local row written. A key given twice in one push is applied
-  // twice, the second time to the first's result, as in place.
-  std::vector<uint64_t> written;
-  if (in != base && !sel.is_range) written.assign((num_rows() + 63) / 64, 0);
+  if (in == base) written.clear();
+  else if (!sel.is_range && written.empty()) written.assign((num_rows() + 63) / 64, 0);  // (not expected)
   auto is_written = [&](size_t r) { return (written[r >> 6] >> (r & 63)) & 1; };
   float* slot_ptrs[8];
   ForEachRun(sel, keys, rows, true, [&](uint32_t r, uint64_t pos, size_t len) {
@@ -397,8 +415,12 @@ void Stripe::Accumulate(int64_t clock, int worker, const RowSelection& sel, cons
   Accumulator& acc = bsp_[clock][worker];
   ForEachRun(sel, keys, rows, false, [&](uint32_t r, uint64_t pos, size_t len) {
     for (size_t k = 0; k < len; ++k) {
+      // Room for a new row in every part first: out of memory leaves the sum consistent (rows
+      // summed so far stay summed: the push then fails part done).
+      if (acc.rows.size() == acc.rows.capacity()) acc.rows.reserve(std::max<size_t>(16, 2 * acc.rows.size()));
+      if (acc.sum.size() + dim_ > acc.sum.capacity()) acc.sum.reserve(std::max<size_t>(16 * dim_, 2 * acc.sum.size()));
       auto [it, fresh] = acc.slot_of.try_emplace(r + k, static_cast<uint32_t>(acc.rows.size()));
-      if (fresh) {
+      if (fresh) {  // (neither allocates now)
         acc.rows.push_back(r + k);
         acc.sum.resize(acc.sum.size() + dim_, 0.0f);
       }
@@ -472,11 +494,17 @@ void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out
 
 Status Stripe::Restore(std::vector<Key> keys, FloatArray params, std::vector<std::vector<float>> slots,
                        std::vector<uint32_t> steps) {
-  const size_t bytes = steps.size() * RowBytes(spec_, optimizer_->num_slots());
+  // What the restored rows hold, and an index with room for their keys.
+  const size_t bytes = steps.size() * RowBytes(spec_, optimizer_->num_slots()) +
+                       (spec_.sparse ? RowIndex().GrowthBytes(keys.size()) : 0);
   memory_->Give(charged_);
   charged_ = 0;
-  if (!memory_->TryTake(bytes)) return Status::ResourceExhausted(MemoryRefusal(spec_, *memory_, steps.size(), bytes));
+  cap_rows_ = 0;
+  if (!memory_->TryTake(bytes))
+    return Status::ResourceExhausted(
+        MemoryRefusal(spec_, *memory_, "its " + std::to_string(steps.size()) + " rows from the checkpoint", bytes));
   charged_ = bytes;
+  cap_rows_ = steps.size();
   params_ = NewParams(0);
   static_cast<FloatArray&>(*params_) = std::move(params);
   spare_.reset();
@@ -591,7 +619,9 @@ TableShard::TableShard(const TableInfo& info, int server_rank, int num_stripes, 
     // Refused whole, naming the shard's size (its stripes charge their parts as they are made).
     const size_t bytes = rows * Stripe::RowBytes(info.spec, optimizer_->num_slots());
     if (fill && memory && memory->WouldExceed(bytes))
-      throw TableMemoryExhausted(MemoryRefusal(info.spec, *memory, rows, bytes));
+      throw TableMemoryExhausted(MemoryRefusal(
+          info.spec, *memory, "its " + std::to_string(rows) + " rows on this server (parameters, optimizer slots, step counts)",
+          bytes));
     stripe_offsets_.resize(num_stripes + 1);
     for (int i = 0; i <= num_stripes; ++i) stripe_offsets_[i] = row_begin_ + rows * i / num_stripes;
     for (int i = 0; i < num_stripes; ++i)

@@ -178,8 +178,9 @@ class Stripe {
 
   size_t num_rows() const { return steps_.size(); }
   size_t bytes() const;
-  // What one row is charged to the tables' memory limit: its parameters, optimizer slots, step
-  // count and (sparse) key index entries.
+  // One row's parameters, optimizer slots and step count. The memory limit is charged what a
+  // stripe allocates for them (the arrays' capacity, which grows geometrically) and for its key
+  // index, as the arrays grow.
   static size_t RowBytes(const TableSpec& spec, int num_slots);
 
   // Checkpoints (server/checkpoint.h) read a stripe's rows as they are, row by row: only while
@@ -220,9 +221,12 @@ class Stripe {
   std::shared_ptr<const float> Lend(const float* p);
   bool SpareFree() const;
   std::shared_ptr<ParamArray> NewParams(size_t n) const;  // counted against this stripe's budget when not current
-  // Adds n rows at their initial values (keys: sparse rows' keys; else first_key on), charged to
-  // the memory limit. Out of memory or past the limit, throws with the stripe as it was.
+  // Adds n rows at their initial values (keys: sparse rows' keys; else first_key on), the arrays'
+  // growth charged to the memory limit. Out of memory or past the limit, throws with the stripe
+  // as it was.
   void AppendRows(uint64_t first_key, size_t n, const Key* keys);
+  // Takes `bytes` from the memory limit for `what`, or throws TableMemoryExhausted.
+  void Charge(size_t bytes, const std::string& what);
   // rows: LocalRows(sel, keys) (nullptr: computed from the range or dense keys).
   template <typename F>
   void ForEachRun(const RowSelection& sel, const Key* keys, const uint32_t* rows, bool match_steps, F&& f);
@@ -241,7 +245,8 @@ class Stripe {
   static constexpr size_t kMinReusedKeys = 128, kMaxReusedKeys = size_t(1) << 20, kReusedLists = 4;
   const std::shared_ptr<CopyOnWriteBudget> budget_;
   const std::shared_ptr<ByteBudget> memory_;  // the server's tables' memory limit
-  size_t charged_ = 0;                        // what this stripe's rows took of it
+  size_t charged_ = 0;                        // what this stripe's arrays and index took of it
+  size_t cap_rows_ = 0;                       // rows params_, slots_ and steps_ have room for
   std::shared_ptr<ParamArray> params_;
   std::shared_ptr<ParamArray> spare_;
   uint32_t writes_without_spare_ = 0;

@@ -1132,7 +1132,7 @@ TEST(ServerFailure, TablesPastTheServersMemoryLimitAreRefusedAndTheServerGoesOn)
   // 7,000 more rows do not fit in what is left of 1 MiB.
   Status st = c.Push(*t, keys(5000, 7000), std::vector<float>(7000 * 16, 1.0f)).WaitFor(10000);
   ASSERT_EQ(st.code(), Code::kResourceExhausted) << st.ToString();
-  EXPECT_NE(st.message().find("server 0: table 'emb': new rows"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("server 0: table 'emb': "), std::string::npos) << st.ToString();
   EXPECT_NE(st.message().find("past their limit of 1.0 MB (--max_table_mb"), std::string::npos) << st.ToString();
   // The server goes on: the rows it had are there, pushes to them apply, and the refused push
   // applied nothing (new rows it made before the limit are at their initial zeros).
@@ -1627,7 +1627,7 @@ TEST(MultiProcess, LauncherDoesNotRestartAJobPastItsTableMemory) {
   int code = RunCommand(BinDir() + "/pushpull-launch --max_table_mb=1 --max_restarts=2 -- --app=sparse_lr --epochs=1",
                         60, &out);
   EXPECT_EQ(code, 2) << out;
-  EXPECT_NE(out.find(" stopped: ResourceExhausted: worker 0: sparse_lr: server 0: table 'sparse_lr.w': new rows"),
+  EXPECT_NE(out.find(" stopped: ResourceExhausted: worker 0: sparse_lr: server 0: table 'sparse_lr.w': "),
             std::string::npos) << out;
   EXPECT_NE(out.find("past their limit of 1.0 MB (--max_table_mb"), std::string::npos) << out;
   EXPECT_EQ(out.find("restart"), std::string::npos) << out;

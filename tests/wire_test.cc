@@ -768,6 +768,40 @@ TEST(ClientErrors, PullOfAReplyOverTheMessageLimitIsRefused) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// clip_norm clips a push by the norm of the whole push, also when it is split over servers
+// (each part scaled alike, the direction kept): found in review, each server clipped its part
+// by that part's own norm, so results depended on the number of servers.
+TEST(ClientErrors, APushSplitOverServersIsClippedByItsWholeNorm) {
+  LocalClusterConfig cfg;
+  cfg.servers = 2;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  TableSpec spec;
+  spec.name = "clipped";
+  spec.rows = 2;  // a row on each server
+  spec.dim = 1;
+  spec.init = InitKind::kZeros;
+  spec.consistency.model = Consistency::kAsp;
+  spec.optimizer.lr = 1.0f;
+  spec.optimizer.clip_norm = 1.0f;
+  auto t = c.CreateTable(spec);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(c.PushDense(*t, std::vector<float>{3.0f, 4.0f}).Wait().ok());
+  std::vector<float> w(2);
+  ASSERT_TRUE(c.PullDense(*t, w.data()).Wait().ok());
+  EXPECT_FLOAT_EQ(w[0], -0.6f);
+  EXPECT_FLOAT_EQ(w[1], -0.8f);
+  ASSERT_TRUE(c.Push(*t, {1, 0}, {4.0f, 3.0f}).Wait().ok());  // keyed, across both servers
+  ASSERT_TRUE(c.PullDense(*t, w.data()).Wait().ok());
+  EXPECT_FLOAT_EQ(w[0], -1.2f);
+  EXPECT_FLOAT_EQ(w[1], -1.6f);
+  ASSERT_TRUE(c.Push(*t, {1}, {0.5f}).Wait().ok());  // one server's part alone, under the norm
+  ASSERT_TRUE(c.PullDense(*t, w.data()).Wait().ok());
+  EXPECT_FLOAT_EQ(w[1], -2.1f);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 // A pull whose wait expired never turns OK afterwards, even when its reply comes (it is not
 // written anywhere): here a BSP pull parked until the other worker's clock.
 TEST(ClientErrors, AGivenUpPullNeverTurnsOk) {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -26,6 +27,7 @@
 #include "common/memory.h"
 #include "common/time.h"
 #include "common/wire.h"
+#include "optimizers/optimizer.h"
 #include "worker/pushpull.h"
 
 namespace pushpull {
@@ -566,6 +568,8 @@ class ClientImpl final : public Client, private internal::Receiver {
   Future PullDenseView(const Table& t, PulledRows* out) override { return PullDenseImpl(t, nullptr, out); }
   Future PullDenseImpl(const Table& t, float* out, PulledRows* view);
   std::unique_ptr<Command> RangeCommand(MsgType type, const TableInfo& info, int s) const;
+  static void SetPushNorm(const TableSpec& spec, const std::vector<float>& grads,
+                          std::vector<std::unique_ptr<Command>>* cmds);
   Status Clock() override;
   Status Barrier() override;
   Status Checkpoint() override;
@@ -1040,6 +1044,7 @@ Future ClientImpl::Push(const Table& t, KeyBuffer kbuf, std::shared_ptr<const st
            ZeroCopyFrame(vv->data(), vv->size() * sizeof(float), vv), n);
     }
   }
+  SetPushNorm(info->spec, *vbuf, &cmds);
   auto fs = NewState("push to table", t.name, static_cast<int64_t>(kbuf->size()),
                      static_cast<int>(cmds.size()));
   for (auto& c : cmds) c->part.fs = fs;
@@ -1155,6 +1160,17 @@ Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out
   return Future(fs);
 }
 
+// A table that clips pushes by their L2 norm (OptimizerConfig::clip_norm) clips the whole push:
+// split over servers, each part carries the whole one's norm, so that every server scales its
+// part alike (a part clipped by its own norm would change the push's direction).
+void ClientImpl::SetPushNorm(const TableSpec& spec, const std::vector<float>& grads,
+                             std::vector<std::unique_ptr<Command>>* cmds) {
+  if (spec.optimizer.clip_norm <= 0 || cmds->size() < 2) return;
+  const float norm = static_cast<float>(std::sqrt(opt::SquaredNorm(grads.data(), grads.size())));
+  if (!std::isfinite(norm)) return;  // (a non-finite gradient: each server refuses its part)
+  for (auto& c : *cmds) c->header.push_norm = norm;
+}
+
 Future ClientImpl::PushDense(const Table& t, std::shared_ptr<const std::vector<float>> vbuf) {
   const TableInfo* info;
   Status st = CheckTable(t, &info);
@@ -1173,6 +1189,7 @@ Future ClientImpl::PushDense(const Table& t, std::shared_ptr<const std::vector<f
     c->values = ZeroCopyFrame(vbuf->data() + b * dim, n * dim * sizeof(float), vbuf);
     cmds.push_back(std::move(c));
   }
+  SetPushNorm(info->spec, *vbuf, &cmds);
   auto fs = NewState("dense push to table", t.name, -1, static_cast<int>(cmds.size()));
   for (auto& c : cmds) c->part.fs = fs;
   Post(std::move(cmds));
