@@ -67,6 +67,11 @@ Status TableSpec::Validate() const {
     return Status::InvalidArgument("table '" + name + "': glorot_bias_columns must be < dim");
   if (consistency.model > Consistency::kAsp || consistency.staleness < 0)
     return Status::InvalidArgument("table '" + name + "': bad consistency model");
+  // FTRL's weights follow from its z and n alone, which start at 0: its first update would set
+  // every initial value back to about 0 (optimizers/ftrl.cc).
+  if (optimizer.kind == opt::Kind::kFtrl && init != InitKind::kZeros && init_scale != 0)
+    return Status::InvalidArgument("table '" + name + "': FTRL starts from zero weights (its z and n start at 0); "
+                                   "init must be zeros");
   return opt::Validate(optimizer).Annotate("table '" + name + "'");
 }
 

@@ -1,8 +1,9 @@
 // FTRL-Proximal (McMahan et al. 2013, "Ad Click Prediction", Algorithm 1), per coordinate:
 //   g' = grad_scale*g;  sigma = (sqrt(n + g'^2) - sqrt(n)) / alpha;  z += g' - sigma*w;
 //   n += g'^2;  w = |z| <= l1 ? 0 : -(z - sign(z)*l1) / ((beta + sqrt(n))/alpha + l2)
-// The parameter array holds w; the step reads the stored w, so a table initialised to
-// non-zero values starts from them. weight_decay is not used (l2 is FTRL's own).
+// The parameter array holds w, which each step recomputes from z and n alone (they start at 0,
+// as in Algorithm 1): a table's initial values would be gone after its first update, so FTRL
+// tables start from zeros (TableSpec::Validate). weight_decay is not used (l2 is FTRL's own).
 //
 // Rate: alpha is the learning rate and ctx.lr is ignored, so neither the lr schedule nor
 // staleness scaling of ctx.lr applies to FTRL. The reason: sigma assumes one alpha across steps

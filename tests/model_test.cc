@@ -108,6 +108,7 @@ TEST_P(ModelTest, RandomOperationsMatchTheModelBitForBit) {
   sparse.rows = 0;
   sparse.dim = 5;
   sparse.init = InitKind::kNormal;
+  if (mc.kind == opt::Kind::kFtrl) dense.init = sparse.init = InitKind::kZeros;  // (FTRL starts at 0)
   auto td = c.CreateTable(dense);
   auto ts = c.CreateTable(sparse);
   ASSERT_TRUE(td.ok() && ts.ok()) << td.status().ToString() << ts.status().ToString();

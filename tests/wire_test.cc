@@ -859,6 +859,15 @@ TEST(ClientErrors, BadShapesAreRefusedBeforeSending) {
   auto again = c.CreateTable(spec);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->id, t->id);
+  // FTRL with initial values it would overwrite at its first update: refused.
+  TableSpec ftrl = spec;
+  ftrl.name = "ftrl";
+  ftrl.optimizer.kind = opt::Kind::kFtrl;
+  ftrl.init = InitKind::kUniform;
+  ftrl.init_scale = 0.1f;
+  auto f = c.CreateTable(ftrl);
+  EXPECT_EQ(f.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(f.status().message().find("FTRL starts from zero weights"), std::string::npos) << f.status().ToString();
   // Bad hyper-parameters are refused naming the field.
   TableSpec bad = spec;
   bad.name = "bad";
