@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <sstream>
 
@@ -189,27 +190,30 @@ std::unique_ptr<Optimizer> Optimizer::Create(const OptimizerConfig& c) {
 
 // x*0 is +-0 for finite x and NaN for Inf or NaN, so one sum answers for the whole array
 // without a branch per element.
-bool AllFinite(const float* x, size_t n) {
-  // x * 0 is NaN exactly when x is NaN or Inf, and NaN sticks in a sum. Four independent sums
-  // keep the loop bound by loads, not by the latency of one dependency chain.
+bool AllUsable(const float* x, size_t n) {
+  // x * 2^68 is Inf exactly when |x| >= 2^60 (or x is Inf), so x * 2^68 * 0 is NaN exactly when
+  // x is NaN, Inf or too large, and NaN sticks in a sum. Four independent sums keep the loop
+  // bound by loads, not by the latency of one dependency chain.
   // Last block first: a gradient just received was written front to back, so its end is what is
   // still in the cache, and its start is then what the check leaves there for the update that
   // reads it next, front to back (measured: docs/PERFORMANCE.md, item 18).
   constexpr size_t L = simd::kLanes;
+  constexpr float kUp = 295147905179352825856.0f;  // 2^68: kMaxGradient * kUp = 2^128, past FLT_MAX
+  static_assert(kMaxGradient * 0.5f * kUp < std::numeric_limits<float>::max(), "2^127 is a float");
   simd::F8 a0{}, a1{}, a2{}, a3{};
   const size_t blocks = n / (4 * L) * (4 * L);
   for (size_t end = blocks; end > 0; end -= 4 * L) {
     const float* b = x + end - 4 * L;
-    a0 += simd::Load<simd::F8>(b) * 0.0f;
-    a1 += simd::Load<simd::F8>(b + L) * 0.0f;
-    a2 += simd::Load<simd::F8>(b + 2 * L) * 0.0f;
-    a3 += simd::Load<simd::F8>(b + 3 * L) * 0.0f;
+    a0 += simd::Load<simd::F8>(b) * kUp * 0.0f;
+    a1 += simd::Load<simd::F8>(b + L) * kUp * 0.0f;
+    a2 += simd::Load<simd::F8>(b + 2 * L) * kUp * 0.0f;
+    a3 += simd::Load<simd::F8>(b + 3 * L) * kUp * 0.0f;
   }
   size_t i = blocks;
-  for (; i + L <= n; i += L) a0 += simd::Load<simd::F8>(x + i) * 0.0f;
+  for (; i + L <= n; i += L) a0 += simd::Load<simd::F8>(x + i) * kUp * 0.0f;
   const simd::F8 a = (a0 + a1) + (a2 + a3);
   float acc = 0.0f;
-  for (; i < n; ++i) acc += x[i] * 0.0f;
+  for (; i < n; ++i) acc += x[i] * kUp * 0.0f;
   for (size_t k = 0; k < L; ++k) acc += a[k];
   return acc == 0.0f;
 }

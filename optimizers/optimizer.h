@@ -129,7 +129,12 @@ class Optimizer {
 };
 
 // Helpers the server uses on a push before any state is touched.
-bool AllFinite(const float* x, size_t n);
+// The largest gradient magnitude a push may hold: 2^60, whose square (Adam's v, AdaGrad's and
+// FTRL's sums) still fits a float. A finite gradient beyond it would make that state Inf and
+// freeze, or poison, its rows for good without an error.
+constexpr float kMaxGradient = 1152921504606846976.0f;  // 2^60
+// Every x finite and |x| < kMaxGradient.
+bool AllUsable(const float* x, size_t n);
 double SquaredNorm(const float* x, size_t n);
 // Scales x in place so that its L2 norm is at most clip_norm, given its squared norm.
 void ClipByNorm(float* x, size_t n, double squared_norm, float clip_norm);

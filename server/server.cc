@@ -605,8 +605,9 @@ Status ServerImpl::Validate(const Message& m, TableShard** shard, bool again) {
                                      opt::KindName(spec.optimizer.kind));
   }
   if (h.type == MsgType::kPush) {
-    if (!opt::AllFinite(m.value_data(), h.row_count() * h.dim))
-      return Status::InvalidArgument("gradient for '" + spec.name + "' holds NaN or Inf; push refused");
+    if (!opt::AllUsable(m.value_data(), h.row_count() * h.dim))
+      return Status::InvalidArgument("gradient for '" + spec.name + "' holds NaN, Inf or a value of 2^60 or more "
+                                     "(its square would overflow the optimizer's state); push refused");
   }
   *shard = t;
   return Status::OK();
