@@ -35,7 +35,7 @@ CPPFLAGS += -DPUSHPULL_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
 NVCCFLAGS ?= -std=c++17 -O2 -I. -Xcompiler -fPIC -MMD -MP \
              -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-             -gencode arch=compute_90,code=compute_90
+             -gencode arch=compute_90,code=compute_90 -gencode arch=compute_75,code=compute_75
 endif
 
 # One static library per folder; binaries and tests link them in dependency order.

@@ -56,7 +56,8 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
     }
   }
   const int batch = app.batch;
-  auto backend = MlpBackend::Create(o.device, o.layers, std::max(batch, 1024));
+  const int gpu = o.gpu >= 0 ? o.gpu : rank % std::max(1, GpuCount());
+  auto backend = MlpBackend::Create(o.device, o.layers, std::max(batch, 1024), gpu);
   if (!backend.ok()) return backend.status();
   MlpBackend& net = **backend;
   PP_LOG(Info) << "fmnist_mlp: worker " << rank << "/" << W << " on " << train.n << " training images, backend "
@@ -149,6 +150,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
     int64_t epoch_start = NowMs();
     std::shuffle(order.begin(), order.end(), rng);
     double loss_sum = 0;
+    int64_t epoch_samples = 0;  // (fewer than the shard when resumed mid-epoch)
     for (int s = epoch == first->epoch ? int(first->skip) : 0; s < steps; ++s) {
       int n = std::min(batch, train.n - s * batch);
       for (int i = 0; i < n; ++i) {
@@ -175,6 +177,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
       compute_s += (t2 - t1) * 1e-6;
       loss_sum += double(loss) * n;
       samples += n;
+      epoch_samples += n;
       progress.Update(client.clock(), loss, samples);
       double metric = NAN;
       if (rank == 0 && app.eval_every > 0 && client.clock() % app.eval_every == 0) {
@@ -188,7 +191,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
       }
       trace.Row(client.clock(), (NowMs() - start) / 1000.0, loss, metric, stale);
     }
-    double train_loss = loss_sum / train.n;
+    double train_loss = loss_sum / std::max<int64_t>(1, epoch_samples);
     double test_acc = NAN;
     if (rank == 0) {
       int32_t stale = 0;
@@ -198,7 +201,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
       trace.Row(client.clock(), (NowMs() - start) / 1000.0, test_loss, test_acc, stale);
     }
     double wall = (NowMs() - start) / 1000.0, secs = (NowMs() - epoch_start) / 1000.0;
-    double rate = double(train.n) / std::max(secs, 1e-3);
+    double rate = double(epoch_samples) / std::max(secs, 1e-3);
     if (rank == 0)
       PP_LOG(Info) << "fmnist_mlp epoch " << epoch << "/" << app.epochs << " train_loss " << train_loss
                    << " test_accuracy " << test_acc << " " << secs << "s (" << int64_t(rate) << " samples/s)";

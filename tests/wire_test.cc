@@ -827,6 +827,18 @@ TEST(ClientErrors, AGivenUpPullNeverTurnsOk) {
   EXPECT_TRUE(pull.Ready());
   EXPECT_EQ(pull.Wait().code(), Code::kDeadlineExceeded);
   EXPECT_EQ(out[0], 42.0f);  // not written after the wait gave up
+  // A pull whose Futures all went before it completed (an app returning early on an error) is
+  // given up alike: its destination may go with them.
+  ASSERT_TRUE(a.Clock().ok());
+  {
+    Future dropped = a.PullDense(*ta, out.data());  // clock 2: waits for b
+    Future copy = dropped;
+    EXPECT_FALSE(copy.Ready());
+  }
+  ASSERT_TRUE(b.Clock().ok());
+  std::vector<float> other(8);
+  EXPECT_TRUE(a.PullDense(*ta, other.data()).WaitFor(5000).ok());  // (answered after the dropped one)
+  EXPECT_EQ(out[0], 42.0f);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 

@@ -62,6 +62,8 @@ struct FutureState {
   std::atomic<int> remaining_hint{1};  // lock-free view of remaining, for the receiving waiter
   Status status;
   bool abandoned = false;          // the waiter gave up: never touch `out` again
+  std::atomic<int> handles{0};     // Future copies that refer to it
+  bool writes_destination = false; // a pull into the caller's memory: given up with its last Future
   int32_t staleness = 0;
   // What the call was, for errors: `what`, or else what_kind, what_table and what_rows, spelled
   // out only when needed (What()): formatting it on every call cost an allocation per call.
@@ -218,6 +220,37 @@ class ClientAccess {
  public:
   static std::shared_ptr<internal::PulledParts>& parts(PulledRows* r) { return r->p_; }
 };
+
+Future::Future(std::shared_ptr<internal::FutureState> s) : s_(std::move(s)) {
+  if (s_) s_->handles.fetch_add(1, std::memory_order_relaxed);
+}
+Future::Future(const Future& o) : s_(o.s_) {
+  if (s_) s_->handles.fetch_add(1, std::memory_order_relaxed);
+}
+Future& Future::operator=(const Future& o) {
+  if (this != &o) {
+    if (o.s_) o.s_->handles.fetch_add(1, std::memory_order_relaxed);
+    Release();
+    s_ = o.s_;
+  }
+  return *this;
+}
+Future& Future::operator=(Future&& o) noexcept {
+  if (this != &o) {
+    Release();
+    s_ = std::move(o.s_);
+  }
+  return *this;
+}
+Future::~Future() { Release(); }
+void Future::Release() {
+  if (!s_) return;
+  if (s_->handles.fetch_sub(1, std::memory_order_acq_rel) == 1 && s_->writes_destination) {
+    std::lock_guard<std::mutex> l(s_->mu);
+    if (s_->remaining > 0) s_->abandoned = true;  // the reply is not written (see Complete)
+  }
+  s_.reset();
+}
 
 Status Future::Wait() { return s_ ? WaitFor(s_->default_timeout_ms) : Status::OK(); }
 
@@ -1155,6 +1188,7 @@ Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out
   auto fs = NewState(slot < 0 ? "pull from table" : "pull of optimizer slot from", t.name,
                      static_cast<int64_t>(total_keys),
                      static_cast<int>(cmds.size()));
+  fs->writes_destination = out != nullptr;
   for (auto& c : cmds) c->part.fs = fs;
   Post(std::move(cmds));
   return Future(fs);
@@ -1246,6 +1280,7 @@ Future ClientImpl::PullDenseImpl(const Table& t, float* out, PulledRows* view) {
     cmds.push_back(std::move(c));
   }
   auto fs = NewState("dense pull from table", t.name, -1, static_cast<int>(cmds.size()));
+  fs->writes_destination = out != nullptr;
   for (auto& c : cmds) c->part.fs = fs;
   Post(std::move(cmds));
   return Future(fs);

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "common/log.h"
+
 namespace pushpull {
 
 Result<Device> ParseDevice(const std::string& s) {
@@ -12,15 +14,20 @@ Result<Device> ParseDevice(const std::string& s) {
   return Status::InvalidArgument("device '" + s + "' is not one of auto|cpu|gpu");
 }
 
-bool GpuAvailable() {
+int GpuCount() {
   // The device count cannot change under a running process in a way we care about; ask once.
-  static const bool available = internal::CudaDeviceCount() > 0;
-  return available;
+  static const int count = internal::CudaDeviceCount();
+  return count;
 }
 
+bool GpuAvailable() { return GpuCount() > 0; }
+
 Result<std::unique_ptr<MlpBackend>> MlpBackend::Create(Device device, std::vector<int> layers,
-                                                        int max_batch) {
+                                                        int max_batch, int gpu) {
   PP_RETURN_IF_ERROR(internal::CheckLayers(layers, max_batch));
+  if (device != Device::kCpu && GpuAvailable() && (gpu < 0 || gpu >= GpuCount()))
+    return Status::InvalidArgument("gpu " + std::to_string(gpu) + ": this machine has " +
+                                   std::to_string(GpuCount()) + " CUDA devices (0 to " + std::to_string(GpuCount() - 1) + ")");
   switch (device) {
     case Device::kCpu:
       return internal::NewCpuMlpBackend(std::move(layers), max_batch);
@@ -32,9 +39,13 @@ Result<std::unique_ptr<MlpBackend>> MlpBackend::Create(Device device, std::vecto
         return Status::Unavailable("device=gpu: this build has no CUDA support (built with CUDA=0)");
 #endif
       }
-      return internal::NewGpuMlpBackend(std::move(layers), max_batch);
+      return internal::NewGpuMlpBackend(std::move(layers), max_batch, gpu);
     case Device::kAuto:
-      if (GpuAvailable()) return internal::NewGpuMlpBackend(std::move(layers), max_batch);
+      if (GpuAvailable()) {
+        auto g = internal::NewGpuMlpBackend(layers, max_batch, gpu);
+        if (g.ok()) return g;
+        PP_LOG(Warning) << "--device=auto: the GPU cannot be used (" << g.status().ToString() << "); using the CPU";
+      }
       return internal::NewCpuMlpBackend(std::move(layers), max_batch);
   }
   return Status::InvalidArgument("unknown device " + std::to_string(int(device)));
@@ -45,7 +56,7 @@ namespace internal {
 #ifndef PUSHPULL_CUDA
 // CUDA=0 builds compile no .cu file; these stand in for the ones in mlp_gpu.cu.
 int CudaDeviceCount() { return 0; }
-Result<std::unique_ptr<MlpBackend>> NewGpuMlpBackend(std::vector<int>, int) {
+Result<std::unique_ptr<MlpBackend>> NewGpuMlpBackend(std::vector<int>, int, int) {
   return Status::Unavailable("device=gpu: this build has no CUDA support (built with CUDA=0)");
 }
 #endif

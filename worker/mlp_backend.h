@@ -22,14 +22,18 @@ Result<Device> ParseDevice(const std::string& s);  // auto|cpu|gpu
 
 // True when a CUDA device is usable (built with CUDA and cudaGetDeviceCount() > 0).
 bool GpuAvailable();
+// CUDA devices this process sees (0 without CUDA).
+int GpuCount();
 
 class MlpBackend {
  public:
   virtual ~MlpBackend() = default;
-  // layers: {784, 256, 128, 10}; max_batch: the largest batch passed later.
-  // kAuto picks the GPU when GpuAvailable(), else the CPU. kGpu without a GPU: Unavailable.
+  // layers: {784, 256, 128, 10}; max_batch: the largest batch passed later; gpu: which CUDA
+  // device (0 to GpuCount() - 1; several workers on one machine each take their own).
+  // kAuto picks that GPU when GpuAvailable() and it can run this build's kernels, else the CPU
+  // (saying why). kGpu without a usable GPU: Unavailable.
   static Result<std::unique_ptr<MlpBackend>> Create(Device device, std::vector<int> layers,
-                                                     int max_batch);
+                                                     int max_batch, int gpu = 0);
 
   virtual std::string name() const = 0;  // "cpu (Eigen)" or "gpu (cuBLAS, <device name>)"
   const std::vector<int>& layers() const { return layers_; }
@@ -58,7 +62,7 @@ class MlpBackend {
 // mlp_cpu.cc and mlp_gpu.cu; without CUDA the GPU one is never called.
 namespace internal {
 Result<std::unique_ptr<MlpBackend>> NewCpuMlpBackend(std::vector<int> layers, int max_batch);
-Result<std::unique_ptr<MlpBackend>> NewGpuMlpBackend(std::vector<int> layers, int max_batch);
+Result<std::unique_ptr<MlpBackend>> NewGpuMlpBackend(std::vector<int> layers, int max_batch, int gpu);
 // Number of usable CUDA devices; 0 when the runtime reports none or fails.
 int CudaDeviceCount();
 // Argument checks shared by the backends: InvalidArgument naming what is wrong.

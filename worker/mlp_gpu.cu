@@ -122,9 +122,9 @@ Status LaunchStatus(const char* kernel) {
 // and every public call synchronises it before returning, so no work is in flight between calls.
 class GpuMlpBackend final : public MlpBackend {
  public:
-  static Result<std::unique_ptr<MlpBackend>> Make(std::vector<int> layers, int max_batch) {
+  static Result<std::unique_ptr<MlpBackend>> Make(std::vector<int> layers, int max_batch, int gpu) {
     std::unique_ptr<GpuMlpBackend> b(new GpuMlpBackend(std::move(layers), max_batch));
-    PP_RETURN_IF_ERROR(b->Init().Annotate("creating the GPU MLP backend"));
+    PP_RETURN_IF_ERROR(b->Init(gpu).Annotate("creating the GPU MLP backend on GPU " + std::to_string(gpu)));
     return std::unique_ptr<MlpBackend>(std::move(b));
   }
 
@@ -143,6 +143,7 @@ class GpuMlpBackend final : public MlpBackend {
     if (x == nullptr || labels == nullptr || loss == nullptr) {
       return Status::InvalidArgument("ForwardBackward: x, labels and loss must be non-null");
     }
+    PP_CUDA_RETURN_IF_ERROR(cudaSetDevice(dev_));  // (this thread's device may be another)
     PP_RETURN_IF_ERROR(internal::CheckLabels(labels, batch, layers_.back()));
 
     PP_RETURN_IF_ERROR(UploadParams(params));
@@ -182,7 +183,11 @@ class GpuMlpBackend final : public MlpBackend {
     }
     const bool want_loss = labels != nullptr && loss != nullptr;
     if (labels != nullptr) PP_RETURN_IF_ERROR(internal::CheckLabels(labels, n, layers_.back()));
-
+    if (n == 0) {  // (nothing to upload: no copy left running when this returns)
+      if (want_loss) *loss = 0.0f;
+      return Status::OK();
+    }
+    PP_CUDA_RETURN_IF_ERROR(cudaSetDevice(dev_));  // (this thread's device may be another)
     PP_RETURN_IF_ERROR(UploadParams(params));
     const int in = layers_[0], classes = layers_.back();
     double loss_sum = 0.0;
@@ -217,12 +222,21 @@ class GpuMlpBackend final : public MlpBackend {
   GpuMlpBackend(std::vector<int> layers, int max_batch)
       : MlpBackend(std::move(layers)), max_batch_(max_batch) {}
 
-  Status Init() {
-    int dev = 0;
-    PP_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+  Status Init(int gpu) {
+    dev_ = gpu;
+    PP_CUDA_RETURN_IF_ERROR(cudaSetDevice(dev_));
     cudaDeviceProp prop;
-    PP_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, dev));
+    PP_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, dev_));
     device_name_ = prop.name;
+    // A GPU older than the code this build carries (PTX for compute capability 7.5 and up) would
+    // fail at its first kernel, after the worker joined the job: said here instead.
+    cudaFuncAttributes attr;
+    if (cudaError_t e = cudaFuncGetAttributes(&attr, BiasActKernel); e != cudaSuccess) {
+      cudaGetLastError();
+      return Status::Unavailable(device_name_ + " (compute capability " + std::to_string(prop.major) + "." +
+                                 std::to_string(prop.minor) + ") cannot run this build's kernels (" +
+                                 cudaGetErrorString(e) + "; built for compute capability 7.5 and up)");
+    }
 
     PP_RETURN_IF_ERROR(stream_.Create());
     PP_RETURN_IF_ERROR(blas_.Create());
@@ -336,6 +350,7 @@ class GpuMlpBackend final : public MlpBackend {
   // Set at construction / Init().
   const int max_batch_;
   std::string device_name_;
+  int dev_ = 0;  // the CUDA device everything here lives on
   std::vector<size_t> offsets_;  // layer l's first float in the flat parameter/gradient arrays
   size_t total_params_ = 0;
   cuda::Stream stream_;
@@ -364,9 +379,9 @@ int CudaDeviceCount() {
   return n;
 }
 
-Result<std::unique_ptr<MlpBackend>> NewGpuMlpBackend(std::vector<int> layers, int max_batch) {
+Result<std::unique_ptr<MlpBackend>> NewGpuMlpBackend(std::vector<int> layers, int max_batch, int gpu) {
   PP_RETURN_IF_ERROR(CheckLayers(layers, max_batch));
-  return GpuMlpBackend::Make(std::move(layers), max_batch);
+  return GpuMlpBackend::Make(std::move(layers), max_batch, gpu);
 }
 
 }  // namespace internal

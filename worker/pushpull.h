@@ -105,10 +105,18 @@ class PulledRows {
 };
 
 // The result of an asynchronous Push or Pull.
+// Copies share the call. Once the last copy of a pull's Future goes before the call completed,
+// the call is given up as by an expired WaitFor: nothing more is written into its destination,
+// so the destination may go with it (an app that returns early on an error).
 class Future {
  public:
   Future() = default;
-  explicit Future(std::shared_ptr<internal::FutureState> s) : s_(std::move(s)) {}
+  explicit Future(std::shared_ptr<internal::FutureState> s);
+  Future(const Future& o);
+  Future(Future&& o) noexcept = default;
+  Future& operator=(const Future& o);
+  Future& operator=(Future&& o) noexcept;
+  ~Future();
   // Waits for every server's answer, at most the client's request_timeout_ms. A pull's values
   // are in its destination once this returns OK. A WaitFor that expires gives the call up: a
   // pull writes nothing more into its destination, and the Future never turns OK afterwards; a
@@ -122,6 +130,7 @@ class Future {
   int32_t staleness() const;
 
  private:
+  void Release();  // this copy goes: the last of a pull's gives it up
   std::shared_ptr<internal::FutureState> s_;
 };
 

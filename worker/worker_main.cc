@@ -58,6 +58,8 @@ DEFINE_double(noise, 0.1, "linreg: label noise stddev");
 DEFINE_string(layers, "784,256,128,10", "fmnist_mlp: layer sizes");
 DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist", "fmnist_mlp: directory of the gzip'd IDX files");
 DEFINE_string(device, "auto", "fmnist_mlp: compute backend: auto (GPU when present) | cpu | gpu");
+DEFINE_int32(gpu, -1, "fmnist_mlp: which CUDA device (-1: this worker's rank modulo the devices it sees, so that "
+             "workers on one machine spread over its GPUs)");
 DEFINE_int32(train_limit, 0, "fmnist_mlp: use only this many training images (0: all)");
 DEFINE_int32(test_limit, 0, "fmnist_mlp: evaluate on only this many test images (0: all)");
 // sparse_lr
@@ -87,7 +89,12 @@ pushpull::Status ParseAppOptions(pushpull::AppOptions* out) {
     if (!layers.ok()) return layers.status();
     auto dev = pushpull::ParseDevice(FLAGS_device);
     if (!dev.ok()) return dev.status();
+    if (FLAGS_gpu < -1) return pushpull::Status::InvalidArgument("--gpu must be >= -1, not " + std::to_string(FLAGS_gpu));
   }
+  if (FLAGS_eval_subset < 1)
+    return pushpull::Status::InvalidArgument("--eval_subset must be >= 1, not " + std::to_string(FLAGS_eval_subset));
+  if (FLAGS_app == "sparse_lr" && FLAGS_heldout < 1)
+    return pushpull::Status::InvalidArgument("--heldout must be >= 1, not " + std::to_string(FLAGS_heldout));
   pushpull::AppOptions& app = *out;
   auto c = pushpull::ParseConsistency(FLAGS_consistency);
   if (!c.ok()) return c.status();
@@ -135,6 +142,7 @@ pushpull::Status RunApp(pushpull::Client& client, pushpull::AppOptions app, push
     auto dev = pushpull::ParseDevice(FLAGS_device);
     if (!dev.ok()) return dev.status();
     o.device = *dev;
+    o.gpu = FLAGS_gpu;
     o.train_limit = FLAGS_train_limit;
     o.test_limit = FLAGS_test_limit;
     return pushpull::RunFmnistMlp(client, app, o, result);

@@ -61,6 +61,10 @@ run_one() {  # app model strag seed [extra flags...]
   local name="${app}_${model/:/}_${strag}_s${seed}${EXTRA_TAG:-}"
   local flags target
   if [ "$app" = fmnist_mlp ]; then flags=$fm_flags; target=$fm_target; else flags=$slr_flags; target=$slr_target; fi
+  # A target every run reaches (fmnist_mlp: an accuracy; sparse_lr: a gap to the optimum): the
+  # experiments measure time to target themselves, so a run that fails is an error.
+  local always=0.0001
+  [ "$app" = sparse_lr ] && always=1000
   local inject=""
   [ "$strag" = random ] && inject=$straggler_flags
   if [ $resume = 1 ] && [ -f "$runs/$name.w0.csv" ] && [ -f "$runs/$name.wall_ms" ]; then
@@ -71,12 +75,9 @@ run_one() {  # app model strag seed [extra flags...]
   local start=$(date +%s%N)
   # Worker 0 writes the trace; every worker checks its staleness bound on every pull.
   if ! "$launch" --servers=2 --workers=$workers --consistency=$model -- --app=$app --seed=$seed \
-      $flags $inject --progress_s=0 --target=0.0001 "$@" \
+      $flags $inject --progress_s=0 --target=$always "$@" \
       --metrics_out="$runs/$name.jsonl" --trace_out="$runs/$name.w%d.csv" > "$runs/$name.log" 2>&1; then
-    # --target=0.0001: the experiments measure time to target themselves; a run fails only on errors.
-    if grep -qE "failed:|beyond the bound|job failed" "$runs/$name.log" && ! grep -q "did not reach its target" "$runs/$name.log"; then
-      echo "run $name failed:"; tail -20 "$runs/$name.log"; exit 1
-    fi
+    echo "run $name failed:"; tail -20 "$runs/$name.log"; exit 1
   fi
   echo $(( ($(date +%s%N) - start) / 1000000 )) > "$runs/$name.wall_ms"
   summarize "$name" "$app" "$model" "$strag${EXTRA_TAG:-}" "$seed"
