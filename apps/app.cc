@@ -57,10 +57,14 @@ Status InjectionOptions::ParseRankMap(const std::string& flag, const std::string
     size_t comma = text.find(',', i);
     std::string item = text.substr(i, comma == std::string::npos ? std::string::npos : comma - i);
     size_t colon = item.find(':');
+    char* rank_end = nullptr;
     char* end = nullptr;
-    long rank = colon == std::string::npos ? -1 : std::strtol(item.c_str(), &end, 10);
+    long rank = colon == std::string::npos ? -1 : std::strtol(item.c_str(), &rank_end, 10);
     double v = colon == std::string::npos ? 0 : std::strtod(item.c_str() + colon + 1, &end);
-    if (colon == std::string::npos || rank < 0 || !end || *end != '\0' || !(v >= 0))
+    // Both parts whole numbers: the rank up to the colon, the value to the end ("x:50" and
+    // "1abc:50" are no ranks).
+    if (colon == std::string::npos || colon == 0 || rank < 0 || rank_end != item.c_str() + colon || !end ||
+        end == item.c_str() + colon + 1 || *end != '\0' || !(v >= 0))
       return Status::InvalidArgument("--" + flag + ": '" + item + "' is not RANK:VALUE (e.g. 1:50)");
     (*out)[static_cast<int>(rank)] = v;
     if (comma == std::string::npos) break;

@@ -121,14 +121,16 @@ cp "$plots"/*.png docs/experiments/
   echo "for pulls (all workers). Max staleness: largest staleness any pull observed. Final metric:"
   echo "fmnist_mlp test accuracy (10k images), sparse_lr held-out AUC. \`_sa\`: staleness-aware steps."
   echo
+  echo "Time and clocks to target are means over the runs that reached it; runs: reached / made."
+  echo
   echo "| app | model | stragglers | time to target (s) | clocks to target | wait | max staleness | final metric | runs |"
   echo "|---|---|---|---|---|---|---|---|---|"
   awk -F, 'NR > 1 { k = $1 "|" $2 "|" $4; n[k]++; if ($6 != "") { t[k] += $6; c[k] += $7; hit[k]++ }
       w[k] += $9; if ($10 > ms[k]) ms[k] = $10; fm[k] += $8; order[k] = NR }
     END { for (k in n) { split(k, a, "|");
-        printf "| %s | %s | %s | %s | %s | %.2f | %d | %.4f | %d |\n", a[1], a[2], a[3],
+        printf "| %s | %s | %s | %s | %s | %.2f | %d | %.4f | %d / %d |\n", a[1], a[2], a[3],
           hit[k] ? sprintf("%.1f", t[k] / hit[k]) : "not reached", hit[k] ? sprintf("%.0f", c[k] / hit[k]) : "-",
-          w[k] / n[k], ms[k], fm[k] / n[k], n[k] } }' "$out/summary.csv" | sort -t'|' -k2,2 -k4,4 -k3,3
+          w[k] / n[k], ms[k], fm[k] / n[k], hit[k], n[k] } }' "$out/summary.csv" | sort -t'|' -k2,2 -k4,4 -k3,3
   echo
   echo "Plots:"
   echo

@@ -102,7 +102,10 @@ summarize() {  # name app model strag seed
 if [ $resume = 1 ]; then
   # Runs made before wall times were kept: take them from the previous summary.
   if [ -f "$summary.prev" ]; then
-    awk -F, 'NR > 1 { m = $2; sub(":", "", m); n = $1 "_" m "_" $4 "_s" $5; print n, $11 * 1000 }' "$summary.prev" |
+    # (A tagged run's strag column is STRAG_TAG, its name ..._STRAG_sSEED_TAG.)
+    awk -F, 'NR > 1 { m = $2; sub(":", "", m); st = $4; tag = ""; u = index(st, "_");
+                      if (u) { tag = substr(st, u); st = substr(st, 1, u - 1) }
+                      n = $1 "_" m "_" st "_s" $5 tag; print n, $11 * 1000 }' "$summary.prev" |
       while read -r n ms; do [ -f "$runs/$n.wall_ms" ] || echo "${ms%.*}" > "$runs/$n.wall_ms"; done
   fi
 fi
