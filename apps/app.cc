@@ -141,8 +141,21 @@ Result<StartPoint> FirstEpochOf(int64_t c, int epochs, const std::function<int64
 }
 }  // namespace
 
+std::string RunDescription(const char* app_name, const std::function<int64_t(int)>& clock_after, int epochs,
+                           const std::string& what) {
+  std::string s = std::string(app_name) + ": epochs end at clocks ";
+  for (int e = 1; e <= std::min(epochs, 3); ++e) s += (e > 1 ? ", " : "") + std::to_string(clock_after(e));
+  if (epochs > 3) s += ", ...";
+  return s + " (" + what + ")";
+}
+
 Result<StartPoint> FirstEpoch(Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
-                              const char* app_name) {
+                              const char* app_name, const std::string& run) {
+  const std::string& was = client.restored_run();
+  if (!was.empty() && was != run)
+    return Status::InvalidArgument(std::string(app_name) + ": the checkpoint was taken by a run where \"" + was +
+                                   "\"; this one: \"" + run + "\". Resume with the data, batch size and workers of "
+                                   "the checkpointed run");
   auto first = FirstEpochOf(client.clock(), app.epochs, clock_after, app_name, client.replacement());
   // Checkpoints asked for in a job without them fail now rather than after an epoch (a job
   // restored after its last epoch trains, and checkpoints, no more).
@@ -154,16 +167,16 @@ Result<StartPoint> FirstEpoch(Client& client, const AppOptions& app, const std::
   // due there, as the dead one would have: the others may be waiting in it for this rank (the
   // scheduler answers at once when it was taken already).
   if (first.ok() && client.replacement() && first->skip == 0 && first->epoch > 1)
-    PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, first->epoch - 1, app_name));
+    PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, first->epoch - 1, app_name, run));
   return first;
 }
 
-Status CheckpointIfDue(Client& client, const AppOptions& app, int epoch, const char* app_name) {
+Status CheckpointIfDue(Client& client, const AppOptions& app, int epoch, const char* app_name, const std::string& run) {
   // Every N epochs, and after the last: the trained model is always in the newest checkpoint.
   if (app.checkpoint_every_epochs <= 0 || (epoch % app.checkpoint_every_epochs != 0 && epoch != app.epochs))
     return Status::OK();
   const int64_t t0 = NowMs();
-  PP_RETURN_IF_ERROR(client.Checkpoint().Annotate(std::string(app_name) + " checkpoint after epoch " +
+  PP_RETURN_IF_ERROR(client.Checkpoint(run).Annotate(std::string(app_name) + " checkpoint after epoch " +
                                                    std::to_string(epoch)));
   if (client.rank() == 0)
     PP_LOG(Info) << app_name << ": checkpoint after epoch " << epoch << " (clock " << client.clock() << ") in "

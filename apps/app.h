@@ -62,11 +62,18 @@ struct StartPoint {
   int epoch = 1;
   int64_t skip = 0;
 };
+// `run` says how this run counts its clocks (RunDescription): a job restored from a checkpoint
+// taken by a run that counted them otherwise (another batch size, data or worker count) is
+// InvalidArgument, naming both, rather than resumed at the wrong epoch.
 Result<StartPoint> FirstEpoch(Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
-                              const char* app_name);
+                              const char* app_name, const std::string& run);
+// "fmnist_mlp: epochs end at clocks 938, 1876, ... (batch 64, 4 workers, 60000 examples)": the
+// first epochs' ends and what they follow from (`what`).
+std::string RunDescription(const char* app_name, const std::function<int64_t(int)>& clock_after, int epochs,
+                           const std::string& what);
 // After epoch `epoch` (its last Clock() done): a checkpoint when AppOptions asks for one, every
-// checkpoint_every_epochs epochs and after the last.
-Status CheckpointIfDue(Client& client, const AppOptions& app, int epoch, const char* app_name);
+// checkpoint_every_epochs epochs and after the last; it keeps `run`.
+Status CheckpointIfDue(Client& client, const AppOptions& app, int epoch, const char* app_name, const std::string& run);
 
 // Applies InjectionOptions after each step of one worker.
 class Injector {

@@ -123,7 +123,12 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
   // epochs end at the same clock everywhere (checkpoints are taken there) and the schedule's
   // count above holds: a larger shard's one extra image is seen only when it fits the last batch.
   const int steps = (train_all->n / W + batch - 1) / batch;
-  auto first = FirstEpoch(client, app, [&](int e) { return int64_t(e) * steps; }, "fmnist_mlp");
+  const auto clock_after = [&](int e) { return int64_t(e) * steps; };
+  const std::string run =
+      RunDescription("fmnist_mlp", clock_after, app.epochs,
+                     "batch " + std::to_string(batch) + ", " + Count(W, "worker") + ", " +
+                         std::to_string(train_all->n) + " training images");
+  auto first = FirstEpoch(client, app, clock_after, "fmnist_mlp", run);
   if (!first.ok()) return first.status();
   // Resuming: the skipped epochs' shuffles, so that the next epoch sees the order it would have.
   for (int e = 1; e < first->epoch; ++e) std::shuffle(order.begin(), order.end(), rng);
@@ -212,7 +217,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
                                       {"train_loss", train_loss}, {"test_accuracy", test_acc},
                                       {"samples_per_s", rate}, {"worker", rank},
                                       {"wait_fraction", wait_s / std::max(1e-9, wait_s + compute_s)}}));
-    PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, epoch, "fmnist_mlp"));
+    PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, epoch, "fmnist_mlp", run));
   }
   result->samples_per_s = samples / std::max(1e-3, (NowMs() - start) / 1000.0);
   result->wait_fraction = wait_s / std::max(1e-9, wait_s + compute_s);

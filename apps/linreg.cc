@@ -65,7 +65,11 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   PP_RETURN_IF_ERROR(trace.status());
   std::vector<float> w(o.dim);
   const int batches = (o.examples_per_worker + app.batch - 1) / app.batch;
-  auto first = FirstEpoch(client, app, [&](int e) { return int64_t(e) * batches; }, "linreg");
+  const auto clock_after = [&](int e) { return int64_t(e) * batches; };
+  const std::string run = RunDescription("linreg", clock_after, app.epochs,
+                                         "batch " + std::to_string(app.batch) + ", " +
+                                             std::to_string(o.examples_per_worker) + " examples a worker");
+  auto first = FirstEpoch(client, app, clock_after, "linreg", run);
   if (!first.ok()) return first.status();
   int64_t start = NowMs(), samples = 0;
   double loss = 0;
@@ -112,7 +116,7 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
     PP_RETURN_IF_ERROR(metrics.Write({{"epoch", epoch}, {"clock", double(client.clock())},
                                       {"wall_s", wall}, {"train_loss", loss},
                                       {"samples_per_s", samples / std::max(wall, 1e-3)}}));
-    PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, epoch, "linreg"));
+    PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, epoch, "linreg", run));
   }
   result->samples_per_s = samples / std::max(1e-3, (NowMs() - start) / 1000.0);
   result->final_metric = loss;

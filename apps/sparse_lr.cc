@@ -156,7 +156,11 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
     for (int k = 1; k <= e; ++k) clocks += (examples_after(k) - examples_after(k - 1) + app.batch - 1) / app.batch;
     return clocks;
   };
-  auto first = FirstEpoch(client, app, clock_after, "sparse_lr");
+  const std::string run = RunDescription("sparse_lr", clock_after, app.epochs,
+                                         Count(app.epochs, "epoch") + ", batch " + std::to_string(app.batch) + ", " +
+                                             Count(W, "worker") + ", " + std::to_string(o.examples_total) +
+                                             " examples");
+  auto first = FirstEpoch(client, app, clock_after, "sparse_lr", run);
   if (!first.ok()) return first.status();
   // Resuming: the examples of the skipped epochs are drawn and dropped (the stream is seeded).
   if (first->epoch <= app.epochs) {
@@ -233,7 +237,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
                                       {"logloss", rank == 0 ? logloss : NAN},
                                       {"optimal_logloss", rank == 0 ? optimal : NAN},
                                       {"auc", rank == 0 ? auc : NAN}, {"samples_per_s", rate}, {"worker", rank}}));
-    PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, epoch, "sparse_lr"));
+    PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, epoch, "sparse_lr", run));
   }
   double gap = rank == 0 ? logloss / optimal - 1 : 0;
   const double target_gap = app.target > 0 ? app.target : 0.02;

@@ -92,6 +92,7 @@ struct ClusterMap {
   // worker starts. Empty / 0 for a fresh job.
   std::string restore_from;
   int64_t start_clock = 0;
+  std::string restore_run;   // the checkpoint's run description (Client::restored_run)
   bool checkpoints = false;  // the scheduler has a checkpoint directory: Client::Checkpoint() can work
 };
 

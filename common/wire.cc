@@ -181,6 +181,7 @@ void SaveBody(Ar& ar, const Header& h) {
         ar(h.cluster.start_clock);
         SaveString(ar, h.cluster.restore_from);
         ar(static_cast<uint8_t>(h.cluster.checkpoints));
+        SaveString(ar, h.cluster.restore_run);
       }
       ar(h.membership.version, h.membership.job_state);
       SavePodVector(ar, h.membership.worker_alive);
@@ -238,6 +239,7 @@ void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h) {
         ar(checkpoints);
         if (checkpoints > 1) throw WireError("checkpoints flag " + std::to_string(checkpoints) + " is not a bool");
         h.cluster.checkpoints = checkpoints != 0;
+        LoadString(ar, buf, h.cluster.restore_run, kMaxRunText, "run description");
       }
       ar(h.membership.version, h.membership.job_state);
       LoadPodVector(ar, buf, h.membership.worker_alive, kMaxNodes, "worker list");

@@ -24,13 +24,15 @@
 namespace pushpull {
 
 constexpr uint32_t kWireMagic = 0x50505348;  // "PPSH"
-constexpr uint16_t kWireVersion = 5;  // 2: pull replies may split their values over frames; 3: checkpoints;
+constexpr uint16_t kWireVersion = 6;  // 2: pull replies may split their values over frames; 3: checkpoints;
                                       // 4: heartbeats carry the membership version, RegisterReply whether the job checkpoints;
-                                      // 5: pushes split over servers carry the whole push's norm (clip_norm)
+                                      // 5: pushes split over servers carry the whole push's norm (clip_norm);
+                                      // 6: checkpoints keep the run's description (Client::Checkpoint(run))
 // A RegisterReply lists every server's address (up to kMaxNodes of at most 256 bytes): 1.1 MB
 // at most; data-message headers are a few dozen bytes.
 constexpr uint32_t kMaxNodes = 4096;
 constexpr size_t kMaxHeaderBytes = 2 * 1024 * 1024;
+constexpr uint32_t kMaxRunText = 1024;  // Client::Checkpoint(run)'s description
 constexpr size_t kMaxErrorText = 1024;
 constexpr uint64_t kMaxKeysPerMessage = uint64_t(1) << 31;
 constexpr size_t kMaxValueFrames = 64;  // a pull reply's value frames (a server's stripes: <= 64)
@@ -92,7 +94,8 @@ struct Header {
   std::string error;       // status text, at most kMaxErrorText bytes
 
   // Control payloads, present according to type.
-  std::string address;     // kRegister: where a server listens; kCheckpoint: the directory
+  std::string address;     // kRegister: where a server listens; kCheckpoint: the directory (to a
+                           // server), the run's description (from a worker)
   ClusterMap cluster;      // kRegisterReply
   Membership membership;   // kRegisterReply, kMembership
   TableSpec spec;          // kCreateTable (worker -> scheduler)

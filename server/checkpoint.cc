@@ -375,6 +375,11 @@ Status PrepareCheckpointDir(const std::string& root, const std::string& dir) {
 Status CommitCheckpoint(const std::string& root, const CheckpointManifest& m, int keep) {
   std::ostringstream text;
   text << "pushpull checkpoint\nclock " << m.clock << "\nservers " << m.servers << "\nworkers " << m.workers << "\n";
+  if (!m.run.empty()) {
+    std::string run = m.run;
+    std::replace(run.begin(), run.end(), '\n', ' ');
+    text << "run " << run << "\n";
+  }
   PP_RETURN_IF_ERROR(WriteTextFile((fs::path(m.dir) / "MANIFEST").string(), text.str()));
   PP_RETURN_IF_ERROR(WriteTextFile((fs::path(root) / "LATEST").string(), fs::path(m.dir).filename().string() + "\n"));
   // Complete checkpoints older than this one beyond the `keep` newest go, and incomplete ones
@@ -409,7 +414,10 @@ Result<CheckpointManifest> ReadManifest(const std::string& dir) {
     if (key == "clock") have[0] = bool(mf >> m.clock);
     else if (key == "servers") have[1] = bool(mf >> m.servers);
     else if (key == "workers") have[2] = bool(mf >> m.workers);
-    else break;
+    else if (key == "run") {
+      std::getline(mf, m.run);
+      if (!m.run.empty() && m.run[0] == ' ') m.run.erase(0, 1);
+    } else break;
   }
   if (title != "pushpull checkpoint" || !have[0] || !have[1] || !have[2] || m.clock < 0 || m.servers < 1 ||
       m.workers < 1 || m.servers > 4096 || m.workers > 4096)

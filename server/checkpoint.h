@@ -65,6 +65,9 @@ struct CheckpointManifest {
   int servers = 0;
   int workers = 0;
   std::string dir;  // <root>/ckpt-<clock>
+  // How the run that took it counts its clocks (Client::Checkpoint's description: an app's
+  // epochs and what they follow from); empty when it gave none. One line.
+  std::string run;
 };
 // Before a checkpoint is written into dir (under root): one committed there earlier (another
 // run's, at the same clock) is uncommitted first, so that a failed write cannot leave its MANIFEST

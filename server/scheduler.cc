@@ -55,7 +55,13 @@ struct PendingTable {
 // A checkpoint in progress: the workers that asked (and at which clock), then the servers that
 // wrote their files.
 struct PendingCheckpoint {
-  std::map<int, std::pair<Waiter, int64_t>> workers;  // rank -> (waiter, clock)
+  struct Ask {
+    Waiter waiter;
+    int64_t clock = 0;
+    std::string run;  // how the worker's run counts its clocks (Client::Checkpoint)
+  };
+  std::map<int, Ask> workers;                          // rank -> its ask
+  std::string run;                                     // the askers' (all the same)
   bool writing = false;                               // servers asked
   int64_t clock = 0;
   std::string dir;
@@ -562,6 +568,7 @@ Header SchedulerImpl::RegisterReply() const {
   h.cluster.num_workers = options_.num_workers;
   for (Node* s : servers_) h.cluster.servers.push_back({s->rank, s->address});
   h.cluster.restore_from = restore_.dir;
+  h.cluster.restore_run = restore_.run;
   h.cluster.start_clock = restore_.clock;
   h.cluster.checkpoints = !options_.checkpoint_dir.empty();
   h.membership = membership_;
@@ -781,7 +788,7 @@ void SchedulerImpl::HandleCheckpoint(Node& worker, const Message& m) {
     return;
   }
   if (checkpoint_.workers.empty()) checkpoint_.deadline = Deadline::In(options_.checkpoint_timeout_ms);
-  checkpoint_.workers[worker.rank] = {w, m.header.clock};
+  checkpoint_.workers[worker.rank] = {w, m.header.clock, m.header.address};
   CheckCheckpoint();
 }
 
@@ -797,16 +804,26 @@ void SchedulerImpl::CheckCheckpoint() {
   if (checkpoint_.workers.empty()) return;
   std::string clocks;
   std::set<int64_t> distinct;
+  std::set<std::string> runs;
   for (auto& [rank, wc] : checkpoint_.workers) {
-    distinct.insert(wc.second);
+    runs.insert(wc.run);
+    distinct.insert(wc.clock);
     clocks += (clocks.empty() ? "" : ", ") + std::string("worker ") + std::to_string(rank) + " at " +
-              std::to_string(wc.second);
+              std::to_string(wc.clock);
   }
   if (distinct.size() != 1) {
     FailCheckpoint(Status::InvalidArgument("workers asked for a checkpoint at different clocks (" + clocks +
                                            "): every worker must call Checkpoint() at the same clock"));
     return;
   }
+  if (runs.size() != 1) {
+    std::string all;
+    for (const auto& r : runs) all += (all.empty() ? "'" : ", '") + r + "'";
+    FailCheckpoint(Status::InvalidArgument("workers describe their runs differently (" + all +
+                                           "): every worker must run the same app with the same data and flags"));
+    return;
+  }
+  checkpoint_.run = *runs.begin();
   const std::string dir = CheckpointDir(options_.checkpoint_dir, *distinct.begin());
   Status prepared = PrepareCheckpointDir(options_.checkpoint_dir, dir);
   if (!prepared.ok()) {
@@ -848,6 +865,7 @@ void SchedulerImpl::HandleServerCheckpointReply(Node& server, const Message& m) 
   man.servers = options_.num_servers;
   man.workers = options_.num_workers;
   man.dir = checkpoint_.dir;
+  man.run = checkpoint_.run;
   Status st = CommitCheckpoint(options_.checkpoint_dir, man, options_.checkpoint_keep);
   if (!st.ok()) {
     FailCheckpoint(st.Annotate("checkpoint at clock " + std::to_string(checkpoint_.clock)));
@@ -855,7 +873,7 @@ void SchedulerImpl::HandleServerCheckpointReply(Node& server, const Message& m) 
   }
   PP_LOG(Info) << "checkpoint at clock " << checkpoint_.clock << " complete: " << checkpoint_.dir << " ("
                << NowMs() - checkpoint_.started_ms << " ms)";
-  for (auto& [rank, wc] : checkpoint_.workers) ReplyTo(wc.first, MsgType::kCheckpointReply, Status::OK());
+  for (auto& [rank, wc] : checkpoint_.workers) ReplyTo(wc.waiter, MsgType::kCheckpointReply, Status::OK());
   committed_clock_ = checkpoint_.clock;
   checkpoint_ = PendingCheckpoint();
 }
@@ -863,7 +881,7 @@ void SchedulerImpl::HandleServerCheckpointReply(Node& server, const Message& m) 
 void SchedulerImpl::FailCheckpoint(const Status& st) {
   if (checkpoint_.workers.empty() && !checkpoint_.writing) return;
   PP_LOG(Error) << "checkpoint failed: " << st.ToString();
-  for (auto& [rank, wc] : checkpoint_.workers) ReplyTo(wc.first, MsgType::kCheckpointReply, st);
+  for (auto& [rank, wc] : checkpoint_.workers) ReplyTo(wc.waiter, MsgType::kCheckpointReply, st);
   checkpoint_ = PendingCheckpoint();
 }
 

@@ -615,6 +615,26 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
     const auto crc = [](const std::string& s) { return s.substr(s.find("params_crc=")); };
     EXPECT_EQ(crc(restored[w].summary).substr(0, 19), crc(trained[w].summary).substr(0, 19));
   }
+  // The checkpoint keeps how the run counted its clocks: restored with half the batch, clock 40
+  // would end epoch 2 of a run of 20 clocks an epoch, and the job would go on there as if
+  // nothing changed (found in review). Refused, naming both.
+  EXPECT_EQ(ReadLatestCheckpoint(root.path())->run,
+            "linreg: epochs end at clocks 10, 20, 30, ... (batch 100, 1000 examples a worker)");
+  LocalCluster other(cfg);
+  ASSERT_TRUE(other.Start().ok());
+  EXPECT_EQ(other.client(0).restored_run(), ReadLatestCheckpoint(root.path())->run);
+  AppOptions half = app;
+  half.batch = 50;
+  other.RunWorkers([&](Client& c, int w) {
+    AppResult r;
+    Status st = RunLinreg(c, half, o, &r);
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("taken by a run where \"linreg: epochs end at clocks 10, 20"), std::string::npos)
+        << st.ToString();
+    EXPECT_NE(st.message().find("this one: \"linreg: epochs end at clocks 20, 40, 60, ... (batch 50"),
+              std::string::npos) << st.ToString();
+  });
+  other.FinishAndJoin().IgnoreError();
 }
 
 // The other apps too: restored from the checkpoint after their last epoch, they evaluate the

@@ -605,7 +605,9 @@ class ClientImpl final : public Client, private internal::Receiver {
                           std::vector<std::unique_ptr<Command>>* cmds);
   Status Clock() override;
   Status Barrier() override;
-  Status Checkpoint() override;
+  using Client::Checkpoint;
+  Status Checkpoint(const std::string& run) override;
+  const std::string& restored_run() const override { return control_.cluster().restore_run; }
   Status Finish() override;
   Status Leave(const Status& why) override;
   ClientStats stats() const override {
@@ -1313,10 +1315,14 @@ Status ClientImpl::Barrier() {
   return r.status();
 }
 
-Status ClientImpl::Checkpoint() {
+Status ClientImpl::Checkpoint(const std::string& run) {
+  if (run.size() > kMaxRunText || run.find('\n') != std::string::npos)
+    return Status::InvalidArgument("checkpoint: the run's description must be one line of at most " +
+                                   std::to_string(kMaxRunText) + " bytes");
   Header h;
   h.type = MsgType::kCheckpoint;
   h.clock = clock_;
+  h.address = run;
   auto r = ControlCall(h, "checkpoint at clock " + std::to_string(clock_), options_.checkpoint_timeout_ms);
   return r.status();
 }

@@ -227,7 +227,14 @@ class Client {
   // --checkpoint_dir, a checkpoint is already in progress or a server refuses (live workers not
   // all at the clock); InvalidArgument when workers call it at different clocks; DeadlineExceeded
   // naming the workers or servers that missed the scheduler's deadline; Aborted when the job ends.
-  virtual Status Checkpoint() = 0;
+  // `run` describes how this run counts its clocks (an app: how many make an epoch, and what that
+  // follows from), at most 1 KB on one line; every worker gives the same (else InvalidArgument).
+  // The checkpoint keeps it, and a job restored from it gets it back from restored_run(), so that
+  // it can refuse to go on where it would count its clocks otherwise (a changed batch size).
+  virtual Status Checkpoint(const std::string& run) = 0;
+  Status Checkpoint() { return Checkpoint(std::string()); }
+  // A job restored from a checkpoint: the `run` given when it was taken (empty otherwise).
+  virtual const std::string& restored_run() const = 0;
   // Waits for every live worker to reach the barrier.
   virtual Status Barrier() = 0;
   // Waits until every server has answered this worker's requests (pushes and clocks nobody
