@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <deque>
 #include <map>
 #include <optional>
@@ -84,7 +85,12 @@ class SchedulerImpl final : public Scheduler {
     // A checkpoint directory that cannot be written fails now, not at the first checkpoint.
     if (!options_.checkpoint_dir.empty()) PP_RETURN_IF_ERROR(EnsureWritableDir(options_.checkpoint_dir));
     if (!options_.restore_from.empty()) {
-      auto m = ReadLatestCheckpoint(options_.restore_from);
+      // The newest complete checkpoint under the directory, or the one it is (a ckpt-NNN
+      // directory: an older one when the newest is damaged).
+      std::error_code ec;
+      auto m = std::filesystem::exists(std::filesystem::path(options_.restore_from) / "MANIFEST", ec)
+                   ? ReadManifest(options_.restore_from)
+                   : ReadLatestCheckpoint(options_.restore_from);
       if (!m.ok()) return m.status().Annotate("--restore_from");
       restore_ = *m;
       if (m->servers != options_.num_servers)

@@ -31,8 +31,9 @@ DEFINE_string(checkpoint_dir, "", "directory servers write checkpoints into when
 DEFINE_int32(checkpoint_keep, 2, "complete checkpoints to keep; older ones are deleted");
 DEFINE_int32(checkpoint_timeout_s, 600, "deadline of each checkpoint phase: every live worker asking, then every "
              "server writing");
-DEFINE_string(restore_from, "", "resume the job from the newest complete checkpoint under this directory "
-              "(tables, optimizer state, clocks; any number of servers)");
+DEFINE_string(restore_from, "", "resume the job from the newest complete checkpoint under this directory, or from "
+              "this checkpoint when it is one (DIR/ckpt-NNN: an older one, when the newest is damaged; "
+              "pushpull-checkpoint --dir=DIR lists them) (tables, optimizer state, clocks; any number of servers)");
 DEFINE_bool(verbose, false, "debug logging");
 
 int main(int argc, char** argv) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <future>
 #include <limits>
 #include <map>
@@ -242,8 +243,14 @@ Status ServerImpl::Run() {
     auto r = WhileHeartbeating(
         [&] { return ReadCheckpointForServer(cluster.restore_from, rank_, static_cast<int>(cluster.servers.size())); });
     if (!r.ok()) {
-      PP_LOG(Error) << "cannot restore: " << r.status().ToString();
-      return r.status().Annotate("restoring from " + cluster.restore_from);
+      // A damaged or missing file: every restart meets it again (pushpull-server exits 2), and
+      // the checkpoint before it may do.
+      const std::string root = std::filesystem::path(cluster.restore_from).parent_path().string();
+      Status st = Status(r.status().code(), r.status().message() + "; to resume from an earlier checkpoint, give the "
+                                             "scheduler --restore_from=" + root + "/ckpt-... (pushpull-checkpoint --dir=" +
+                                             root + " lists them)");
+      PP_LOG(Error) << "cannot restore: " << st.ToString();
+      return st.Annotate("restoring from " + cluster.restore_from);
     }
     restore_ = std::move(r.value());
     PP_LOG(Info) << "restoring " << Count(restore_.size(), "table") << " at clock " << cluster.start_clock << " from "

@@ -83,6 +83,9 @@ int main(int argc, char** argv) {
   auto on_stop = pushpull::CallOnStopSignal([&] { (*s)->Stop(); });
   pushpull::Status st = (*s)->Run();
   if (!st.ok()) PP_LOG(Error) << st.ToString();
-  // 2: a setting no run of this job can get past (the scheduler refused it at registration).
-  return st.ok() ? 0 : st.code() == pushpull::Code::kInvalidArgument ? 2 : 1;
+  // 2: a setting no run of this job can get past (the scheduler refused it at registration), or
+  // a checkpoint it cannot restore from (a damaged or missing file): pushpull-launch does not
+  // restart into the same failure.
+  const pushpull::Code c = st.code();
+  return st.ok() ? 0 : pushpull::IsSetupError(c) || c == pushpull::Code::kCorruption ? 2 : 1;
 }

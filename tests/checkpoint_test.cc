@@ -635,6 +635,31 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
               std::string::npos) << st.ToString();
   });
   other.FinishAndJoin().IgnoreError();
+
+  // The newest checkpoint damaged: the server cannot restore, says how to resume from an older
+  // one (pushpull-server exits 2 on it: a restart would meet it again), and the scheduler takes
+  // a checkpoint directory itself as --restore_from.
+  {
+    const std::string file = ServerCheckpointFile(CheckpointDir(root.path(), 40), 0);
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x5a');
+  }
+  LocalClusterConfig damaged = cfg;
+  damaged.checkpoint_dir.clear();
+  {
+    LocalCluster c(damaged);
+    EXPECT_FALSE(c.Start().ok());
+    c.FinishAndJoin().IgnoreError();
+    const Status st = c.server_status(0);
+    EXPECT_EQ(st.code(), Code::kCorruption) << st.ToString();
+    EXPECT_NE(st.message().find("--restore_from=" + root.path() + "/ckpt-"), std::string::npos) << st.ToString();
+  }
+  damaged.restore_from = CheckpointDir(root.path(), 30);
+  LocalCluster older(damaged);
+  ASSERT_TRUE(older.Start().ok());
+  EXPECT_EQ(older.client(0).clock(), 30);
+  EXPECT_TRUE(older.FinishAndJoin().ok());
 }
 
 // The other apps too: restored from the checkpoint after their last epoch, they evaluate the

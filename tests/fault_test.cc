@@ -233,6 +233,12 @@ TEST(WorkerReplacement, ADeadWorkersCheckpointAskIsNotItsReplacements) {
   cfg.workers = 2;
   cfg.wait_for_replacement = true;
   cfg.checkpoint_dir = tmpl;
+  // Worker 1's first client gives up waiting in its Checkpoint() soon (its ask stays with the
+  // scheduler), so that it is not destroyed while a thread is in the call.
+  auto instances = std::make_shared<std::atomic<int>>(0);
+  cfg.client_options = [instances](int w, ClientOptions* o) {
+    if (w == 1 && instances->fetch_add(1) == 0) o->checkpoint_timeout_ms = 300;
+  };
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
   TableSpec spec = Dense("w", 8);
@@ -244,11 +250,9 @@ TEST(WorkerReplacement, ADeadWorkersCheckpointAskIsNotItsReplacements) {
     t[w] = *made;
   }
   for (int w = 0; w < 2; ++w) ASSERT_TRUE(cluster.client(w).Clock().ok());
-  Status dead_ask;
-  std::thread asker([&] { dead_ask = cluster.client(1).Checkpoint(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // it waits for worker 0
-  cluster.KillClient(1);  // (its Checkpoint() returns as its client goes)
-  asker.join();
+  // It asks, waits for worker 0, gives up waiting, and dies.
+  EXPECT_EQ(cluster.client(1).Checkpoint().code(), Code::kDeadlineExceeded);
+  cluster.KillClient(1);
   std::this_thread::sleep_for(std::chrono::milliseconds(cfg.heartbeat_timeout_ms + 500));
   ASSERT_TRUE(cluster.ReplaceClient(1).ok());
   Client& fresh = cluster.client(1);
