@@ -141,12 +141,13 @@ Result<StartPoint> FirstEpochOf(int64_t c, int epochs, const std::function<int64
 }
 }  // namespace
 
-std::string RunDescription(const char* app_name, const std::function<int64_t(int)>& clock_after, int epochs,
+std::string RunDescription(const char* app_name, const std::function<int64_t(int)>& clock_after,
                            const std::string& what) {
+  // The first three epochs' ends, whatever --epochs is: a run resumed to train longer counts
+  // its clocks as the checkpointed one did.
   std::string s = std::string(app_name) + ": epochs end at clocks ";
-  for (int e = 1; e <= std::min(epochs, 3); ++e) s += (e > 1 ? ", " : "") + std::to_string(clock_after(e));
-  if (epochs > 3) s += ", ...";
-  return s + " (" + what + ")";
+  for (int e = 1; e <= 3; ++e) s += (e > 1 ? ", " : "") + std::to_string(clock_after(e));
+  return s + ", ... (" + what + ")";
 }
 
 Result<StartPoint> FirstEpoch(Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,

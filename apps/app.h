@@ -69,7 +69,7 @@ Result<StartPoint> FirstEpoch(Client& client, const AppOptions& app, const std::
                               const char* app_name, const std::string& run);
 // "fmnist_mlp: epochs end at clocks 938, 1876, ... (batch 64, 4 workers, 60000 examples)": the
 // first epochs' ends and what they follow from (`what`).
-std::string RunDescription(const char* app_name, const std::function<int64_t(int)>& clock_after, int epochs,
+std::string RunDescription(const char* app_name, const std::function<int64_t(int)>& clock_after,
                            const std::string& what);
 // After epoch `epoch` (its last Clock() done): a checkpoint when AppOptions asks for one, every
 // checkpoint_every_epochs epochs and after the last; it keeps `run`.

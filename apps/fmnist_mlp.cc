@@ -125,7 +125,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
   const int steps = (train_all->n / W + batch - 1) / batch;
   const auto clock_after = [&](int e) { return int64_t(e) * steps; };
   const std::string run =
-      RunDescription("fmnist_mlp", clock_after, app.epochs,
+      RunDescription("fmnist_mlp", clock_after,
                      "batch " + std::to_string(batch) + ", " + Count(W, "worker") + ", " +
                          std::to_string(train_all->n) + " training images");
   auto first = FirstEpoch(client, app, clock_after, "fmnist_mlp", run);

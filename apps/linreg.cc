@@ -66,7 +66,7 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   std::vector<float> w(o.dim);
   const int batches = (o.examples_per_worker + app.batch - 1) / app.batch;
   const auto clock_after = [&](int e) { return int64_t(e) * batches; };
-  const std::string run = RunDescription("linreg", clock_after, app.epochs,
+  const std::string run = RunDescription("linreg", clock_after,
                                          "batch " + std::to_string(app.batch) + ", " +
                                              std::to_string(o.examples_per_worker) + " examples a worker");
   auto first = FirstEpoch(client, app, clock_after, "linreg", run);

@@ -156,7 +156,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
     for (int k = 1; k <= e; ++k) clocks += (examples_after(k) - examples_after(k - 1) + app.batch - 1) / app.batch;
     return clocks;
   };
-  const std::string run = RunDescription("sparse_lr", clock_after, app.epochs,
+  const std::string run = RunDescription("sparse_lr", clock_after,
                                          Count(app.epochs, "epoch") + ", batch " + std::to_string(app.batch) + ", " +
                                              Count(W, "worker") + ", " + std::to_string(o.examples_total) +
                                              " examples");

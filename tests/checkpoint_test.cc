@@ -659,6 +659,16 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
   LocalCluster older(damaged);
   ASSERT_TRUE(older.Start().ok());
   EXPECT_EQ(older.client(0).clock(), 30);
+  // Resumed to train longer than the checkpointed run: it counts its clocks alike, so it goes on.
+  AppOptions longer = app;
+  longer.epochs = 6;
+  longer.checkpoint_every_epochs = 0;
+  older.RunWorkers([&](Client& c, int w) {
+    AppResult r;
+    Status st = RunLinreg(c, longer, o, &r);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(c.clock(), 60);
+  });
   EXPECT_TRUE(older.FinishAndJoin().ok());
 }
 
