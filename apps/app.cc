@@ -1,6 +1,7 @@
 #include "apps/app.h"
 
 #include <cerrno>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -63,8 +64,9 @@ Status InjectionOptions::ParseRankMap(const std::string& flag, const std::string
     double v = colon == std::string::npos ? 0 : std::strtod(item.c_str() + colon + 1, &end);
     // Both parts whole numbers: the rank up to the colon, the value to the end ("x:50" and
     // "1abc:50" are no ranks).
-    if (colon == std::string::npos || colon == 0 || rank < 0 || rank_end != item.c_str() + colon || !end ||
-        end == item.c_str() + colon + 1 || *end != '\0' || !(v >= 0))
+    if (colon == std::string::npos || colon == 0 || !std::isdigit(static_cast<unsigned char>(item[0])) ||
+        rank > 1000000 || rank_end != item.c_str() + colon || !end || end == item.c_str() + colon + 1 ||
+        *end != '\0' || !(v >= 0) || !std::isfinite(v))
       return Status::InvalidArgument("--" + flag + ": '" + item + "' is not RANK:VALUE (e.g. 1:50)");
     (*out)[static_cast<int>(rank)] = v;
     if (comma == std::string::npos) break;

@@ -56,7 +56,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
     }
   }
   const int batch = app.batch;
-  const int gpu = o.gpu >= 0 ? o.gpu : rank % std::max(1, GpuCount());
+  const int gpu = o.gpu >= 0 || o.device == Device::kCpu ? std::max(o.gpu, 0) : rank % std::max(1, GpuCount());
   auto backend = MlpBackend::Create(o.device, o.layers, std::max(batch, 1024), gpu);
   if (!backend.ok()) return backend.status();
   MlpBackend& net = **backend;

@@ -69,7 +69,7 @@ Status TableSpec::Validate() const {
     return Status::InvalidArgument("table '" + name + "': bad consistency model");
   // FTRL's weights follow from its z and n alone, which start at 0: its first update would set
   // every initial value back to about 0 (optimizers/ftrl.cc).
-  if (optimizer.kind == opt::Kind::kFtrl && init != InitKind::kZeros && init_scale != 0)
+  if (optimizer.kind == opt::Kind::kFtrl && init != InitKind::kZeros && (init_scale != 0 || init == InitKind::kGlorot))
     return Status::InvalidArgument("table '" + name + "': FTRL starts from zero weights (its z and n start at 0); "
                                    "init must be zeros");
   return opt::Validate(optimizer).Annotate("table '" + name + "'");

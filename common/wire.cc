@@ -87,8 +87,14 @@ void LoadSpec(cereal::BinaryInputArchive& ar, const FrameBuf& buf, TableSpec& s)
 template <class H, class F>
 void FixedFields(H& h, F&& f) {
   f(h.type, h.flags, h.request_id, h.sender_role, h.sender_rank, h.table, h.clock, h.num_keys,
-    h.dim, h.row_begin, h.num_rows, h.slot, h.staleness, h.status, h.push_norm);
+    h.dim, h.row_begin, h.num_rows, h.slot, h.staleness, h.status);
 }
+
+// Checkpoint files keep each table's description as the CreateTable message that made it: those
+// written since version 3 (the first with checkpoints) are read whatever the version now, while
+// live peers must match it exactly. Version 5 added push_norm after the fixed fields; the rest
+// of a CreateTable has not changed since 3.
+constexpr uint16_t kPushNormSince = 5;
 
 // What every message's header carries; data messages (push, pull and their replies) carry
 // nothing else.
@@ -96,6 +102,7 @@ template <class Ar>
 void SaveCommon(Ar& ar, const Header& h) {
   ar(h.magic, h.version);
   FixedFields(h, ar);
+  ar(h.push_norm);
   SaveString(ar, h.error);
   if (IsDataType(h.type) && !IsReply(h.type)) SaveString(ar, h.reply_to);
 }
@@ -203,21 +210,22 @@ void SaveBody(Ar& ar, const Header& h) {
 
 
 template <class Ar, class Buf>
-void LoadCommon(Ar& ar, const Buf& buf, Header& h) {
+void LoadCommon(Ar& ar, const Buf& buf, Header& h, uint16_t oldest) {
   ar(h.magic, h.version);
   if (h.magic != kWireMagic) throw WireError("bad magic (not a pushpull message)");
-  if (h.version != kWireVersion)
+  if (h.version > kWireVersion || h.version < oldest)
     throw WireError("protocol version " + std::to_string(h.version) + ", expected " +
-                    std::to_string(kWireVersion));
+                    (oldest == kWireVersion ? "" : std::to_string(oldest) + " to ") + std::to_string(kWireVersion));
   FixedFields(h, ar);
+  if (h.version >= kPushNormSince) ar(h.push_norm);
   if (uint8_t(h.status) > uint8_t(Code::kLastCode)) throw WireError("unknown status code");
   if (uint8_t(h.sender_role) > uint8_t(Role::kWorker)) throw WireError("unknown sender role");
   LoadString(ar, buf, h.error, kMaxErrorText, "error text");
   if (IsDataType(h.type) && !IsReply(h.type)) LoadString(ar, buf, h.reply_to, 255, "reply_to");
 }
 
-void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h) {
-  LoadCommon(ar, buf, h);
+void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h, uint16_t oldest) {
+  LoadCommon(ar, buf, h, oldest);
   switch (h.type) {
     case MsgType::kRegister: LoadString(ar, buf, h.address, 256, "address"); break;
     case MsgType::kCheckpoint: LoadString(ar, buf, h.address, 4096, "checkpoint directory"); break;
@@ -335,7 +343,7 @@ std::string EncodeHeader(const Header& h) {
   return std::string(static_cast<const char*>(m.data()), m.size());
 }
 
-Status DecodeHeader(const void* data, size_t size, Header* h) {
+Status DecodeHeader(const void* data, size_t size, Header* h, uint16_t oldest_version) {
   if (size > kMaxHeaderBytes)
     return Status::Corruption("header frame of " + std::to_string(size) + " bytes exceeds " +
                               std::to_string(kMaxHeaderBytes));
@@ -346,13 +354,13 @@ Status DecodeHeader(const void* data, size_t size, Header* h) {
   try {
     if (size > kTypeAt && IsDataType(static_cast<MsgType>(static_cast<const uint8_t*>(data)[kTypeAt]))) {
       PodReader r(data, size);
-      LoadCommon(r, r, *h);
+      LoadCommon(r, r, *h, oldest_version);
       remaining = r.remaining();
     } else {
       FrameBuf buf(data, size);
       std::istream is(&buf);
       cereal::BinaryInputArchive ar(is);
-      LoadBody(ar, buf, *h);
+      LoadBody(ar, buf, *h, oldest_version);
       remaining = buf.remaining();
     }
   } catch (const std::exception& e) {

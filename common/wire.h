@@ -33,6 +33,7 @@ constexpr uint16_t kWireVersion = 6;  // 2: pull replies may split their values 
 constexpr uint32_t kMaxNodes = 4096;
 constexpr size_t kMaxHeaderBytes = 2 * 1024 * 1024;
 constexpr uint32_t kMaxRunText = 1024;  // Client::Checkpoint(run)'s description
+constexpr uint16_t kOldestCheckpointVersion = 3;  // the first with checkpoints (DecodeHeader)
 constexpr size_t kMaxErrorText = 1024;
 constexpr uint64_t kMaxKeysPerMessage = uint64_t(1) << 31;
 constexpr size_t kMaxValueFrames = 64;  // a pull reply's value frames (a server's stripes: <= 64)
@@ -138,7 +139,9 @@ struct Message {
 std::string EncodeHeader(const Header& h);
 zmq::message_t EncodeHeaderFrame(const Header& h);
 std::string EncodeHeaderCereal(const Header& h);
-Status DecodeHeader(const void* data, size_t size, Header* h);
+// oldest_version: the oldest protocol version accepted (kWireVersion: live peers match exactly;
+// kOldestCheckpointVersion: a table description a checkpoint file kept).
+Status DecodeHeader(const void* data, size_t size, Header* h, uint16_t oldest_version = kWireVersion);
 
 // Validates a multipart message (identity already removed) and moves it into *out.
 // *header_ok (optional) says whether the header itself decoded, i.e. whether the sender can be

@@ -130,8 +130,8 @@ class Optimizer {
 
 // Helpers the server uses on a push before any state is touched.
 // The largest gradient magnitude a push may hold: 2^60, whose square (Adam's v, AdaGrad's and
-// FTRL's sums) still fits a float. A finite gradient beyond it would make that state Inf and
-// freeze, or poison, its rows for good without an error.
+// FTRL's sums) still fits a float, so that no single push makes that state Inf (freezing or
+// poisoning its rows without an error). Running sums of hundreds of such pushes still can.
 constexpr float kMaxGradient = 1152921504606846976.0f;  // 2^60
 // Every x finite and |x| < kMaxGradient.
 bool AllUsable(const float* x, size_t n);

@@ -278,13 +278,16 @@ Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::s
     std::string info(info_bytes, '\0');
     if (!r.Get(info.data(), info.size())) return r.Fail(r.error());
     Header h;
-    Status st = DecodeHeader(info.data(), info.size(), &h);
+    // (Written by any build since checkpoints began: its protocol version may be older.)
+    Status st = DecodeHeader(info.data(), info.size(), &h, kOldestCheckpointVersion);
     if (!st.ok() || h.type != MsgType::kCreateTable) return r.Fail("table description: " + st.ToString());
     TableCheckpoint t;
     t.info = h.info;
+    if (Status valid = t.info.spec.Validate(); !valid.ok())  // (its checksum is checked at the end)
+      return r.Fail("table description: " + valid.message() + " (damaged, or a table this build no longer creates)");
     // The partition must be the one this spec and server count give (re-sharding indexes by it).
     const TableInfo expect = TableInfo::Make(t.info.id, t.info.spec, num_servers);
-    if (!t.info.spec.Validate().ok() || t.info.row_offsets != expect.row_offsets ||
+    if (t.info.row_offsets != expect.row_offsets ||
         t.info.bucket_owner != expect.bucket_owner)
       return r.Fail("table '" + t.info.spec.name + "': its description does not fit " + std::to_string(num_servers) +
                     " servers");
@@ -417,6 +420,8 @@ Result<CheckpointManifest> ReadManifest(const std::string& dir) {
     else if (key == "run") {
       std::getline(mf, m.run);
       if (!m.run.empty() && m.run[0] == ' ') m.run.erase(0, 1);
+      if (m.run.size() > kMaxRunText) return Status::Corruption(manifest + ": its run line is over " +
+                                                                std::to_string(kMaxRunText) + " bytes");
     } else break;
   }
   if (title != "pushpull checkpoint" || !have[0] || !have[1] || !have[2] || m.clock < 0 || m.servers < 1 ||

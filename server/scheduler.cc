@@ -88,9 +88,11 @@ class SchedulerImpl final : public Scheduler {
       // The newest complete checkpoint under the directory, or the one it is (a ckpt-NNN
       // directory: an older one when the newest is damaged).
       std::error_code ec;
-      auto m = std::filesystem::exists(std::filesystem::path(options_.restore_from) / "MANIFEST", ec)
-                   ? ReadManifest(options_.restore_from)
-                   : ReadLatestCheckpoint(options_.restore_from);
+      std::filesystem::path named = std::filesystem::path(options_.restore_from).lexically_normal();
+      if (!named.has_filename()) named = named.parent_path();
+      const bool one = std::filesystem::exists(named / "MANIFEST", ec) ||
+                       named.filename().string().rfind("ckpt-", 0) == 0;  // (one without: incomplete, said so)
+      auto m = one ? ReadManifest(options_.restore_from) : ReadLatestCheckpoint(options_.restore_from);
       if (!m.ok()) return m.status().Annotate("--restore_from");
       restore_ = *m;
       if (m->servers != options_.num_servers)
@@ -785,6 +787,12 @@ void SchedulerImpl::HandleCheckpoint(Node& worker, const Message& m) {
     PP_LOG(Info) << "worker " << worker.rank << " asked for a checkpoint at clock " << m.header.clock
                  << ": already taken (the newest is at clock " << committed_clock_ << ")";
     ReplyTo(w, MsgType::kCheckpointReply, Status::OK());
+    return;
+  }
+  if (m.header.address.size() > kMaxRunText || m.header.address.find('\n') != std::string::npos) {
+    ReplyTo(w, MsgType::kCheckpointReply,
+            Status::InvalidArgument("a run's description must be one line of at most " + std::to_string(kMaxRunText) +
+                                    " bytes"));
     return;
   }
   if (checkpoint_.writing || checkpoint_.workers.count(worker.rank)) {

@@ -245,7 +245,9 @@ Status ServerImpl::Run() {
     if (!r.ok()) {
       // A damaged or missing file: every restart meets it again (pushpull-server exits 2), and
       // the checkpoint before it may do.
-      const std::string root = std::filesystem::path(cluster.restore_from).parent_path().string();
+      std::filesystem::path dir = std::filesystem::path(cluster.restore_from).lexically_normal();
+      if (!dir.has_filename()) dir = dir.parent_path();  // (a trailing slash)
+      const std::string root = dir.has_parent_path() ? dir.parent_path().string() : std::string(".");
       Status st = Status(r.status().code(), r.status().message() + "; to resume from an earlier checkpoint, give the "
                                              "scheduler --restore_from=" + root + "/ckpt-... (pushpull-checkpoint --dir=" +
                                              root + " lists them)");

@@ -302,6 +302,40 @@ TEST(Wire, PullReplyValuesMaySpanFramesOfWholeRows) {
   }
 }
 
+// Checkpoint files keep each table's description as the CreateTable header that made it, in the
+// protocol version of the build that wrote them: a later build still reads them (found in
+// review: every version bump made older checkpoints unrestorable), while live peers must match.
+TEST(Wire, CheckpointedTableDescriptionsOfOlderVersionsStillDecode) {
+  Header h;
+  h.type = MsgType::kCreateTable;
+  TableSpec spec;
+  spec.name = "w";
+  spec.rows = 10;
+  spec.dim = 3;
+  h.spec = spec;
+  h.info = TableInfo::Make(2, spec, 2);
+  const std::string now = EncodeHeaderCereal(h);
+  // Version 4 had no push_norm: 4 bytes fewer after the fixed fields (70 bytes in).
+  constexpr size_t kPushNormAt = 70;
+  float norm = 0;
+  std::memcpy(&norm, now.data() + kPushNormAt, sizeof norm);
+  ASSERT_EQ(norm, -1.0f);
+  std::string v4 = now;
+  v4.erase(kPushNormAt, sizeof(float));
+  const uint16_t four = 4;
+  std::memcpy(&v4[4], &four, sizeof four);
+  Header back;
+  EXPECT_EQ(DecodeHeader(v4.data(), v4.size(), &back).code(), Code::kCorruption);  // a live peer's: refused
+  ASSERT_TRUE(DecodeHeader(v4.data(), v4.size(), &back, kOldestCheckpointVersion).ok());
+  EXPECT_EQ(back.info.spec, spec);
+  EXPECT_EQ(back.info.row_offsets, h.info.row_offsets);
+  EXPECT_EQ(back.push_norm, -1.0f);
+  std::string v2 = v4;
+  const uint16_t two = 2;
+  std::memcpy(&v2[4], &two, sizeof two);
+  EXPECT_EQ(DecodeHeader(v2.data(), v2.size(), &back, kOldestCheckpointVersion).code(), Code::kCorruption);
+}
+
 // A table's description (logged when it is created) names the step size its optimizer uses:
 // FTRL's alpha, not the lr it ignores.
 TEST(Wire, TableDescriptionNamesTheStepSizeUsed) {

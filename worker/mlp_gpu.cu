@@ -235,7 +235,7 @@ class GpuMlpBackend final : public MlpBackend {
       cudaGetLastError();
       return Status::Unavailable(device_name_ + " (compute capability " + std::to_string(prop.major) + "." +
                                  std::to_string(prop.minor) + ") cannot run this build's kernels (" +
-                                 cudaGetErrorString(e) + "; built for compute capability 7.5 and up)");
+                                 cudaGetErrorString(e) + "; this build's kernels are for compute capability 7.5 and up)");
     }
 
     PP_RETURN_IF_ERROR(stream_.Create());
