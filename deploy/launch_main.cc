@@ -40,6 +40,11 @@ DEFINE_int32(update_threads, 1, "update threads per server (the servers share th
 DEFINE_int32(stats_every_s, 30, "each server logs a line of rates and state this often (0: never)");
 DEFINE_int32(copy_on_write_budget_mb, 64, "each server: memory for parameters pull replies still hold while pushes go on "
              "(over it, a push waits for the reply to be sent)");
+DEFINE_int32(register_timeout_ms, 120000, "every process: how long the whole job may take to register (raise it "
+             "when servers restore large checkpoints: workers wait for them within it)");
+DEFINE_int32(checkpoint_keep, 2, "scheduler: complete checkpoints to keep; older ones are deleted");
+DEFINE_int32(checkpoint_timeout_s, 600, "scheduler: deadline of each checkpoint phase (every live worker asking, then "
+             "every server writing)");
 DEFINE_int64(max_table_mb, 0, "each server: memory its tables may hold; past it a table's growth is refused and "
              "the job ends saying so (0: no limit)");
 DEFINE_int32(grace_ms, 5000, "after the job ends or fails, how long children get to exit before SIGKILL");
@@ -256,7 +261,10 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
                             "--heartbeat_timeout_ms=" + std::to_string(FLAGS_heartbeat_timeout_ms),
                             "--on_worker_death=" + FLAGS_on_worker_death,
                             "--replacement_timeout_s=" + std::to_string(FLAGS_replacement_timeout_s),
-                            "--checkpoint_dir=" + FLAGS_checkpoint_dir, "--restore_from=" + restore_from}));
+                            "--checkpoint_dir=" + FLAGS_checkpoint_dir, "--restore_from=" + restore_from,
+                            "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms),
+                            "--checkpoint_keep=" + std::to_string(FLAGS_checkpoint_keep),
+                            "--checkpoint_timeout_s=" + std::to_string(FLAGS_checkpoint_timeout_s)}));
   if (children[0].pid < 0) {
     Say("cannot start the scheduler (fork failed)");
     rmdir(tmpl);
@@ -297,10 +305,12 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
                               "--heartbeat_interval_ms=" + hb,
                               "--stats_every_s=" + std::to_string(FLAGS_stats_every_s),
                               "--copy_on_write_budget_mb=" + std::to_string(FLAGS_copy_on_write_budget_mb),
-                              "--max_table_mb=" + std::to_string(FLAGS_max_table_mb)}));
+                              "--max_table_mb=" + std::to_string(FLAGS_max_table_mb),
+                              "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms)}));
   for (int w = 0; w < FLAGS_workers; ++w) {
     std::vector<std::string> a = {dir + "/pushpull-worker", "--scheduler=" + scheduler,
                                   "--consistency=" + FLAGS_consistency, "--heartbeat_interval_ms=" + hb,
+                                  "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms),
                                   "--rank=" + std::to_string(w)};
     a.insert(a.end(), worker_args.begin(), worker_args.end());
     children.push_back(Spawn("worker " + std::to_string(w), "worker", a));
