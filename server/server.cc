@@ -173,6 +173,15 @@ class ServerImpl final : public Server {
   // pushes at that clock are its predecessor's again (the same step redone): answered, not
   // applied, so each push of a clock is applied once whoever sent it.
   std::vector<std::map<uint32_t, int64_t>> pushed_in_clock_, redo_;
+  // Per worker: the clock of a push this server refused, and why (clock -1: none). That clock's
+  // Clock is refused in turn: a step with a push left out is not done (under BSP its mean would
+  // lack the push, silently).
+  struct RefusedPush {
+    int64_t clock = -1;
+    Status why;
+  };
+  std::vector<RefusedPush> refused_push_;
+  void NotePushRefused(const Header& h, const Status& why);
   std::multimap<int64_t, Request*> parked_;          // pulls by the min clock they need
   // Tables a failed creation left here, dropped (CreateTable) but freed only once nothing uses
   // them: the checkpoint writer, a request handed to the update threads, a parked pull.
@@ -238,6 +247,7 @@ Status ServerImpl::Run() {
   hello_clock_.assign(W, cluster.start_clock);
   hello_version_.assign(W, 0);
   pushed_in_clock_.assign(W, {});
+  refused_push_.assign(W, {});
   redo_.assign(W, {});
   if (!cluster.restore_from.empty()) {
     auto r = WhileHeartbeating(
@@ -647,6 +657,7 @@ void ServerImpl::HandleData(Message& m) {
                                        : std::string());
           if (!ckpt_.writer.joinable()) DropBspSums(w);
         }
+        refused_push_[w] = {};  // (the new client's own pushes count)
         sessions_[w] = std::move(session);
         requests_[w] = RequestRecord();
         replacing_[w] = 0;
@@ -678,6 +689,7 @@ void ServerImpl::HandleData(Message& m) {
     if (LogThisOne(&refused_logged_))
       PP_LOG(Warning) << "refused " << MsgTypeName(h.type) << " from worker " << h.sender_rank
                       << ": " << st.ToString();
+    NotePushRefused(h, st);
     ReplyError(m, st);
     return;
   }
@@ -704,7 +716,12 @@ void ServerImpl::HandleData(Message& m) {
     }
   }
   if (h.type == MsgType::kClock) {
-    st = clocks_.Advance(h.sender_rank, h.clock);
+    const RefusedPush& refused = refused_push_[h.sender_rank];
+    if (refused.clock >= 0 && refused.clock == h.clock - 1)
+      st = Status(refused.why.code(), "clock " + std::to_string(refused.clock) + " is not done here: this server refused "
+                                      "a push of it (" + refused.why.message() + ")");
+    else
+      st = clocks_.Advance(h.sender_rank, h.clock);
     if (!st.ok()) {
       ++stats_.rejected;
       ReplyError(m, st);
@@ -868,7 +885,10 @@ void ServerImpl::Reply(Request* r) {
     else if (LogThisOne(&refused_logged_))
       PP_LOG(Error) << "refused " << MsgTypeName(r->msg.header.type) << " from worker " << r->msg.header.sender_rank
                     << ": " << r->error.ToString();
-    if (!sum) ReplyError(r->msg, r->error);
+    if (!sum) {
+      if (r->msg.header.type == MsgType::kPush) NotePushRefused(r->msg.header, r->error);
+      ReplyError(r->msg, r->error);
+    }
     delete r;
     return;
   }
@@ -918,6 +938,13 @@ void ServerImpl::Reply(Request* r) {
                     << " so far; the worker asks again once it has reconnected)";
   Answered(h, out);
   delete r;
+}
+
+void ServerImpl::NotePushRefused(const Header& h, const Status& why) {
+  if (h.type != MsgType::kPush || h.sender_role != Role::kWorker || h.sender_rank < 0 ||
+      h.sender_rank >= static_cast<int>(refused_push_.size()) || FromEarlierClient(h))
+    return;
+  refused_push_[h.sender_rank] = {h.clock, why};
 }
 
 void ServerImpl::ReplyError(const Message& m, const Status& st, bool record) {

@@ -836,6 +836,41 @@ TEST(ClientErrors, APushSplitOverServersIsClippedByItsWholeNorm) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// A push a server refuses (here a NaN gradient) leaves its step undone: the Clock that would
+// close that step is refused by that server, with the push's reason and code, and the worker's
+// calls fail from then on. (Found in review: the apps drop their push Futures, so under BSP the
+// clock closed and its mean lacked the push, silently.)
+TEST(ClientErrors, AClockAfterARefusedPushIsRefused) {
+  LocalClusterConfig cfg;
+  cfg.workers = 2;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  TableSpec spec;
+  spec.name = "bsp";
+  spec.rows = 4;
+  spec.dim = 2;
+  std::vector<Table> t(2);
+  for (int w = 0; w < 2; ++w) {
+    auto made = cluster.client(w).CreateTable(spec);
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    t[w] = *made;
+  }
+  Client& a = cluster.client(0);
+  std::vector<float> g(8, 1.0f);
+  g[3] = std::numeric_limits<float>::quiet_NaN();
+  Future bad = a.PushDense(t[0], g);  // (dropped unread, as the apps do)
+  a.Clock().IgnoreError();            // (sent; its answer comes later)
+  Status st = a.Finish();             // waits for every answer, then says what failed
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("clock 0 is not done here: this server refused a push of it"), std::string::npos)
+      << st.ToString();
+  EXPECT_EQ(bad.Wait().code(), Code::kInvalidArgument);
+  EXPECT_FALSE(a.PushDense(t[0], std::vector<float>(8, 1.0f)).Wait().ok());  // sticky
+  EXPECT_EQ(cluster.server(0).stats().clocks, 0u);
+  EXPECT_TRUE(a.Leave(st).ok());  // (the job then ends, as an app's failure ends it)
+  cluster.FinishAndJoin().IgnoreError();
+}
+
 // A pull whose wait expired never turns OK afterwards, even when its reply comes (it is not
 // written anywhere): here a BSP pull parked until the other worker's clock.
 TEST(ClientErrors, AGivenUpPullNeverTurnsOk) {

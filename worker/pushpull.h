@@ -16,9 +16,11 @@
 // Calls that span servers are split and sent to all of them at once. Every wait has a deadline
 // (ClientOptions::request_timeout_ms unless given) and says what it waited for when it expires.
 // A dead server or an aborted job fails the pending calls; these and a refused clock are sticky:
-// later calls return it. Other refusals (a bad row, a non-finite gradient) fail only their own call, so
-// check the Futures of pushes that matter. A connection to a server that drops is no failure:
-// the calls it had no answer for are sent again (ClientStats::resent), and answered once.
+// later calls return it. Other refusals (a bad row, a non-finite gradient) fail their own call;
+// a push refused also leaves its step undone: that server refuses the Clock() closing it (with
+// the push's reason and code), which is sticky, so a step is never counted done without a push.
+// A connection to a server that drops is no failure: the calls it had no answer for are sent
+// again (ClientStats::resent), and answered once.
 //
 // Threading: a Client may be used from several threads. Calling threads send their requests
 // themselves, one at a time under an internal lock (so request ids and per-server order are
