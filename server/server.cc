@@ -1096,7 +1096,9 @@ void ServerImpl::AdvanceMinClock() {
       Request* r = parked_.begin()->second;
       parked_.erase(parked_.begin());
       --stats_.parked_now;
-      ServePull(r, min_live_);
+      // Its staleness against the slowest live worker now (m), not the step the minimum is
+      // stepped through (which would report more than the pull has).
+      ServePull(r, m);
     }
     if (min_live_ >= m) break;
   }

@@ -98,6 +98,31 @@ TEST(Operations, ServersLogRatesAndStatePeriodically) {
 }
 
 // Worker 1 disappears (no Finish, no more heartbeats) while worker 0 waits at a BSP pull.
+// A pull parked for a straggler that then dies is served when the minimum clock jumps to the
+// live workers': its staleness is against them (0 here), not the step the minimum went through
+// on its way (found in review: it reported 1, the SSP bound).
+TEST(WorkerFailure, APullReleasedByADeathIsAsStaleAsTheLiveWorkersMakeIt) {
+  LocalClusterConfig cfg;
+  cfg.workers = 2;
+  cfg.continue_on_worker_death = true;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  TableSpec spec = Dense("w", 8);
+  spec.consistency = *ParseConsistency("ssp:1");
+  auto t = cluster.client(0).CreateTable(spec);
+  ASSERT_TRUE(t.ok() && cluster.client(1).CreateTable(spec).ok());
+  Client& a = cluster.client(0);
+  for (int c = 0; c < 5; ++c) ASSERT_TRUE(a.Clock().ok());
+  std::vector<float> v(32);
+  Future pull = a.PullDense(*t, v.data());  // at clock 5, SSP(1): waits for worker 1 to reach 4
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(pull.Ready());
+  cluster.KillClient(1);
+  ASSERT_TRUE(pull.WaitFor(10000).ok());
+  EXPECT_EQ(pull.staleness(), 0);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 TEST(WorkerFailure, JobGoesOnWithoutADeadWorkerWhenAsked) {
   LocalClusterConfig cfg;
   cfg.servers = 2;
