@@ -126,6 +126,7 @@ class ServerImpl final : public Server {
   void DropBspSums(int w);
   void AdvanceMinClock();
   void ServePull(Request* r, int64_t min_live);
+  void PreparePull(Request* r, int64_t min_live);
   void CountBad(const Status& st, const char* what);
   void CreateTable(const Message& m);
   void StartCheckpointWhenReady();
@@ -785,6 +786,13 @@ void ServerImpl::HandleData(Message& m) {
 }
 
 void ServerImpl::ServePull(Request* r, int64_t min_live) {
+  PreparePull(r, min_live);
+  Dispatch(r);
+}
+
+// What a pull needs before it is handed on (its staleness, where its values go): out of memory
+// here throws with the pull still the caller's (a parked one stays parked).
+void ServerImpl::PreparePull(Request* r, int64_t min_live) {
   const Header& h = r->msg.header;
   int64_t s = PullStaleness(h.clock, min_live);
   staleness_.Record(s);
@@ -803,7 +811,6 @@ void ServerImpl::ServePull(Request* r, int64_t min_live) {
                                              : stripes == 1);
   if (in_place) r->shared.resize(r->sel.size());
   else r->out = NewFloatBuffer(h.row_count() * h.dim);
-  Dispatch(r);
 }
 
 void ServerImpl::Dispatch(Request* r) {
@@ -1094,11 +1101,13 @@ void ServerImpl::AdvanceMinClock() {
     }
     while (!parked_.empty() && parked_.begin()->first <= min_live_) {
       Request* r = parked_.begin()->second;
+      // Its staleness against the slowest live worker now (m), not the step the minimum is
+      // stepped through (which would report more than the pull has). Prepared while still
+      // parked: out of memory for it leaves it there for the next pass.
+      PreparePull(r, m);
       parked_.erase(parked_.begin());
       --stats_.parked_now;
-      // Its staleness against the slowest live worker now (m), not the step the minimum is
-      // stepped through (which would report more than the pull has).
-      ServePull(r, m);
+      Dispatch(r);
     }
     if (min_live_ >= m) break;
   }
