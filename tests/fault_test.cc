@@ -118,7 +118,7 @@ TEST(WorkerFailure, APullReleasedByADeathIsAsStaleAsTheLiveWorkersMakeIt) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_FALSE(pull.Ready());
   cluster.KillClient(1);
-  ASSERT_TRUE(pull.WaitFor(10000).ok());
+  ASSERT_TRUE(pull.WaitFor(60000).ok());  // (a heartbeat timeout: 1.5 s, 15 s in sanitizer builds)
   EXPECT_EQ(pull.staleness(), 0);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
