@@ -101,6 +101,11 @@ void Stripe::Charge(size_t bytes, const std::string& what) {
   charged_ += bytes;
 }
 
+void Stripe::Uncharge(size_t bytes) {
+  memory_->Give(bytes);
+  charged_ -= bytes;
+}
+
 void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
   const size_t old = steps_.size(), need = old + n;
   std::shared_ptr<ParamArray> held;
@@ -121,8 +126,7 @@ void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
       for (auto& s : slots_) s.reserve(cap * dim_);
       steps_.reserve(cap);
     } catch (...) {
-      memory_->Give(bytes);
-      charged_ -= bytes;
+      Uncharge(bytes);
       throw;
     }
     cap_rows_ = cap;
@@ -259,8 +263,7 @@ uint32_t Stripe::LocalRow(Key key) {
     try {
       index_.Reserve(index_.size() + 1);  // may throw: nothing changed yet
     } catch (...) {
-      memory_->Give(grow);
-      charged_ -= grow;
+      Uncharge(grow);
       throw;
     }
   }

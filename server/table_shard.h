@@ -227,6 +227,7 @@ class Stripe {
   void AppendRows(uint64_t first_key, size_t n, const Key* keys);
   // Takes `bytes` from the memory limit for `what`, or throws TableMemoryExhausted.
   void Charge(size_t bytes, const std::string& what);
+  void Uncharge(size_t bytes);  // gives back what a Charge took (its allocation failed)
   // rows: LocalRows(sel, keys) (nullptr: computed from the range or dense keys).
   template <typename F>
   void ForEachRun(const RowSelection& sel, const Key* keys, const uint32_t* rows, bool match_steps, F&& f);

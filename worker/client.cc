@@ -1110,7 +1110,7 @@ Result<std::vector<uint32_t>> ClientImpl::GroupByServer(const Table& t, std::vec
 
 Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out, PulledRows* view) {
   if (view) ClientAccess::parts(view).reset();  // nothing of an earlier pull stays readable
-  auto Failed = [&](const Status& st) { return FailedPull(st, view); };
+  auto Failed = [&](const Status& st) { return FailedPull(st, view); };  // (early returns mark the view failed)
   const TableInfo* info;
   Status st = CheckTable(t, &info);
   if (!st.ok()) return Failed(st);
@@ -1251,7 +1251,7 @@ std::unique_ptr<Command> ClientImpl::RangeCommand(MsgType type, const TableInfo&
 
 Future ClientImpl::PullDenseImpl(const Table& t, float* out, PulledRows* view) {
   if (view) ClientAccess::parts(view).reset();
-  auto Failed = [&](const Status& st) { return FailedPull(st, view); };
+  auto Failed = [&](const Status& st) { return FailedPull(st, view); };  // (early returns mark the view failed)
   const TableInfo* info;
   Status st = CheckTable(t, &info);
   if (!st.ok()) return Failed(st);
