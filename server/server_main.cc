@@ -2,8 +2,8 @@
 #include <gflags/gflags.h>
 
 #include <algorithm>
-#include <thread>
 
+#include "common/cpus.h"
 #include "common/flags.h"
 #include "common/memory.h"
 #include "common/log.h"
@@ -18,7 +18,7 @@ DEFINE_int32(port, 0, "TCP port to listen on (0: any free port)");
 DEFINE_int32(advertise_port, 0,
              "TCP port workers use to reach this server, when it is not --port (NAT, a forwarded or mapped port; "
              "0: the port it listens on)");
-DEFINE_int32(update_threads, 0, "update threads (stripes per table), at most 64; 0: the cores left after the I/O thread");
+DEFINE_int32(update_threads, 0, "update threads (stripes per table), at most 64; 0: the cores this process may use (CPU affinity, cgroup quota) left after the I/O thread");
 DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this server is alive");
 DEFINE_int32(scheduler_timeout_ms, 15000, "exit when the scheduler is silent this long");
 DEFINE_int32(register_timeout_ms, 120000, "how long to wait for the whole job to register");
@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
                   << FLAGS_update_threads;
     return 2;
   }
-  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int cores = pushpull::UsableCores();  // (affinity and cgroup quota: a container's CPUs, not the node's)
   // Default: the cores left after the I/O thread, at most one per values frame a pull reply may carry.
   o.update_threads = FLAGS_update_threads > 0 ? FLAGS_update_threads
                                               : std::clamp(cores - 1, 1, static_cast<int>(pushpull::kMaxValueFrames));

@@ -2,12 +2,14 @@
 // bad message gets an error reply or is dropped and counted, nothing is applied twice, and a
 // normal worker is still served correctly afterwards.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <thread>
 
+#include "common/cpus.h"
 #include "common/time.h"
 #include "common/wire.h"
 #include "deploy/local_cluster.h"
@@ -351,6 +353,44 @@ TEST(Wire, TableDescriptionNamesTheStepSizeUsed) {
   spec.optimizer.kind = opt::Kind::kAdam;
   spec.optimizer.lr = 0.001f;
   EXPECT_NE(spec.ToString().find("optimizer=adam lr=0.001 "), std::string::npos) << spec.ToString();
+}
+
+// The default thread counts: a container's CPU quota and the affinity mask bound them, not the
+// node's cores.
+TEST(UsableCores, QuotasAndAffinityBoundTheCores) {
+  EXPECT_EQ(CgroupV2QuotaCores("max 100000"), 0);
+  EXPECT_EQ(CgroupV2QuotaCores("150000 100000"), 1.5);
+  EXPECT_EQ(CgroupV2QuotaCores("200000 100000\n"), 2);
+  EXPECT_EQ(CgroupV2QuotaCores(""), 0);
+  EXPECT_EQ(CgroupV2QuotaCores("garbage"), 0);
+  EXPECT_EQ(CgroupV2QuotaCores("12x 100000"), 0);
+  EXPECT_EQ(CgroupV2QuotaCores("100000 0"), 0);
+  EXPECT_EQ(CgroupV1QuotaCores(-1, 100000), 0);
+  EXPECT_EQ(CgroupV1QuotaCores(50000, 100000), 0.5);
+  EXPECT_EQ(CoresWithin(64, 0), 64);    // no quota: the affinity mask
+  EXPECT_EQ(CoresWithin(64, 2), 2);     // docker --cpus=2 on a 64-core node
+  EXPECT_EQ(CoresWithin(64, 1.5), 2);   // rounded up: 1.5 CPUs keep 2 threads busy in turns
+  EXPECT_EQ(CoresWithin(64, 0.5), 1);   // at least 1
+  EXPECT_EQ(CoresWithin(4, 16), 4);     // a quota above the mask does not add cores
+  EXPECT_EQ(CoresWithin(0, 0), 1);
+  // This process: within what the machine has, and what its affinity mask allows.
+  const int cores = UsableCores();
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  EXPECT_GE(cores, 1);
+  EXPECT_LE(cores, CPU_COUNT(&set));
+  // A thread bound to one core (taskset -c 0) sees one.
+  int bound = 0;
+  std::thread t([&bound] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) == 0) bound = UsableCores();
+    else bound = -1;
+  });
+  t.join();
+  if (bound == -1) GTEST_SKIP() << "sched_setaffinity refused here";
+  EXPECT_EQ(bound, 1);
 }
 
 TEST(Wire, PartitionIsBalancedAndOwnersAgree) {
