@@ -37,6 +37,7 @@ Status LocalCluster::Start() {
   so.replacement_timeout_ms = config_.replacement_timeout_ms;
   so.checkpoint_dir = config_.checkpoint_dir;
   so.restore_from = config_.restore_from;
+  so.verify_restore = config_.verify_restore;
   so.checkpoint_timeout_ms = config_.checkpoint_timeout_ms;
   so.checkpoint_keep = config_.checkpoint_keep;
   auto s = Scheduler::Create(so);

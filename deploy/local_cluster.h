@@ -28,6 +28,7 @@ struct LocalClusterConfig {
   int replacement_timeout_ms = 30000;
   std::string checkpoint_dir;  // the scheduler's --checkpoint_dir (empty: checkpoints off)
   std::string restore_from;    // the scheduler's --restore_from (empty: a fresh job)
+  bool verify_restore = true;  // the scheduler's --verify_restore
   int checkpoint_timeout_ms = 600000;
   int checkpoint_keep = 2;
   size_t copy_on_write_budget_bytes = ServerOptions().copy_on_write_budget_bytes;  // per server

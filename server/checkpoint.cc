@@ -446,6 +446,54 @@ Result<CheckpointManifest> ReadLatestCheckpoint(const std::string& root) {
   return ReadManifest((fs::path(root) / name).string());
 }
 
+Status VerifyCheckpointFiles(const CheckpointManifest& m) {
+  std::vector<unsigned char> buf;
+  for (int s = 0; s < m.servers; ++s) {
+    FileReader r;
+    PP_RETURN_IF_ERROR(r.Open(ServerCheckpointFile(m.dir, s)));
+    buf.resize(std::min<uint64_t>(r.left(), kIoChunk));
+    while (r.left() > 0)
+      if (!r.Get(buf.data(), std::min<uint64_t>(r.left(), buf.size()))) return r.Bad(r.error());
+    PP_RETURN_IF_ERROR(r.Verify());
+  }
+  return Status::OK();
+}
+
+Result<CheckpointManifest> NewestIntactCheckpoint(const std::string& root, std::vector<std::string>* skipped) {
+  auto latest = ReadLatestCheckpoint(root);
+  std::string newest_name;  // LATEST's directory: the candidates are it and those before it
+  if (latest.ok()) {
+    newest_name = fs::path(latest->dir).filename().string();
+    Status st = VerifyCheckpointFiles(*latest);
+    if (st.ok()) return latest;
+    latest = st;
+  } else if (latest.status().code() == Code::kNotFound && latest.status().message().rfind("no checkpoint", 0) == 0) {
+    return latest;  // no LATEST: nothing was ever committed here
+  } else {
+    // LATEST names a directory that is not (or no longer) a complete checkpoint: its name still
+    // bounds which ones this run wrote.
+    std::ifstream in((fs::path(root) / "LATEST").string());
+    std::getline(in, newest_name);
+    if (newest_name.rfind("ckpt-", 0) != 0 || newest_name.find('/') != std::string::npos) return latest;
+  }
+  skipped->push_back(newest_name + ": " + latest.status().ToString());
+  std::vector<std::string> older;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("ckpt-", 0) == 0 && n < newest_name) older.push_back(n);
+  }
+  std::sort(older.rbegin(), older.rend());  // newest first (names sort by clock)
+  for (const std::string& n : older) {
+    auto m = ReadManifest((fs::path(root) / n).string());
+    Status st = m.ok() ? VerifyCheckpointFiles(*m) : m.status();
+    if (st.ok()) return m;
+    skipped->push_back(n + ": " + st.ToString());
+  }
+  return Status(latest.status().code(),
+                latest.status().message() + "; no older intact checkpoint under " + root + " either");
+}
+
 Result<std::map<std::string, TableCheckpoint>> ReadCheckpointForServer(const std::string& dir, int rank,
                                                                        int num_servers) {
   auto m = ReadManifest(dir);

@@ -80,5 +80,14 @@ Result<CheckpointManifest> ReadManifest(const std::string& dir);
 Status CommitCheckpoint(const std::string& root, const CheckpointManifest& m, int keep);
 // The newest complete checkpoint under root (LATEST and its MANIFEST); NotFound when none.
 Result<CheckpointManifest> ReadLatestCheckpoint(const std::string& root);
+// Reads every server file m names once, checking its length and CRC-32C (nothing is decoded):
+// Corruption naming the first damaged file, NotFound for a missing one.
+Status VerifyCheckpointFiles(const CheckpointManifest& m);
+// What a job resuming from `root` restores: the checkpoint LATEST names when every file of it is
+// intact, else the newest older complete one that is (a disk or copy that damaged the newest
+// must not end the job when the one before it is sound). *skipped gets one line per damaged or
+// incomplete checkpoint passed over. Checkpoints newer than LATEST's are another run's and are
+// never taken. The first error when none is usable.
+Result<CheckpointManifest> NewestIntactCheckpoint(const std::string& root, std::vector<std::string>* skipped);
 
 }  // namespace pushpull

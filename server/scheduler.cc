@@ -92,8 +92,22 @@ class SchedulerImpl final : public Scheduler {
       if (!named.has_filename()) named = named.parent_path();
       const bool one = std::filesystem::exists(named / "MANIFEST", ec) ||
                        named.filename().string().rfind("ckpt-", 0) == 0;  // (one without: incomplete, said so)
-      auto m = one ? ReadManifest(options_.restore_from) : ReadLatestCheckpoint(options_.restore_from);
+      // Every file is read once here, so that a damaged newest checkpoint is passed over for the
+      // one before it instead of failing every server's restore (and every restart's).
+      std::vector<std::string> skipped;
+      auto m = one ? ReadManifest(options_.restore_from)
+               : options_.verify_restore ? NewestIntactCheckpoint(options_.restore_from, &skipped)
+                                         : ReadLatestCheckpoint(options_.restore_from);
+      if (m.ok() && one && options_.verify_restore) {
+        Status intact = VerifyCheckpointFiles(*m);
+        if (!intact.ok()) m = intact;
+      }
+      for (const std::string& s : skipped)
+        PP_LOG(Warning) << "--restore_from: passing over checkpoint " << s;
       if (!m.ok()) return m.status().Annotate("--restore_from");
+      if (!skipped.empty())
+        PP_LOG(Warning) << "--restore_from: resuming from the older checkpoint " << m->dir << " (clock " << m->clock
+                        << "); the training since then is done again";
       restore_ = *m;
       if (m->servers != options_.num_servers)
         PP_LOG(Info) << "checkpoint " << m->dir << " was written by " << Count(m->servers, "server") << "; this job has "

@@ -37,6 +37,10 @@ struct SchedulerOptions {
   int checkpoint_timeout_ms = 600000;
   // Resume from the newest complete checkpoint under this directory (empty: a fresh job).
   std::string restore_from;
+  // Read every file of the checkpoint to restore once before the job starts, checking its CRC, and
+  // take the newest intact one under restore_from (false: the servers find damage as they read,
+  // and the job fails; for checkpoints too large to read twice).
+  bool verify_restore = true;
 };
 
 class Scheduler {

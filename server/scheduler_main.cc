@@ -34,6 +34,9 @@ DEFINE_int32(checkpoint_timeout_s, 600, "deadline of each checkpoint phase: ever
 DEFINE_string(restore_from, "", "resume the job from the newest complete checkpoint under this directory, or from "
               "this checkpoint when it is one (DIR/ckpt-NNN: an older one, when the newest is damaged; "
               "pushpull-checkpoint --dir=DIR lists them) (tables, optimizer state, clocks; any number of servers)");
+DEFINE_bool(verify_restore, true, "with --restore_from: read every file of the checkpoint once before the job starts, "
+            "checking its checksum; a damaged newest checkpoint is then passed over for the newest intact one "
+            "before it (false: servers find damage while restoring and the job fails, exit 2)");
 DEFINE_bool(verbose, false, "debug logging");
 
 int main(int argc, char** argv) {
@@ -75,6 +78,7 @@ int main(int argc, char** argv) {
   }
   o.checkpoint_timeout_ms = FLAGS_checkpoint_timeout_s * 1000;
   o.restore_from = FLAGS_restore_from;
+  o.verify_restore = FLAGS_verify_restore;
   auto s = pushpull::Scheduler::Create(o);
   if (!s.ok()) {
     PP_LOG(Error) << s.status().ToString();

@@ -636,9 +636,7 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
   });
   other.FinishAndJoin().IgnoreError();
 
-  // The newest checkpoint damaged: the server cannot restore, says how to resume from an older
-  // one (pushpull-server exits 2 on it: a restart would meet it again), and the scheduler takes
-  // a checkpoint directory itself as --restore_from.
+  // The newest checkpoint damaged (one byte of a server's file):
   {
     const std::string file = ServerCheckpointFile(CheckpointDir(root.path(), 40), 0);
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
@@ -648,28 +646,53 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
   LocalClusterConfig damaged = cfg;
   damaged.checkpoint_dir.clear();
   {
+    // - without the scheduler's reading first, the server cannot restore and says how to resume
+    //   from an older one (pushpull-server exits 2 on it: a restart would meet it again);
+    damaged.verify_restore = false;
     LocalCluster c(damaged);
     EXPECT_FALSE(c.Start().ok());
     c.FinishAndJoin().IgnoreError();
     const Status st = c.server_status(0);
     EXPECT_EQ(st.code(), Code::kCorruption) << st.ToString();
     EXPECT_NE(st.message().find("--restore_from=" + root.path() + "/ckpt-"), std::string::npos) << st.ToString();
+    damaged.verify_restore = true;
   }
-  damaged.restore_from = CheckpointDir(root.path(), 30);
-  LocalCluster older(damaged);
-  ASSERT_TRUE(older.Start().ok());
-  EXPECT_EQ(older.client(0).clock(), 30);
-  // Resumed to train longer than the checkpointed run: it counts its clocks alike, so it goes on.
-  AppOptions longer = app;
-  longer.epochs = 6;
-  longer.checkpoint_every_epochs = 0;
-  older.RunWorkers([&](Client& c, int w) {
-    AppResult r;
-    Status st = RunLinreg(c, longer, o, &r);
-    EXPECT_TRUE(st.ok()) << st.ToString();
-    EXPECT_EQ(c.clock(), 60);
-  });
-  EXPECT_TRUE(older.FinishAndJoin().ok());
+  {
+    // - named itself, it is refused before the job starts, naming the file;
+    LocalClusterConfig named = damaged;
+    named.restore_from = CheckpointDir(root.path(), 40);
+    LocalCluster c(named);
+    const Status st = c.Start();
+    EXPECT_EQ(st.code(), Code::kCorruption) << st.ToString();
+    EXPECT_NE(st.message().find(ServerCheckpointFile(CheckpointDir(root.path(), 40), 0)), std::string::npos)
+        << st.ToString();
+    EXPECT_NE(st.message().find("checksum mismatch"), std::string::npos) << st.ToString();
+  }
+  std::vector<std::string> skipped;
+  auto intact = NewestIntactCheckpoint(root.path(), &skipped);
+  ASSERT_TRUE(intact.ok()) << intact.status().ToString();
+  EXPECT_EQ(intact->clock, 30);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].rfind("ckpt-0000000040: ", 0), 0u) << skipped[0];
+  // - and the job resuming from the directory takes the newest intact one before it, as it does
+  //   named itself (a checkpoint directory is a --restore_from too).
+  for (const std::string& from : {root.path(), CheckpointDir(root.path(), 30)}) {
+    damaged.restore_from = from;
+    LocalCluster older(damaged);
+    ASSERT_TRUE(older.Start().ok()) << from;
+    EXPECT_EQ(older.client(0).clock(), 30);
+    // Resumed to train longer than the checkpointed run: it counts its clocks alike, so it goes on.
+    AppOptions longer = app;
+    longer.epochs = 6;
+    longer.checkpoint_every_epochs = 0;
+    older.RunWorkers([&](Client& c, int w) {
+      AppResult r;
+      Status st = RunLinreg(c, longer, o, &r);
+      EXPECT_TRUE(st.ok()) << st.ToString();
+      EXPECT_EQ(c.clock(), 60);
+    });
+    EXPECT_TRUE(older.FinishAndJoin().ok());
+  }
 }
 
 // The other apps too: restored from the checkpoint after their last epoch, they evaluate the
