@@ -57,7 +57,7 @@ Status TableSpec::Validate() const {
     return Status::InvalidArgument("table '" + name + "': dense rows must be in [1, 2^40]");
   if (dim == 0 || dim > (1u << 24))
     return Status::InvalidArgument("table '" + name + "': dim must be in [1, 2^24]");
-  if (!sparse && rows * uint64_t(dim) > (uint64_t(1) << 36))
+  if (!sparse && rows > (uint64_t(1) << 36) / dim)  // (rows * dim would wrap at 2^40 x 2^24)
     return Status::InvalidArgument("table '" + name + "': rows*dim exceeds 2^36 floats");
   if (static_cast<uint8_t>(init) > static_cast<uint8_t>(InitKind::kGlorot))
     return Status::InvalidArgument("table '" + name + "': unknown init kind " + std::to_string(int(init)));

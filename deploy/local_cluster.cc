@@ -43,6 +43,7 @@ Status LocalCluster::Start() {
   auto s = Scheduler::Create(so);
   if (!s.ok()) return s.status();
   scheduler_ = std::move(s.value());
+  PP_RETURN_IF_ERROR(scheduler_->PrepareRestore());
   scheduler_thread_ = std::thread([this] { scheduler_status_ = scheduler_->Run(); });
   server_status_.resize(config_.servers);
   for (int i = 0; i < config_.servers; ++i) {

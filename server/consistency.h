@@ -40,13 +40,15 @@ inline int64_t PullStaleness(int64_t c, int64_t min_live) {
 // The vector of worker clocks one server has received.
 class ClockVector {
  public:
-  explicit ClockVector(int num_workers = 0, int64_t start = 0) : clock_(num_workers, start), alive_(num_workers, 1) {}
+  explicit ClockVector(int num_workers = 0, int64_t start = 0)
+      : clock_(num_workers, start), alive_(num_workers, 1), start_(start) {}
   // Every worker at clock `start` (0; a restored job's checkpoint clock).
   void Reset(int num_workers, int64_t start = 0) { *this = ClockVector(num_workers, start); }
 
   int size() const { return static_cast<int>(clock_.size()); }
   bool alive(int w) const { return w >= 0 && w < size() && alive_[w]; }
   int64_t clock(int w) const { return clock_[w]; }
+  int64_t start() const { return start_; }  // every worker's first clock
   int live_count() const;
 
   // A Clock message: the worker's new clock must be exactly its current one plus one.
@@ -61,6 +63,7 @@ class ClockVector {
  private:
   std::vector<int64_t> clock_;
   std::vector<uint8_t> alive_;
+  int64_t start_ = 0;
 };
 
 // Histogram of observed staleness, bucket i counts staleness i (the last bucket: >= its index).

@@ -84,42 +84,51 @@ class SchedulerImpl final : public Scheduler {
     address_ = a.value();
     // A checkpoint directory that cannot be written fails now, not at the first checkpoint.
     if (!options_.checkpoint_dir.empty()) PP_RETURN_IF_ERROR(EnsureWritableDir(options_.checkpoint_dir));
-    if (!options_.restore_from.empty()) {
-      // The newest complete checkpoint under the directory, or the one it is (a ckpt-NNN
-      // directory: an older one when the newest is damaged).
-      std::error_code ec;
-      std::filesystem::path named = std::filesystem::path(options_.restore_from).lexically_normal();
-      if (!named.has_filename()) named = named.parent_path();
-      const bool one = std::filesystem::exists(named / "MANIFEST", ec) ||
-                       named.filename().string().rfind("ckpt-", 0) == 0;  // (one without: incomplete, said so)
-      // Every file is read once here, so that a damaged newest checkpoint is passed over for the
-      // one before it instead of failing every server's restore (and every restart's).
-      std::vector<std::string> skipped;
-      auto m = one ? ReadManifest(options_.restore_from)
-               : options_.verify_restore ? NewestIntactCheckpoint(options_.restore_from, &skipped)
-                                         : ReadLatestCheckpoint(options_.restore_from);
-      if (m.ok() && one && options_.verify_restore) {
-        Status intact = VerifyCheckpointFiles(*m);
-        if (!intact.ok()) m = intact;
-      }
-      for (const std::string& s : skipped)
-        PP_LOG(Warning) << "--restore_from: passing over checkpoint " << s;
-      if (!m.ok()) return m.status().Annotate("--restore_from");
-      if (!skipped.empty())
-        PP_LOG(Warning) << "--restore_from: resuming from the older checkpoint " << m->dir << " (clock " << m->clock
-                        << "); the training since then is done again";
-      restore_ = *m;
-      if (m->servers != options_.num_servers)
-        PP_LOG(Info) << "checkpoint " << m->dir << " was written by " << Count(m->servers, "server") << "; this job has "
-                     << options_.num_servers << ": each server gathers the rows it now owns from every file";
-      if (m->workers != options_.num_workers)
-        PP_LOG(Warning) << "checkpoint " << m->dir << " was written by a job of " << m->workers
-                        << " workers; this one has " << options_.num_workers
-                        << ": data shards and BSP means differ from the checkpointed run";
-      PP_LOG(Info) << "restoring from " << restore_.dir << ": clock " << restore_.clock << ", written by "
-                   << Count(restore_.servers, "server") << " and " << Count(restore_.workers, "worker");
-      committed_clock_ = restore_.clock;
+    return Status::OK();
+  }
+  Status PrepareRestore() override {
+    if (restore_prepared_) return Status::OK();
+    restore_prepared_ = true;
+    if (options_.restore_from.empty()) return Status::OK();
+    // The newest complete checkpoint under the directory, or the one it is (a ckpt-NNN
+    // directory: an older one when the newest is damaged).
+    std::error_code ec;
+    std::filesystem::path named = std::filesystem::path(options_.restore_from).lexically_normal();
+    if (!named.has_filename()) named = named.parent_path();
+    const bool one = std::filesystem::exists(named / "MANIFEST", ec) ||
+                     named.filename().string().rfind("ckpt-", 0) == 0;  // (one without: incomplete, said so)
+    // Every file is read once here, so that a damaged newest checkpoint is passed over for the
+    // one before it instead of failing every server's restore (and every restart's).
+    if (options_.verify_restore)
+      PP_LOG(Info) << "--restore_from: reading the checkpoint's files to check them before the job starts";
+    const int64_t began = NowMs();
+    std::vector<std::string> skipped;
+    auto m = one ? ReadManifest(options_.restore_from)
+             : options_.verify_restore ? NewestIntactCheckpoint(options_.restore_from, &skipped)
+                                       : ReadLatestCheckpoint(options_.restore_from);
+    if (m.ok() && one && options_.verify_restore) {
+      Status intact = VerifyCheckpointFiles(*m);
+      if (!intact.ok()) m = intact;
     }
+    for (const std::string& s : skipped)
+      PP_LOG(Warning) << "--restore_from: passing over checkpoint " << s;
+    if (!m.ok()) return m.status().Annotate("--restore_from");
+    if (!skipped.empty())
+      PP_LOG(Warning) << "--restore_from: resuming from the older checkpoint " << m->dir << " (clock " << m->clock
+                      << "); the training since then is done again";
+    restore_ = *m;
+    if (options_.verify_restore)
+      PP_LOG(Info) << "--restore_from: " << m->dir << " checked in " << (NowMs() - began) / 1000.0 << " s";
+    if (m->servers != options_.num_servers)
+      PP_LOG(Info) << "checkpoint " << m->dir << " was written by " << Count(m->servers, "server") << "; this job has "
+                   << options_.num_servers << ": each server gathers the rows it now owns from every file";
+    if (m->workers != options_.num_workers)
+      PP_LOG(Warning) << "checkpoint " << m->dir << " was written by a job of " << m->workers
+                      << " workers; this one has " << options_.num_workers
+                      << ": data shards and BSP means differ from the checkpointed run";
+    PP_LOG(Info) << "restoring from " << restore_.dir << ": clock " << restore_.clock << ", written by "
+                 << Count(restore_.servers, "server") << " and " << Count(restore_.workers, "worker");
+    committed_clock_ = restore_.clock;
     return Status::OK();
   }
   Status Run() override;
@@ -193,6 +202,7 @@ class SchedulerImpl final : public Scheduler {
   std::map<int, Waiter> barrier_;  // worker rank -> waiter
   PendingCheckpoint checkpoint_;
   CheckpointManifest restore_;     // clock 0, no dir: a fresh job
+  bool restore_prepared_ = false;
 };
 
 std::string SchedulerImpl::NodeName(const Node& n) const {
@@ -276,7 +286,8 @@ void SchedulerImpl::SendToServers(const Header& h, const std::set<int>& answered
 Status SchedulerImpl::Run() {
   SetLogTag("scheduler");
   SetThreadName("pp-scheduler");
-  start_ms_ = NowMs();
+  PP_RETURN_IF_ERROR(PrepareRestore());
+  start_ms_ = NowMs();  // (the registration deadline runs from here)
   membership_.worker_alive.assign(options_.num_workers, 1);
   membership_.server_alive.assign(options_.num_servers, 1);
   membership_.worker_done.assign(options_.num_workers, 0);
@@ -521,7 +532,7 @@ void SchedulerImpl::HandleRegister(Message& m) {
   // A node that heartbeats less than twice per timeout would be declared dead between two
   // heartbeats, over and over: refused at once, saying which two settings disagree.
   const int64_t interval = m.header.clock;  // kRegister: the node's heartbeat interval (0: not said)
-  if (interval > 0 && 2 * interval > options_.heartbeat_timeout_ms) {
+  if (interval > 0 && interval > options_.heartbeat_timeout_ms / 2) {  // (2 * interval may overflow)
     Status st = Status::InvalidArgument(
         "this " + std::string(RoleName(role)) + " heartbeats every " + std::to_string(interval) +
         " ms, but the scheduler declares a node dead after " + std::to_string(options_.heartbeat_timeout_ms) +
@@ -650,6 +661,12 @@ void SchedulerImpl::HandleCreateTable(Message& m) {
     else
       ReplyTo(w, MsgType::kCreateTableReply,
               Status::AlreadyExists("table '" + spec.name + "' is being created with another spec"));
+    return;
+  }
+  if (next_table_id_ >= TableInfo::kMaxTables && !failed_tables_.count(spec.name)) {
+    ReplyTo(w, MsgType::kCreateTableReply,
+            Status::ResourceExhausted("table '" + spec.name + "': this job has used all " +
+                                      std::to_string(TableInfo::kMaxTables) + " table ids"));
     return;
   }
   PendingTable& p = pending_tables_[spec.name];

@@ -47,6 +47,11 @@ class Scheduler {
  public:
   virtual ~Scheduler() = default;
   static Result<std::unique_ptr<Scheduler>> Create(const SchedulerOptions& options);
+  // Resolves restore_from: the checkpoint to restore, every file of it read once for its checksum
+  // when verify_restore (a damaged newest one passed over for the newest intact one before it).
+  // May take a while for a large checkpoint, so a daemon calls it once its address is published
+  // (nodes wait for the scheduler meanwhile); Run() calls it when it was not.
+  virtual Status PrepareRestore() = 0;
   // Serves until the job ends. OK when every live worker finished; Aborted naming the node
   // otherwise (a dead server, a dead worker without continue_on_worker_death, ...).
   virtual Status Run() = 0;

@@ -94,6 +94,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (pushpull::Status restore = (*s)->PrepareRestore(); !restore.ok()) {  // (after the endpoint file: may be long)
+    PP_LOG(Error) << restore.ToString();
+    return 2;
+  }
   auto on_stop = pushpull::CallOnStopSignal([&] { (*s)->Stop(); });
   pushpull::Status st = (*s)->Run();
   // 2: the job ended on a worker's bad flags or setup (Run() keeps its error's code), which a

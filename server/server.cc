@@ -125,7 +125,6 @@ class ServerImpl final : public Server {
   void OnMembership();
   void DropBspSums(int w);
   void AdvanceMinClock();
-  void ServePull(Request* r, int64_t min_live);
   void PreparePull(Request* r, int64_t min_live);
   void CountBad(const Status& st, const char* what);
   void CreateTable(const Message& m);
@@ -422,7 +421,7 @@ void ServerImpl::ExecuteOrThrow(Request* r, int k) {
     case Request::kRead:
       if (r->out) s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get());
       else if (sel->is_range) r->shared[k] = s.ShareRows(sel->range_begin);
-      else r->shared[k] = s.ReadOrShare(*sel, r->msg.key_data(), &r->out);  // one stripe: see ServePull
+      else r->shared[k] = s.ReadOrShare(*sel, r->msg.key_data(), &r->out);  // one stripe: see PreparePull
       break;
     case Request::kApplyBsp:
       s.ApplyAccumulated(r->clock, r->ctx);
@@ -569,6 +568,11 @@ Status ServerImpl::Validate(const Message& m, TableShard** shard, bool again) {
   if (FromEarlierClient(h))
     return Status::FailedPrecondition("from an earlier client of worker " + std::to_string(h.sender_rank) +
                                       ", which another has replaced");
+  // (Below the clock the job started at, a request would pass for a replacement's redo of one
+  // applied already: answered, never applied.)
+  if (h.clock < clocks_.start())
+    return Status::InvalidArgument(std::string(MsgTypeName(h.type)) + " tagged clock " + std::to_string(h.clock) +
+                                   ", before the job's first clock " + std::to_string(clocks_.start()));
   if (h.type == MsgType::kClock) return Status::OK();
   if (h.table >= tables_.size() || !tables_[h.table])
     return Status::NotFound("unknown table id " + std::to_string(h.table));
@@ -736,58 +740,74 @@ void ServerImpl::HandleData(Message& m) {
     return;
   }
 
-  auto* r = new Request;
-  r->msg = std::move(m);
-  r->shard = shard;
-  const Header& rh = r->msg.header;
-  if (rh.flags & kFlagRange) shard->SplitRange(rh.row_begin, rh.row_begin + rh.num_rows, &r->sel);
-  else shard->Split(r->msg.key_data(), rh.num_keys, &r->sel);
+  // Owned here until handed on: out of memory for it (its rows' split, a pull's reply buffer)
+  // answers it with the error and frees it.
+  std::unique_ptr<Request> owned(new Request);
+  Request* r = owned.get();
+  try {
+    r->msg = std::move(m);
+    r->shard = shard;
+    const Header& rh = r->msg.header;
+    if (rh.flags & kFlagRange) shard->SplitRange(rh.row_begin, rh.row_begin + rh.num_rows, &r->sel);
+    else shard->Split(r->msg.key_data(), rh.num_keys, &r->sel);
 
-  if (rh.type == MsgType::kPush) {
-    ++stats_.pushes;
-    const opt::OptimizerConfig& oc = shard->spec().optimizer;
-    float scale = 1.0f;
-    if (oc.clip_norm > 0) {
-      // By the whole push's norm: a push split over servers says it (each part clipped alike).
-      const double sq = rh.push_norm >= 0 ? double(rh.push_norm) * rh.push_norm
-                                          : opt::SquaredNorm(r->msg.value_data(), rh.row_count() * rh.dim);
-      if (sq > double(oc.clip_norm) * oc.clip_norm) scale = float(oc.clip_norm / std::sqrt(sq));
-    }
-    r->ctx.grad_scale = scale;
-    if (shard->spec().consistency.model == Consistency::kBsp) {
-      r->op = Request::kAccumulate;
-      r->clock = rh.clock;
-      auto& who = shard->bsp_contributors[rh.clock];
-      who.resize(clocks_.size(), 0);
-      who[rh.sender_rank] = 1;
-    } else {
-      r->op = Request::kApply;
-      ++pushed_in_clock_[rh.sender_rank][rh.table];
-      r->ctx.lr = opt::ScheduledLr(oc, shard->table_step++);
-      if (oc.staleness_aware) {
-        int64_t tau = clocks_.MaxLive() - rh.clock;
-        if (tau > 1) r->ctx.lr /= float(tau);
+    if (rh.type == MsgType::kPush) {
+      ++stats_.pushes;
+      const opt::OptimizerConfig& oc = shard->spec().optimizer;
+      float scale = 1.0f;
+      if (oc.clip_norm > 0) {
+        // By the whole push's norm: a push split over servers says it (each part clipped alike).
+        // Never below this part's own norm, whatever the header claims (a claim of 0 would switch
+        // clipping off for it).
+        const double own = opt::SquaredNorm(r->msg.value_data(), rh.row_count() * rh.dim);
+        const double sq = rh.push_norm >= 0 ? std::max(own, double(rh.push_norm) * rh.push_norm) : own;
+        if (sq > double(oc.clip_norm) * oc.clip_norm) scale = float(oc.clip_norm / std::sqrt(sq));
       }
+      r->ctx.grad_scale = scale;
+      if (shard->spec().consistency.model == Consistency::kBsp) {
+        r->op = Request::kAccumulate;
+        r->clock = rh.clock;
+        auto& who = shard->bsp_contributors[rh.clock];
+        who.resize(clocks_.size(), 0);
+        who[rh.sender_rank] = 1;
+      } else {
+        r->op = Request::kApply;
+        ++pushed_in_clock_[rh.sender_rank][rh.table];
+        r->ctx.lr = opt::ScheduledLr(oc, shard->table_step++);
+        if (oc.staleness_aware) {
+          int64_t tau = clocks_.MaxLive() - rh.clock;
+          if (tau > 1) r->ctx.lr /= float(tau);
+        }
+      }
+      owned.release();
+      Dispatch(r);
+      return;
     }
-    Dispatch(r);
-    return;
+    // Pull.
+    ++stats_.pulls;
+    r->op = Request::kRead;
+    int64_t bound = shard->spec().consistency.bound();
+    if (PullReady(rh.clock, bound, min_live_)) {
+      PreparePull(r, min_live_);
+      owned.release();
+      Dispatch(r);
+    } else {
+      parked_.emplace(PullReadyAt(rh.clock, bound), r);
+      owned.release();
+      ++stats_.parked_pulls;
+      ++stats_.parked_now;
+    }
+  } catch (const std::exception& e) {
+    if (!owned) throw;  // (handed on already: the request loop says so)
+    const Status st = dynamic_cast<const std::bad_alloc*>(&e)
+                          ? Status::ResourceExhausted("out of memory for this request on server " + std::to_string(rank_.load()))
+                          : Status::Internal(e.what());
+    PP_LOG(Error) << "refused " << MsgTypeName(r->msg.header.type) << " from worker " << r->msg.header.sender_rank
+                  << ": " << st.ToString();
+    ++stats_.rejected;
+    NotePushRefused(r->msg.header, st);
+    ReplyError(r->msg, st);
   }
-  // Pull.
-  ++stats_.pulls;
-  r->op = Request::kRead;
-  int64_t bound = shard->spec().consistency.bound();
-  if (PullReady(rh.clock, bound, min_live_)) {
-    ServePull(r, min_live_);
-  } else {
-    ++stats_.parked_pulls;
-    ++stats_.parked_now;
-    parked_.emplace(PullReadyAt(rh.clock, bound), r);
-  }
-}
-
-void ServerImpl::ServePull(Request* r, int64_t min_live) {
-  PreparePull(r, min_live);
-  Dispatch(r);
 }
 
 // What a pull needs before it is handed on (its staleness, where its values go): out of memory
@@ -1175,8 +1195,17 @@ void ServerImpl::CreateTable(const Message& m) {
   reply.request_id = m.header.request_id;
   reply.info = info;
   Status st = info.spec.Validate();
-  if (st.ok() && info.num_servers() != static_cast<int>(control_.cluster().servers.size()))
+  const int S = static_cast<int>(control_.cluster().servers.size());
+  if (st.ok() && info.num_servers() != S)
     st = Status::InvalidArgument("table partitioned over " + std::to_string(info.num_servers()) + " servers");
+  if (st.ok() && info.id >= TableInfo::kMaxTables)
+    st = Status::InvalidArgument("table id " + std::to_string(info.id) + " is over the most a job may use");
+  if (st.ok()) {  // (the rows' owners are looked up by it: a partition of another shape reads out of bounds)
+    const TableInfo expect = TableInfo::Make(info.id, info.spec, S);
+    if (info.row_offsets != expect.row_offsets || info.bucket_owner != expect.bucket_owner)
+      st = Status::InvalidArgument("table " + std::to_string(info.id) + "'s partition is not the one its spec and " +
+                                   std::to_string(S) + " servers give");
+  }
   if (st.ok()) {
     if (info.id >= tables_.size()) tables_.resize(info.id + 1);
     if (tables_[info.id] && !(tables_[info.id]->spec() == info.spec))
@@ -1204,6 +1233,8 @@ void ServerImpl::CreateTable(const Message& m) {
         st = Status::ResourceExhausted(e.what());
       } catch (const std::bad_alloc&) {
         st = Status::ResourceExhausted("out of memory for table " + info.spec.ToString());
+      } catch (const std::exception& e) {  // (answered, not dropped: the scheduler would ask again and again)
+        st = Status::Internal("table " + info.spec.ToString() + ": " + e.what());
       }
       if (!st.ok()) PP_LOG(Error) << "refused table " << info.id << ": " << st.ToString();
       if (st.ok() && saved != restore_.end()) {

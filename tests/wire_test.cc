@@ -355,6 +355,20 @@ TEST(Wire, TableDescriptionNamesTheStepSizeUsed) {
   EXPECT_NE(spec.ToString().find("optimizer=adam lr=0.001 "), std::string::npos) << spec.ToString();
 }
 
+// A dense table's size is checked without wrapping: 2^40 rows of dim 2^24 is 2^64 floats, which
+// passed as 0 (found in review: the server then reserved 0 floats for it and wrote past them).
+TEST(TableSpecs, SizesThatWouldWrapAreRefused) {
+  TableSpec spec;
+  spec.name = "huge";
+  spec.rows = uint64_t(1) << 40;
+  spec.dim = 1u << 24;
+  EXPECT_EQ(spec.Validate().code(), Code::kInvalidArgument);
+  spec.rows = (uint64_t(1) << 36) / spec.dim;  // exactly 2^36 floats: the most a table may hold
+  EXPECT_TRUE(spec.Validate().ok()) << spec.Validate().ToString();
+  spec.rows += 1;
+  EXPECT_EQ(spec.Validate().code(), Code::kInvalidArgument);
+}
+
 // The default thread counts: a container's CPU quota and the affinity mask bound them, not the
 // node's cores.
 TEST(UsableCores, QuotasAndAffinityBoundTheCores) {
@@ -769,6 +783,16 @@ TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
     h.sender_rank = 7;
     expect_error(h, key, g, Code::kInvalidArgument, "sender is not a worker");
   }
+  {  // before the job's first clock: passed for a replacement's redo, answered and never applied
+    Header h = push;
+    h.clock = -1;
+    expect_error(h, key, g, Code::kInvalidArgument, "push tagged with a negative clock");
+    Header c;
+    c.type = MsgType::kClock;
+    c.sender_rank = 1;
+    c.clock = -3;
+    expect_error(c, {}, {}, Code::kInvalidArgument, "clock tagged negative");
+  }
   // A valid push, then the same push replayed (as a worker sends it again after a dropped
   // connection): answered again, applied once.
   Header ok = push;
@@ -810,10 +834,10 @@ TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
   ASSERT_TRUE(cluster.client(0).Pull(*t, {5, 2}, vals.data()).Wait().ok());
   EXPECT_EQ(vals[0], 2.0f);
   EXPECT_EQ(vals[4], 1.0f);
-  // Malformed: 2 dropped + 6 answered; refused: the 8 well-formed but invalid ones and the NaN
+  // Malformed: 2 dropped + 6 answered; refused: the 10 well-formed but invalid ones and the NaN
   // push (its repeat was answered from the record, not refused again).
   EXPECT_EQ(stats.bad_messages.load(), 8u);
-  EXPECT_EQ(stats.rejected.load(), 9u);
+  EXPECT_EQ(stats.rejected.load(), 11u);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
@@ -880,6 +904,41 @@ TEST(ClientErrors, APushSplitOverServersIsClippedByItsWholeNorm) {
 // close that step is refused by that server, with the push's reason and code, and the worker's
 // calls fail from then on. (Found in review: the apps drop their push Futures, so under BSP the
 // clock closed and its mean lacked the push, silently.)
+// A push part claiming a whole-push norm below its own (0: no clipping at all) is clipped by its
+// own norm: the claim can only make a part's clipping stronger, never switch it off.
+TEST(ClientErrors, AClaimedPushNormBelowThePartsOwnDoesNotUnclipIt) {
+  LocalClusterConfig cfg;
+  cfg.workers = 2;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  TableSpec spec = AspLrOne("clipped");
+  spec.optimizer.clip_norm = 1.0f;
+  auto t = cluster.client(0).CreateTable(spec);
+  ASSERT_TRUE(t.ok());
+  RawPeer peer(cluster.server(0).address());
+  Header h;
+  h.type = MsgType::kPush;
+  h.sender_rank = 1;
+  h.table = t->id;
+  h.num_keys = 1;
+  h.dim = 4;
+  h.request_id = 1;
+  const float claims[] = {0.0f, 2.5f, 10.0f};  // the part's own norm is 5
+  for (float claim : claims) {
+    h.push_norm = claim;
+    ++h.request_id;
+    peer.Send(h, {2}, {-3, -4, 0, 0});
+    ASSERT_EQ(peer.Reply().status, Code::kOk) << claim;
+  }
+  // Clipped to norm 1 (by 5, 5 and 10): (0.6, 0.8) twice and (0.3, 0.4) once, lr 1.
+  std::vector<float> row(4);
+  ASSERT_TRUE(cluster.client(0).Pull(*t, {2}, row.data()).Wait().ok());
+  EXPECT_NEAR(row[0], 1.5f, 1e-6);
+  EXPECT_NEAR(row[1], 2.0f, 1e-6);
+  EXPECT_EQ(row[2], 0.0f);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 TEST(ClientErrors, AClockAfterARefusedPushIsRefused) {
   LocalClusterConfig cfg;
   cfg.workers = 2;
