@@ -71,6 +71,7 @@ struct Child {
   std::string partial;
   bool exited = false;
   int status = 0;
+  bool tolerated = false;  // --on_worker_death=continue let it go: no failure of the job
   bool restart_pending = false;  // --on_worker_death=wait: started again at restart_at
   std::chrono::steady_clock::time_point restart_at;
 };
@@ -413,6 +414,7 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
           // (Exit 1: its calls failed, or it was stopped by SIGTERM and told the scheduler so; the
           // scheduler goes on without it the same way, and ends the job itself if a server died.)
           Say(c.name + " died; the job goes on without it (--on_worker_death=continue)");
+          c.tolerated = true;  // (not the job's failure when it finishes)
         } else if (c.role == "worker" && FLAGS_on_worker_death == "wait" && !job_finished &&
                    (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1)) &&
                    worker_restarts < FLAGS_max_worker_restarts) {
@@ -461,7 +463,7 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       // After the scheduler finished the job, only the workers' own exit codes count (3: a missed
       // target), not servers nor what the grace period's kill ended.
       if (job_finished && (c.role == "server" || WIFSIGNALED(c.status))) continue;
-      if (Failed(c.status) && !(c.role == "worker" && FLAGS_on_worker_death == "continue" && WIFSIGNALED(c.status)))
+      if (Failed(c.status) && !c.tolerated)
         exit_code = c.role == "worker" && WIFEXITED(c.status) ? WEXITSTATUS(c.status) : 1;
     }
   }

@@ -1677,6 +1677,18 @@ TEST(MultiProcess, LauncherDoesNotRestartForAToleratedWorkerDeath) {
   }
 }
 
+// And when the job then finishes, it succeeded: a worker let go that way does not count as its
+// failure in the end (found in review: one stopped by SIGTERM exits 1, which did).
+TEST(MultiProcess, AToleratedWorkerDeathDoesNotFailAJobThatFinishes) {
+  KillRun r = LaunchAndKill("--servers=1 --workers=2 --on_worker_death=continue -- --app=linreg "
+                            "--epochs=20 --examples=4000 --progress_s=0",
+                            "worker 1", "linreg epoch 2/", SIGTERM);
+  ASSERT_TRUE(r.killed) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("worker 1 died; the job goes on without it"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("job succeeded"), std::string::npos) << r.output;
+}
+
 // A restart uses only checkpoints its own job wrote: one an earlier job left in the directory is
 // not resumed (here the server dies before this job's first checkpoint).
 TEST(MultiProcess, LauncherRestartIgnoresAnEarlierJobsCheckpoint) {
