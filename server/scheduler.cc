@@ -746,7 +746,20 @@ void SchedulerImpl::CheckLiveness(int64_t now) {
     PP_LOG(Error) << why << ": declared dead";
     if (n.role == Role::kServer) {
       membership_.server_alive[n.rank] = 0;
+      // A server's setup (its flags, a checkpoint it cannot restore from) fails the same way again:
+      // pushpull-scheduler exits 2 for it, not restarted.
+      if (IsSetupError(n.left.code())) end_code_ = n.left.code();
+      else if (n.left.code() == Code::kCorruption) end_code_ = Code::kInvalidArgument;
       End(Membership::kAborted, why + "; a job cannot go on without a server");
+      return;
+    }
+    if (IsSetupError(n.left.code())) {
+      // A worker's bad flags or setup (a missing file, a full table) end the job whatever
+      // --on_worker_death: a worker in its place, started with the same flags, or the others,
+      // would stop the same way. Run() says so in its code, and pushpull-scheduler exits 2.
+      membership_.worker_alive[n.rank] = Membership::kWorkerDead;
+      end_code_ = n.left.code();
+      End(Membership::kAborted, why + " (a setup error: the job ends whatever --on_worker_death)");
       return;
     }
     barrier_.erase(n.rank);
@@ -762,9 +775,6 @@ void SchedulerImpl::CheckLiveness(int64_t now) {
     }
     membership_.worker_alive[n.rank] = Membership::kWorkerDead;
     if (!options_.continue_on_worker_death) {
-      // A worker's bad flags or setup (a missing file, a full table) end the job as they would again: Run()
-      // says so in its code, and pushpull-scheduler exits 2 (not restarted).
-      if (IsSetupError(n.left.code())) end_code_ = n.left.code();
       End(Membership::kAborted, left ? why
                                      : why + " (run with --on_worker_death=continue to go on without it, or =wait "
                                              "to wait for a replacement)");

@@ -262,7 +262,13 @@ Status ServerImpl::Run() {
                                              "scheduler --restore_from=" + root + "/ckpt-... (pushpull-checkpoint --dir=" +
                                              root + " lists them)");
       PP_LOG(Error) << "cannot restore: " << st.ToString();
-      return st.Annotate("restoring from " + cluster.restore_from);
+      st = st.Annotate("restoring from " + cluster.restore_from);
+      // The job hears why now, not as this server's silence a heartbeat timeout later.
+      Header h;
+      h.type = MsgType::kDone;
+      h.SetStatus(st);
+      control_.Send(h).IgnoreError();
+      return st;
     }
     restore_ = std::move(r.value());
     PP_LOG(Info) << "restoring " << Count(restore_.size(), "table") << " at clock " << cluster.start_clock << " from "

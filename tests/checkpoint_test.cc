@@ -655,6 +655,10 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
     const Status st = c.server_status(0);
     EXPECT_EQ(st.code(), Code::kCorruption) << st.ToString();
     EXPECT_NE(st.message().find("--restore_from=" + root.path() + "/ckpt-"), std::string::npos) << st.ToString();
+    // The scheduler hears why at once and ends the job as a setup error (it exits 2: no restart).
+    EXPECT_EQ(c.scheduler_status().code(), Code::kInvalidArgument) << c.scheduler_status().ToString();
+    EXPECT_NE(c.scheduler_status().message().find("checksum mismatch"), std::string::npos)
+        << c.scheduler_status().ToString();
     damaged.verify_restore = true;
   }
   {
