@@ -32,7 +32,8 @@ DEFINE_string(on_worker_death, "abort", "abort: a dead worker ends the job; cont
 DEFINE_int32(max_worker_restarts, 3, "--on_worker_death=wait: new workers started in dead ones' places, in all");
 DEFINE_int32(replacement_timeout_s, 60, "--on_worker_death=wait: the scheduler aborts the job when no worker took a "
              "dead one's place by then (60 here, 90 for pushpull-scheduler run by hand: this launcher starts the "
-             "new worker itself, --restart_delay_ms after the death is declared)");
+             "new worker itself once the dead one has exited, after --restart_delay_ms doubled per replacement, "
+             "at least a heartbeat timeout and at most half of this)");
 DEFINE_int32(heartbeat_timeout_ms, 5000, "scheduler: a node silent this long is declared dead");
 DEFINE_int32(heartbeat_interval_ms, 500, "servers and workers: heartbeat period");
 DEFINE_int32(update_threads, 1, "update threads per server (the servers share this machine's cores; "
@@ -422,10 +423,12 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
           // started with the same flags, --rank among them, once the dead one can be declared dead.
           // (Not before the scheduler can have declared the dead one dead: it refuses a worker
           // for a rank still held.)
-          const int64_t delay_ms =
-              std::max<int64_t>(std::min<int64_t>(int64_t(FLAGS_restart_delay_ms) << std::min(worker_restarts, 16),
-                                                  std::max(60000, FLAGS_restart_delay_ms)),
-                                int64_t(FLAGS_heartbeat_timeout_ms) + 2 * FLAGS_heartbeat_interval_ms);
+          // (At most half the scheduler's --replacement_timeout_s: a longer --restart_delay_ms, fit for
+          // whole-job restarts, would start every replacement after the job had given up on it.)
+          const int64_t delay_ms = std::max<int64_t>(
+              std::min<int64_t>({int64_t(FLAGS_restart_delay_ms) << std::min(worker_restarts, 16),
+                                 std::max(60000, FLAGS_restart_delay_ms), int64_t(FLAGS_replacement_timeout_s) * 500}),
+              int64_t(FLAGS_heartbeat_timeout_ms) + 2 * FLAGS_heartbeat_interval_ms);
           ++worker_restarts;
           Say(c.name + " died; starting a new one in its place in " + std::to_string(delay_ms) + " ms (" +
               std::to_string(worker_restarts) + " of " + std::to_string(FLAGS_max_worker_restarts) +

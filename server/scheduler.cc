@@ -994,9 +994,12 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& opt
   if (options.port < 0 || options.port > 65535) return Status::InvalidArgument("port must be in [0, 65535]");
   for (auto [name, ms] : {std::pair<const char*, int>{"heartbeat_timeout_ms", options.heartbeat_timeout_ms},
                           {"register_timeout_ms", options.register_timeout_ms},
-                          {"request_timeout_ms (table timeout)", options.request_timeout_ms},
+                          {"request_timeout_ms (--table_timeout_ms)", options.request_timeout_ms},
                           {"checkpoint_timeout_ms", options.checkpoint_timeout_ms}})
     if (ms < 1) return Status::InvalidArgument(std::string(name) + " must be at least 1, not " + std::to_string(ms));
+  if (options.checkpoint_keep < 1)
+    return Status::InvalidArgument("checkpoint_keep must be at least 1 (the newest checkpoint is always kept), not " +
+                                   std::to_string(options.checkpoint_keep));
   auto s = std::make_unique<SchedulerImpl>(options);
   PP_RETURN_IF_ERROR(s->Init());
   return std::unique_ptr<Scheduler>(std::move(s));
