@@ -61,7 +61,11 @@ DEFINE_int32(restart_delay_ms, 1000, "with --max_restarts: wait this long before
 namespace {
 
 volatile sig_atomic_t g_interrupted = 0;
-void OnSignal(int) { g_interrupted = 1; }
+volatile sig_atomic_t g_signals = 0;  // how many came
+void OnSignal(int sig) {  // the exit code is 128 + it (130 SIGINT, 143 SIGTERM)
+  g_interrupted = sig;
+  g_signals = g_signals + 1;
+}
 
 struct Child {
   std::string name;  // "server 1"
@@ -292,7 +296,7 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       }
       unlink(endpoint_file.c_str());
       rmdir(tmpl);
-      if (g_interrupted) return 130;
+      if (g_interrupted) return 128 + g_interrupted;
       return exited && WIFEXITED(st) && WEXITSTATUS(st) != 0 ? WEXITSTATUS(st) : 1;  // 2: bad flags
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -331,7 +335,7 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
   int worker_restarts = 0;  // --on_worker_death=wait
   bool stopping = false;
   bool job_finished = false;  // the scheduler exited 0: it ended the job as finished
-  bool interrupt_seen = false;
+  sig_atomic_t signals_seen = 0;
   std::chrono::steady_clock::time_point kill_at;
   auto stop_all = [&](const std::string& why, int code) {
     if (stopping) return;
@@ -349,11 +353,11 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       if (c.fd >= 0) pfds.push_back({c.fd, POLLIN, 0});
     poll(pfds.data(), pfds.size(), 100);
     for (auto& c : children) Drain(c, false);
-    if (g_interrupted && !interrupt_seen) {
-      interrupt_seen = true;
+    if (g_signals != signals_seen) {
+      signals_seen = g_signals;
       if (!stopping) {
-        stop_all("interrupted", 130);
-      } else {  // already stopping after a failure: whoever interrupts wants it over now
+        stop_all(g_interrupted == SIGTERM ? "terminated" : "interrupted", 128 + g_interrupted);
+      } else {  // already stopping (a failure, or a signal before): whoever interrupts wants it over now
         Say("interrupted while stopping; killing what is left now");
         kill_at = std::chrono::steady_clock::now();
       }
