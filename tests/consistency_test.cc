@@ -109,7 +109,7 @@ INSTANTIATE_TEST_SUITE_P(Models, ConsistencyTest,
 // SSP(k): with worker 1 stopped at clock 0, worker 0 may pull at clocks 0..k without waiting
 // and its pull at clock k+1 waits until worker 1 clocks once.
 TEST(ConsistencyBlocking, SspLetsTheFastWorkerRunExactlyKAhead) {
-  for (int k : {0, 2}) {
+  for (int k : {0, 1, 2}) {
     LocalClusterConfig cfg;
     cfg.servers = 2;
     cfg.workers = 2;
@@ -405,6 +405,12 @@ TEST(ConsistencyRules, PullRule) {
   EXPECT_TRUE(PullReady(5, 2, 3));
   EXPECT_FALSE(PullReady(5, 2, 2));
   EXPECT_TRUE(PullReady(1000, -1, 0));
+  // A parked pull's key: the slowest live clock at which it is served (SSP(1) at clock 5: 4).
+  EXPECT_EQ(PullReadyAt(5, 1), 4);
+  EXPECT_TRUE(PullReady(5, 1, PullReadyAt(5, 1)));
+  EXPECT_FALSE(PullReady(5, 1, PullReadyAt(5, 1) - 1));
+  EXPECT_EQ(PullReadyAt(5, 0), 5);
+  EXPECT_EQ(PullReadyAt(5, -1), INT64_MIN);  // ASP: never parked
   EXPECT_EQ(PullStaleness(5, 3), 2);
   EXPECT_EQ(PullStaleness(3, 5), 0);
   ClockVector v(3);
