@@ -557,9 +557,24 @@ void SchedulerImpl::HandleRegister(Message& m) {
     ReplyTo(w, MsgType::kRegisterReply, st);
     return;
   }
-  if (rank >= 0 && taken[rank])
-    PP_LOG(Warning) << "a " << RoleName(role) << " asked for rank " << rank
-                    << ", which another has taken; it gets the first free rank";
+  if (rank >= 0 && taken[rank]) {
+    // Before the job runs nodes do not heartbeat, so the holder may be long gone: a node that
+    // asks for its rank again is most likely its restart (a Kubernetes pod, a Slurm task
+    // requeued), and the rank its deployment gave it must stay its (its data shard, its
+    // checkpoint file). It takes the rank; the one before is told why and dropped.
+    auto old = std::find_if(list.begin(), list.end(), [&](const Node* o) { return o->rank == rank; });
+    Node* before = *old;
+    const Status st = Status::FailedPrecondition(
+        "another " + std::string(RoleName(role)) + " registered asking for rank " + std::to_string(rank) +
+        " before the job started (this one restarted, or two were given the same --rank): this one is dropped");
+    PP_LOG(Warning) << "a " << RoleName(role) << " asked for rank " << rank << ", which an earlier registration "
+                    << "holds; the new one takes it (a restart?) and the earlier one is dropped";
+    ReplyTo(Waiter{before->identity, before->register_request}, MsgType::kRegisterReply, st);
+    const std::string gone = before->identity;
+    list.erase(old);
+    nodes_.erase(gone);
+    taken[rank] = false;
+  }
   if (rank < 0 || taken[rank]) {
     rank = 0;
     while (taken[rank]) ++rank;

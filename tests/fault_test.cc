@@ -495,6 +495,45 @@ TEST(ServerFailure, ARankOutsideTheJobIsRefused) {
       << client.status().ToString();
 }
 
+// A node asking for a rank an earlier registration holds, before the job runs, is most likely
+// that node restarted (nodes do not heartbeat before the job starts, so a dead one keeps its
+// slot): it takes the rank its deployment gave it, and the earlier one is told why and dropped
+// (found in review: it was given another rank, or refused when the job had its count).
+TEST(ServerFailure, ANodeAskingForItsRankAgainBeforeTheJobRunsTakesIt) {
+  SchedulerThread sched(1, 2, 30000);
+  ASSERT_TRUE(sched.ok());
+  ClientOptions c;
+  c.scheduler = sched.address();
+  c.register_timeout_ms = 20000;
+  c.requested_rank = 1;
+  Status first;
+  std::thread earlier([&] { first = Client::Connect(c).status(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // its registration is in
+  Result<std::unique_ptr<Client>> again = Status::Internal("not connected");
+  std::thread restarted([&] { again = Client::Connect(c); });
+  earlier.join();
+  EXPECT_EQ(first.code(), Code::kFailedPrecondition) << first.ToString();
+  EXPECT_NE(first.message().find("another worker registered asking for rank 1"), std::string::npos)
+      << first.ToString();
+  // The job then starts with the restarted one as worker 1.
+  ServerOptions o;
+  o.bind_host = "127.0.0.1";
+  o.control.scheduler = sched.address();
+  auto srv = Server::Create(o);
+  ASSERT_TRUE(srv.ok()) << srv.status().ToString();
+  std::thread server([&] { (*srv)->Run().IgnoreError(); });
+  ClientOptions c0 = c;
+  c0.requested_rank = 0;
+  auto zero = Client::Connect(c0);
+  restarted.join();
+  ASSERT_TRUE(zero.ok()) << zero.status().ToString();
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)->rank(), 1);
+  EXPECT_TRUE((*zero)->Finish().ok());
+  EXPECT_TRUE((*again)->Finish().ok());
+  server.join();
+}
+
 // Filling a large table takes longer than the scheduler waits for a heartbeat here (200 ms): the
 // server keeps its heartbeats going meanwhile, so it is not declared dead.
 // A dense table of `rows` x 1024 floats, each from the seeded initialiser: slow to fill.
