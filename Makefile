@@ -4,8 +4,11 @@
 #                ASP; a killed server and a restart from a checkpoint; fmnist_mlp)
 #   make bench   benchmarks; figures into build/bench/results.jsonl
 #   make deps    apt-get the Debian packages that are missing (no-op when all are there)
+#   make experiments   the consistency-model experiments (docs/EXPERIMENTS.md)
+#   make clean   remove build/
 # Switches: ASAN=1, TSAN=1, CUDA=0 (CUDA defaults to 1 when /usr/local/cuda/bin/nvcc exists),
-#           DEBUG=1 (no optimisation).
+#           DEBUG=1 (no optimisation), BUILD=dir (another build directory),
+#           ARCH=-march=... (default x86-64-v3: AVX2 CPUs; -march=x86-64 for older ones).
 
 BUILD   ?= build
 NVCC    ?= /usr/local/cuda/bin/nvcc
@@ -17,7 +20,7 @@ CUDA ?= 1
 endif
 
 CXX      ?= g++
-OPT      := $(if $(DEBUG),-O0,-O2)
+OPT      := $(if $(filter 1,$(DEBUG)),-O0,-O2)
 ARCH     ?= -march=x86-64-v3
 CPPFLAGS := -I. -isystem /usr/include/eigen3 -MMD -MP
 CXXFLAGS := -std=c++17 $(OPT) -g $(ARCH) -Wall -Wextra -Wno-unused-parameter -pthread

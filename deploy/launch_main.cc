@@ -51,7 +51,10 @@ DEFINE_int64(max_table_mb, 0, "each server: memory its tables may hold; past it 
 DEFINE_int32(grace_ms, 5000, "after the job ends or fails, how long children get to exit before SIGKILL");
 DEFINE_string(bin_dir, "", "where the pushpull binaries are (default: beside this one)");
 DEFINE_string(checkpoint_dir, "", "scheduler: where checkpoints go (workers take them with --checkpoint_every_epochs)");
-DEFINE_string(restore_from, "", "scheduler: resume from the newest complete checkpoint under this directory");
+DEFINE_string(restore_from, "", "scheduler: resume from the newest intact checkpoint under this directory, or "
+              "from this checkpoint when it is one (DIR/ckpt-NNNNNNNNNN)");
+DEFINE_bool(verify_restore, true, "scheduler: read every file of the checkpoint to restore once before the job "
+            "starts, passing over a damaged newest one (false: for checkpoints too large to read twice)");
 DEFINE_int32(max_restarts, 0, "when a process dies or fails (not for bad flags, exit 2, or a missed target, "
              "exit 3), start the job again this many times at most: from the newest checkpoint this job "
              "wrote in --checkpoint_dir when there is one");
@@ -268,6 +271,7 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
                             "--on_worker_death=" + FLAGS_on_worker_death,
                             "--replacement_timeout_s=" + std::to_string(FLAGS_replacement_timeout_s),
                             "--checkpoint_dir=" + FLAGS_checkpoint_dir, "--restore_from=" + restore_from,
+                            std::string("--verify_restore=") + (FLAGS_verify_restore ? "true" : "false"),
                             "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms),
                             "--checkpoint_keep=" + std::to_string(FLAGS_checkpoint_keep),
                             "--checkpoint_timeout_s=" + std::to_string(FLAGS_checkpoint_timeout_s)}));

@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
                              "usage: pushpull-checkpoint --dir=DIR                      list the tables\n"
                              "       pushpull-checkpoint --dir=DIR --export_table=NAME --out=FILE.npy [--slot=N]",
                              "checkpoint_main");
+  pushpull::RefuseArguments(argc, argv);
   if (FLAGS_dir.empty()) {
     std::fprintf(stderr, "pushpull-checkpoint: --dir is required (see --help)\n");
     return 2;

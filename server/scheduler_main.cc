@@ -13,10 +13,11 @@
 #include "common/signals.h"
 #include "server/scheduler.h"
 
-DEFINE_int32(num_servers, 1, "servers the job has; the job starts when all have registered");
-DEFINE_int32(num_workers, 1, "workers the job has");
+DEFINE_int32(num_servers, 0, "servers the job has (required); the job starts when all have registered");
+DEFINE_int32(num_workers, 0, "workers the job has (required)");
 DEFINE_string(bind_host, "0.0.0.0", "interface to listen on");
-DEFINE_string(advertise_host, "127.0.0.1", "host name or IP other nodes use to reach this scheduler");
+DEFINE_string(advertise_host, "127.0.0.1", "host name or IP written to --endpoint_file and logged as this "
+              "scheduler's address (nodes reach it by their own --scheduler)");
 DEFINE_int32(port, 7000, "TCP port to listen on (0: any free port; see --endpoint_file)");
 DEFINE_string(endpoint_file, "", "if set, write the address nodes should use here once listening");
 DEFINE_int32(heartbeat_timeout_ms, 5000, "a node silent this long is declared dead");
@@ -55,6 +56,12 @@ int main(int argc, char** argv) {
   }
   if (FLAGS_replacement_timeout_s < 1 || FLAGS_replacement_timeout_s > std::numeric_limits<int>::max() / 1000) {
     PP_LOG(Error) << "--replacement_timeout_s must be at least 1, not " << FLAGS_replacement_timeout_s;
+    return 2;
+  }
+  // Required: with a default of 1, a forgotten flag started a job that refused every worker but one.
+  if (FLAGS_num_servers < 1 || FLAGS_num_workers < 1) {
+    PP_LOG(Error) << "--num_servers and --num_workers are required (at least 1 each), not " << FLAGS_num_servers
+                  << " and " << FLAGS_num_workers;
     return 2;
   }
   pushpull::SchedulerOptions o;

@@ -47,6 +47,20 @@ int main(int argc, char** argv) {
   pushpull::TuneMallocForLargeMessages();
   pushpull::SetLogTag("server");
   if (FLAGS_verbose) pushpull::SetLogLevel(pushpull::LogLevel::kDebug);
+  {
+    // A scheduler on another host with this server advertising loopback: the job would start, and
+    // remote workers fail only at their request deadlines.
+    auto loopback = [](const std::string& h) {
+      return h.rfind("127.", 0) == 0 || h == "localhost" || h == "::1" || h == "[::1]";
+    };
+    std::string host = FLAGS_scheduler;
+    if (host.rfind("tcp://", 0) == 0) host.erase(0, 6);
+    if (const size_t colon = host.rfind(':'); colon != std::string::npos) host.resize(colon);
+    if (!host.empty() && !loopback(host) && loopback(FLAGS_advertise_host))
+      PP_LOG(Warning) << "the scheduler is at " << FLAGS_scheduler << " but this server advertises "
+                      << FLAGS_advertise_host << ": workers on other hosts cannot reach it (give --advertise_host="
+                      << "this host's name or IP)";
+  }
   pushpull::ServerOptions o;
   o.control.scheduler = FLAGS_scheduler;
   o.control.heartbeat_interval_ms = FLAGS_heartbeat_interval_ms;

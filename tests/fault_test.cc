@@ -1406,6 +1406,13 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-bench --threads -3 --filter=nothing", 30, &out), 2) << out;
   EXPECT_NE(out.find("--threads=-3"), std::string::npos) << out;
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-bench --noquick --filter nothing --list", 30, &out), 0) << out;
+  // A stray word is no bench name (it ran every bench), nor a checkpoint directory.
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-bench transport --list", 30, &out), 2) << out;
+  EXPECT_NE(out.find("unexpected argument 'transport'"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-checkpoint /tmp", 30, &out), 2) << out;
+  // The scheduler's job size is required: a default of 1 refused every worker but one.
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-scheduler --num_servers=2 --port=0", 30, &out), 2) << out;
+  EXPECT_NE(out.find("--num_servers and --num_workers are required"), std::string::npos) << out;
   // So are values gflags cannot read, and a value missing (gflags' own exit: 1 again).
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-server --port=abc", 30, &out), 2) << out;
   EXPECT_NE(out.find("--port=abc is not a valid int32"), std::string::npos) << out;

@@ -28,13 +28,14 @@ DEFINE_int32(register_timeout_ms, 120000, "how long to wait for the whole job to
 DEFINE_int32(rank, -1, "ask the scheduler for this rank (-1: any free one)");
 DEFINE_bool(verbose, false, "debug logging");
 // Common app flags.
-DEFINE_int32(epochs, 10, "passes over this worker's shard of the data");
+DEFINE_int32(epochs, 10, "passes over this worker's shard of the data (sparse_lr: one streamed pass of "
+             "--examples_total, evaluated this many times along the way)");
 DEFINE_int32(batch, 0, "minibatch per worker (0: the app's default)");
-DEFINE_double(lr, -1, "learning rate (< 0: the app's default)");
+DEFINE_double(lr, -1, "learning rate (<= 0: the app's default)");
 DEFINE_string(optimizer, "", "server-side optimizer: sgd | adam | adamw | adagrad | ftrl (empty: app default)");
 DEFINE_uint64(seed, 42, "seed of data and initialisation");
 DEFINE_string(metrics_out, "", "append one JSON object per epoch to this file");
-DEFINE_double(target, -1, "what the app must reach, < 0: its default. linreg: a loss; fmnist_mlp: a test accuracy; "
+DEFINE_double(target, -1, "what the app must reach, <= 0: its default. linreg: a loss; fmnist_mlp: a test accuracy; "
               "sparse_lr: a held-out loss within this fraction of the optimum's (0.02: within 2%)");
 DEFINE_int32(progress_s, 5, "seconds between progress lines (0: none)");
 DEFINE_bool(staleness_aware, false, "divide each push's step by its staleness (Zhang et al. 2016)");
@@ -42,7 +43,8 @@ DEFINE_int32(eval_every, 0, "worker 0 evaluates on a test subset every this many
 DEFINE_int32(eval_subset, 1000, "examples in that subset evaluation");
 DEFINE_int32(checkpoint_every_epochs, 0, "checkpoint after every this many epochs and after the last (0: never; the scheduler "
              "needs --checkpoint_dir); a job started with the scheduler's --restore_from resumes there");
-DEFINE_string(trace_out, "", "write a CSV row per clock here: clock,wall_s,loss,metric,staleness");
+DEFINE_string(trace_out, "", "write a CSV row per clock here: clock,wall_s,loss,metric,staleness (a %d in "
+              "the path becomes the worker's rank: workers sharing flags then write files of their own)");
 // Injection (experiments): stragglers and a slower network.
 DEFINE_string(straggler, "", "RANK:MS[,RANK:MS]: these workers sleep MS milliseconds every clock");
 DEFINE_double(random_delay_p, 0, "each clock, every worker sleeps with this probability ...");

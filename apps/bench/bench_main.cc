@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
       "  side, for PP_TRANSPORT_PROFILE_S seconds (default 5), servers with PP_TRANSPORT_PROFILE_K\n"
       "  update threads (default 1); use with --filter=transport, under perf if you like.";
   pushpull::ParseFlagsOrHelp(&argc, &argv, usage.c_str(), "apps/bench/");
+  pushpull::RefuseArguments(argc, argv);
   pushpull::TuneMallocForLargeMessages();
 
   if (FLAGS_list) {
