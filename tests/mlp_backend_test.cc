@@ -330,6 +330,24 @@ void ExpectBackendsAgree(const std::vector<int>& layers, int max_batch, int batc
   EXPECT_LE(differ, 1) << "only a near-tie may round differently";
 }
 
+// A NaN weight reaches the loss on every backend, through the hidden ReLU too (the GPU's made it
+// 0, training on where the CPU showed a diverged model). GPU part: skipped without a device.
+TEST(MlpBackend, ANaNWeightMakesTheLossNaNOnEveryDevice) {
+  const std::vector<int> layers = {6, 5, 3};
+  for (Device d : {Device::kCpu, Device::kGpu}) {
+    if (d == Device::kGpu && !GpuAvailable()) continue;
+    auto m = MlpBackend::Create(d, layers, 8);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    Net n(layers, 0.3f, 3);
+    n.params[0][0] = std::nanf("");  // hidden unit 0's weight of input 0 (inputs are > 0)
+    Batch b = RandomBatch(8, layers[0], layers.back(), 4);
+    float loss = 0.0f;
+    ASSERT_TRUE((*m)->ForwardBackward(n.p(), b.x.data(), b.labels.data(), 8, n.g(), &loss).ok());
+    EXPECT_TRUE(std::isnan(loss)) << (*m)->name() << ": loss " << loss;
+  }
+  if (!GpuAvailable()) GTEST_SKIP() << "CPU checked; no usable CUDA device for the GPU part";
+}
+
 TEST(MlpBackend, CpuAndGpuAgree) {
   if (!GpuAvailable()) {
     GTEST_SKIP() << "no usable CUDA device (GpuAvailable() is false, or built with CUDA=0): "

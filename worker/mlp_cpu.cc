@@ -119,7 +119,7 @@ class CpuMlpBackend final : public MlpBackend {
         z.noalias() = acts_[l - 1].topRows(batch) * p.leftCols(in).transpose();
       }
       z.rowwise() += p.col(in).transpose();
-      if (l + 1 < num_layers) z = z.cwiseMax(0.0f);
+      if (l + 1 < num_layers) z = z.cwiseMax(0.0f);  // (NaN stays NaN: std::max order; tested)
     }
   }
 

@@ -39,7 +39,8 @@ __global__ void BiasActKernel(float* z, const float* params, int batch, int out,
        i += size_t(gridDim.x) * blockDim.x) {
     const int o = int(i % out);
     float v = z[i] + params[size_t(o) * (in + 1) + in];
-    z[i] = relu ? fmaxf(v, 0.0f) : v;
+    // NaN stays NaN (fmaxf would make it 0, hiding a diverged model that the CPU backend shows).
+    z[i] = relu && !(v > 0.0f) && v == v ? 0.0f : v;
   }
 }
 
