@@ -518,13 +518,8 @@ void SchedulerImpl::HandleRegister(Message& m) {
   }
   auto& list = role == Role::kServer ? servers_ : workers_;
   int want = role == Role::kServer ? options_.num_servers : options_.num_workers;
-  if (!replacement && static_cast<int>(list.size()) >= want) {
-    Status st = Status::FailedPrecondition("the job expects " + std::to_string(want) + " " + RoleName(role) +
-                                           "s and has them all");
-    PP_LOG(Warning) << "refused a " << RoleName(role) << "'s registration: " << st.message();
-    ReplyTo(w, MsgType::kRegisterReply, st);
-    return;
-  }
+  int rank = m.header.sender_rank;  // a node may ask for one (a deployment's task index)
+  auto taken = [&](int r) { return std::any_of(list.begin(), list.end(), [r](const Node* o) { return o->rank == r; }); };
   if (role == Role::kServer && m.header.address.empty()) {
     ReplyTo(w, MsgType::kRegisterReply, Status::InvalidArgument("a server must give its address"));
     return;
@@ -541,23 +536,7 @@ void SchedulerImpl::HandleRegister(Message& m) {
     ReplyTo(w, MsgType::kRegisterReply, st);
     return;
   }
-  if (replacement) {
-    RegisterReplacement(m);
-    return;
-  }
-  // A node may ask for a rank (the launcher numbers its processes); otherwise the first free.
-  std::vector<bool> taken(want, false);
-  for (Node* o : list) taken[o->rank] = true;
-  int rank = m.header.sender_rank;
-  if (rank >= want) {  // (a deploy's task index and the job's size disagree: its data shard would be wrong)
-    Status st = Status::InvalidArgument("asked for " + std::string(RoleName(role)) + " rank " + std::to_string(rank) +
-                                        ", but the job has " + std::to_string(want) + " " + RoleName(role) +
-                                        "s (ranks 0 to " + std::to_string(want - 1) + ")");
-    PP_LOG(Error) << "refused a " << RoleName(role) << "'s registration: " << st.message();
-    ReplyTo(w, MsgType::kRegisterReply, st);
-    return;
-  }
-  if (rank >= 0 && taken[rank]) {
+  if (!replacement && rank >= 0 && rank < want && taken(rank)) {
     // Before the job runs nodes do not heartbeat, so the holder may be long gone: a node that
     // asks for its rank again is most likely its restart (a Kubernetes pod, a Slurm task
     // requeued), and the rank its deployment gave it must stay its (its data shard, its
@@ -573,11 +552,32 @@ void SchedulerImpl::HandleRegister(Message& m) {
     const std::string gone = before->identity;
     list.erase(old);
     nodes_.erase(gone);
-    taken[rank] = false;
   }
-  if (rank < 0 || taken[rank]) {
+  if (!replacement && static_cast<int>(list.size()) >= want) {
+    Status st = Status::FailedPrecondition("the job expects " + std::to_string(want) + " " + RoleName(role) +
+                                           "s and has them all");
+    PP_LOG(Warning) << "refused a " << RoleName(role) << "'s registration: " << st.message();
+    ReplyTo(w, MsgType::kRegisterReply, st);
+    return;
+  }
+  if (replacement) {
+    RegisterReplacement(m);
+    return;
+  }
+  // A node may ask for a rank (the launcher numbers its processes); otherwise the first free.
+  std::vector<bool> held(want, false);
+  for (Node* o : list) held[o->rank] = true;
+  if (rank >= want) {  // (a deploy's task index and the job's size disagree: its data shard would be wrong)
+    Status st = Status::InvalidArgument("asked for " + std::string(RoleName(role)) + " rank " + std::to_string(rank) +
+                                        ", but the job has " + std::to_string(want) + " " + RoleName(role) +
+                                        "s (ranks 0 to " + std::to_string(want - 1) + ")");
+    PP_LOG(Error) << "refused a " << RoleName(role) << "'s registration: " << st.message();
+    ReplyTo(w, MsgType::kRegisterReply, st);
+    return;
+  }
+  if (rank < 0) {
     rank = 0;
-    while (taken[rank]) ++rank;
+    while (held[rank]) ++rank;
   }
   Node& n = nodes_[identity];
   n.role = role;
