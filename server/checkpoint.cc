@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "common/crc32c.h"
@@ -477,16 +478,24 @@ Result<CheckpointManifest> NewestIntactCheckpoint(const std::string& root, std::
     if (newest_name.rfind("ckpt-", 0) != 0 || newest_name.find('/') != std::string::npos) return latest;
   }
   skipped->push_back(newest_name + ": " + latest.status().ToString());
+  // Only the same run's older checkpoints stand in for it: one that another run left in the
+  // directory (a fresh job in a used directory whose own only checkpoint is damaged) is not
+  // this run's past. (The run is known when the damaged one's MANIFEST could be read.)
+  std::optional<std::string> run;
+  if (auto damaged = ReadManifest((fs::path(root) / newest_name).string()); damaged.ok()) run = damaged->run;
   std::vector<std::string> older;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string n = e.path().filename().string();
-    if (e.is_directory() && n.rfind("ckpt-", 0) == 0 && n < newest_name) older.push_back(n);
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    std::error_code dir_ec;
+    if (n.rfind("ckpt-", 0) == 0 && n < newest_name && it->is_directory(dir_ec)) older.push_back(n);
   }
   std::sort(older.rbegin(), older.rend());  // newest first (names sort by clock)
   for (const std::string& n : older) {
     auto m = ReadManifest((fs::path(root) / n).string());
     Status st = m.ok() ? VerifyCheckpointFiles(*m) : m.status();
+    if (st.ok() && run && m->run != *run)
+      st = Status::FailedPrecondition("another run's (\"" + m->run + "\", not \"" + *run + "\")");
     if (st.ok()) return m;
     skipped->push_back(n + ": " + st.ToString());
   }

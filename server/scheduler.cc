@@ -87,8 +87,13 @@ class SchedulerImpl final : public Scheduler {
     return Status::OK();
   }
   Status PrepareRestore() override {
-    if (restore_prepared_) return Status::OK();
-    restore_prepared_ = true;
+    if (!restore_prepared_) {
+      restore_prepared_ = true;
+      restore_status_ = ResolveRestore();  // (a second call gets the first's answer)
+    }
+    return restore_status_;
+  }
+  Status ResolveRestore() {
     if (options_.restore_from.empty()) return Status::OK();
     // The newest complete checkpoint under the directory, or the one it is (a ckpt-NNN
     // directory: an older one when the newest is damaged).
@@ -100,7 +105,8 @@ class SchedulerImpl final : public Scheduler {
     // Every file is read once here, so that a damaged newest checkpoint is passed over for the
     // one before it instead of failing every server's restore (and every restart's).
     if (options_.verify_restore)
-      PP_LOG(Info) << "--restore_from: reading the checkpoint's files to check them before the job starts";
+      PP_LOG(Info) << "--restore_from: reading the checkpoint's files to check them before the job starts (the "
+                   << "nodes' --register_timeout_ms runs meanwhile; --verify_restore=false skips this)";
     const int64_t began = NowMs();
     std::vector<std::string> skipped;
     auto m = one ? ReadManifest(options_.restore_from)
@@ -117,8 +123,14 @@ class SchedulerImpl final : public Scheduler {
       PP_LOG(Warning) << "--restore_from: resuming from the older checkpoint " << m->dir << " (clock " << m->clock
                       << "); the training since then is done again";
     restore_ = *m;
-    if (options_.verify_restore)
-      PP_LOG(Info) << "--restore_from: " << m->dir << " checked in " << (NowMs() - began) / 1000.0 << " s";
+    if (options_.verify_restore) {
+      const int64_t took = NowMs() - began;
+      PP_LOG(Info) << "--restore_from: " << m->dir << " checked in " << took / 1000.0 << " s";
+      if (took > options_.register_timeout_ms / 2)
+        PP_LOG(Warning) << "checking the checkpoint took over half of --register_timeout_ms ("
+                        << options_.register_timeout_ms / 1000 << " s), which the nodes' registration waits "
+                        << "count too: raise it on every node, or pass --verify_restore=false";
+    }
     if (m->servers != options_.num_servers)
       PP_LOG(Info) << "checkpoint " << m->dir << " was written by " << Count(m->servers, "server") << "; this job has "
                    << options_.num_servers << ": each server gathers the rows it now owns from every file";
@@ -203,6 +215,7 @@ class SchedulerImpl final : public Scheduler {
   PendingCheckpoint checkpoint_;
   CheckpointManifest restore_;     // clock 0, no dir: a fresh job
   bool restore_prepared_ = false;
+  Status restore_status_;
 };
 
 std::string SchedulerImpl::NodeName(const Node& n) const {

@@ -35,7 +35,8 @@ struct SchedulerOptions {
   std::string checkpoint_dir;
   int checkpoint_keep = 2;
   int checkpoint_timeout_ms = 600000;
-  // Resume from the newest complete checkpoint under this directory (empty: a fresh job).
+  // Resume from the newest intact checkpoint under this directory, or from this checkpoint when
+  // it is one (DIR/ckpt-NNNNNNNNNN) (empty: a fresh job).
   std::string restore_from;
   // Read every file of the checkpoint to restore once before the job starts, checking its CRC, and
   // take the newest intact one under restore_from (false: the servers find damage as they read,

@@ -37,7 +37,8 @@ DEFINE_string(restore_from, "", "resume the job from the newest complete checkpo
               "pushpull-checkpoint --dir=DIR lists them) (tables, optimizer state, clocks; any number of servers)");
 DEFINE_bool(verify_restore, true, "with --restore_from: read every file of the checkpoint once before the job starts, "
             "checking its checksum; a damaged newest checkpoint is then passed over for the newest intact one "
-            "before it (false: servers find damage while restoring and the job fails, exit 2)");
+            "of the same run before it (false: servers find damage while restoring and the job fails, exit 2); "
+            "the nodes' --register_timeout_ms runs meanwhile");
 DEFINE_bool(verbose, false, "debug logging");
 
 int main(int argc, char** argv) {

@@ -672,6 +672,24 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
         << st.ToString();
     EXPECT_NE(st.message().find("checksum mismatch"), std::string::npos) << st.ToString();
   }
+  {
+    // The one before it from another run (a fresh job in a used directory) does not stand in.
+    const std::string manifest = CheckpointDir(root.path(), 30) + "/MANIFEST";
+    std::string text;
+    {
+      std::ifstream in(manifest);
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    const size_t run = text.find("\nrun ");
+    ASSERT_NE(run, std::string::npos) << text;
+    std::ofstream(manifest, std::ios::trunc) << text.substr(0, run) << "\nrun another app's run\n";
+    std::vector<std::string> skipped;
+    auto none = NewestIntactCheckpoint(root.path(), &skipped);
+    EXPECT_FALSE(none.ok());
+    ASSERT_EQ(skipped.size(), 2u);
+    EXPECT_NE(skipped[1].find("another run's"), std::string::npos) << skipped[1];
+    std::ofstream(manifest, std::ios::trunc) << text;
+  }
   std::vector<std::string> skipped;
   auto intact = NewestIntactCheckpoint(root.path(), &skipped);
   ASSERT_TRUE(intact.ok()) << intact.status().ToString();
