@@ -91,7 +91,8 @@ double CgroupV1QuotaCores(long long quota_us, long long period_us) {
 
 int CoresWithin(int affinity_cores, double quota_cores) {
   int cores = std::max(1, affinity_cores);
-  if (quota_cores > 0) cores = std::min(cores, std::max(1, static_cast<int>(std::ceil(quota_cores - 1e-9))));
+  // (In doubles first: a quota may be far more cores than an int holds.)
+  if (quota_cores > 0) cores = static_cast<int>(std::min<double>(cores, std::max(1.0, std::ceil(quota_cores - 1e-9))));
   return cores;
 }
 

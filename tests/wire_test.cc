@@ -387,6 +387,7 @@ TEST(UsableCores, QuotasAndAffinityBoundTheCores) {
   EXPECT_EQ(CoresWithin(64, 0.5), 1);   // at least 1
   EXPECT_EQ(CoresWithin(4, 16), 4);     // a quota above the mask does not add cores
   EXPECT_EQ(CoresWithin(0, 0), 1);
+  EXPECT_EQ(CoresWithin(8, 1.7e10), 8);  // cgroup v2 allows quotas far past INT_MAX cores
   // This process: within what the machine has, and what its affinity mask allows.
   const int cores = UsableCores();
   cpu_set_t set;
