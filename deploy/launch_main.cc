@@ -229,7 +229,8 @@ int main(int argc, char** argv) {
   for (int attempt = 0;; ++attempt) {
     bool crashed = false;
     const int code = RunJob(dir, worker_args, restore, &crashed);
-    if (code == 0 || g_interrupted || !crashed || attempt >= FLAGS_max_restarts) return code;
+    if (code == 0 || !crashed || attempt >= FLAGS_max_restarts) return code;
+    if (g_interrupted) return 128 + g_interrupted;
     const std::string now = FLAGS_checkpoint_dir.empty() ? "" : latest();
     if (!now.empty() && now != latest_at_start) restore = FLAGS_checkpoint_dir;
     const int64_t delay_ms = std::min<int64_t>(int64_t(FLAGS_restart_delay_ms) << std::min(attempt, 16),
@@ -242,7 +243,7 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (g_interrupted) {
       Say("interrupted; not restarting");
-      return code;
+      return 128 + g_interrupted;
     }
   }
 }
@@ -405,7 +406,8 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       if (c.role == "scheduler") {
         if (failed && WIFEXITED(st) && WEXITSTATUS(st) == 2) {
           // It ended the job on a worker's bad flags or setup: that fails again, not restarted.
-          stop_all("the scheduler reports the job failed on a worker's flags or setup", 2);
+          stop_all("the scheduler reports the job failed on bad flags or setup (a node's, or the checkpoint to "
+                   "restore; its message is above)", 2);
         } else if (failed) {
           *crashed = true;  // it ended the job: a node died
           stop_all("the scheduler reports the job failed", 1);
