@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -32,11 +34,10 @@ double LowestQuotaUpTo(const std::string& root, std::string dir, Read read) {
   }
 }
 
-// The cgroup quota of this process in cores, 0 for none or where it cannot be read. Inside a
-// container the path in /proc/self/cgroup may not exist in the container's view of the
-// hierarchy (its own cgroup is the mount's root there): then the mount's root is read.
-double CgroupQuotaCores() {
-  std::ifstream in("/proc/self/cgroup");
+}  // namespace
+
+double CgroupQuotaCores(const std::string& proc_self_cgroup, const std::string& root) {
+  std::istringstream in(proc_self_cgroup);
   std::string line, v2_path, v1_path;
   while (std::getline(in, line)) {  // "ID:CONTROLLERS:PATH"
     const size_t a = line.find(':'), b = line.find(':', a + 1);
@@ -50,12 +51,15 @@ double CgroupQuotaCores() {
   auto lower = [&quota](double q) {
     if (q > 0 && (quota == 0 || q < quota)) quota = q;
   };
-  auto exists = [](const std::string& f) { return std::ifstream(f).good(); };
+  auto exists = [](const std::string& d) {
+    std::error_code ec;
+    return std::filesystem::is_directory(d, ec);
+  };
   if (!v1_path.empty()) {
-    for (const char* root : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"}) {
-      const std::string r(root);
+    for (const char* mount : {"/cpu", "/cpu,cpuacct"}) {
+      const std::string r = root + mount;
       std::string dir = r + (v1_path == "/" ? "" : v1_path);
-      if (!exists(dir + "/cpu.cfs_quota_us")) dir = r;
+      if (!exists(dir)) dir = r;
       lower(LowestQuotaUpTo(r, dir, [](const std::string& d) {
         const std::string q = ReadFirstLine(d + "/cpu.cfs_quota_us"), p = ReadFirstLine(d + "/cpu.cfs_period_us");
         if (q.empty() || p.empty()) return 0.0;
@@ -64,15 +68,13 @@ double CgroupQuotaCores() {
     }
   }
   if (!v2_path.empty()) {
-    const std::string r = "/sys/fs/cgroup";
+    const std::string r = root;
     std::string dir = r + (v2_path == "/" ? "" : v2_path);
-    if (!exists(dir + "/cpu.max")) dir = r;
+    if (!exists(dir)) dir = r;
     lower(LowestQuotaUpTo(r, dir, [](const std::string& d) { return CgroupV2QuotaCores(ReadFirstLine(d + "/cpu.max")); }));
   }
   return quota;
 }
-
-}  // namespace
 
 double CgroupV2QuotaCores(const std::string& cpu_max) {
   std::istringstream in(cpu_max);
@@ -101,7 +103,9 @@ int UsableCores() {
   CPU_ZERO(&set);
   int affinity = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
   if (affinity <= 0) affinity = static_cast<int>(std::thread::hardware_concurrency());
-  return CoresWithin(affinity, CgroupQuotaCores());
+  std::ifstream f("/proc/self/cgroup");
+  const std::string cgroup((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return CoresWithin(affinity, CgroupQuotaCores(cgroup, "/sys/fs/cgroup"));
 }
 
 }  // namespace pushpull

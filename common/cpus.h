@@ -17,6 +17,11 @@ int UsableCores();
 // v2's cpu.max holds "QUOTA PERIOD" or "max PERIOD"; v1 gives a quota of -1 for none.
 double CgroupV2QuotaCores(const std::string& cpu_max);
 double CgroupV1QuotaCores(long long quota_us, long long period_us);
+// The lowest quota, in cores, on the cgroup that /proc/self/cgroup's text names and its
+// parents, under the hierarchy mounted at `root` (/sys/fs/cgroup: v2 there, v1 in its cpu or
+// cpu,cpuacct directory); 0 for none. Inside a container the named path may not exist in the
+// container's view (its cgroup is the mount's root there): then the root is read.
+double CgroupQuotaCores(const std::string& proc_self_cgroup, const std::string& root);
 // min(affinity cores, the quota rounded up), at least 1; a quota of 0 is none.
 int CoresWithin(int affinity_cores, double quota_cores);
 

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <fstream>
+#include <filesystem>
 #include <thread>
 
 #include "common/cpus.h"
@@ -388,6 +390,30 @@ TEST(UsableCores, QuotasAndAffinityBoundTheCores) {
   EXPECT_EQ(CoresWithin(4, 16), 4);     // a quota above the mask does not add cores
   EXPECT_EQ(CoresWithin(0, 0), 1);
   EXPECT_EQ(CoresWithin(8, 1.7e10), 8);  // cgroup v2 allows quotas far past INT_MAX cores
+  // The cgroup walk, on a hierarchy made here: the lowest quota on the process's cgroup and its
+  // parents counts; a path the container's view lacks reads the mount's root.
+  char tmpl[] = "/tmp/pushpull-cgroup-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  auto put = [&](const std::string& rel, const std::string& text) {
+    std::filesystem::create_directories(std::filesystem::path(root + rel).parent_path());
+    std::ofstream(root + rel) << text << "\n";
+  };
+  put("/cpu.max", "max 100000");
+  put("/kubepods/cpu.max", "300000 100000");
+  put("/kubepods/pod1/cpu.max", "max 100000");
+  put("/kubepods/pod1/ctr/cpu.max", "max 100000");
+  EXPECT_EQ(CgroupQuotaCores("0::/kubepods/pod1/ctr\n", root), 3);  // a parent's quota binds
+  put("/kubepods/pod1/ctr/cpu.max", "150000 100000");
+  EXPECT_EQ(CgroupQuotaCores("0::/kubepods/pod1/ctr\n", root), 1.5);  // the lowest
+  EXPECT_EQ(CgroupQuotaCores("0::/elsewhere/in/the/host\n", root), 0);  // not in this view: the root's
+  put("/cpu/cpu.cfs_quota_us", "-1");
+  put("/cpu/cpu.cfs_period_us", "100000");
+  put("/cpu/docker/abc/cpu.cfs_quota_us", "200000");
+  put("/cpu/docker/abc/cpu.cfs_period_us", "100000");
+  EXPECT_EQ(CgroupQuotaCores("4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n", root), 2);  // v1
+  EXPECT_EQ(CgroupQuotaCores("", root), 0);
+  std::filesystem::remove_all(root);
   // This process: within what the machine has, and what its affinity mask allows.
   const int cores = UsableCores();
   cpu_set_t set;
