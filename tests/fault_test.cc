@@ -1751,6 +1751,18 @@ TEST(MultiProcess, AToleratedWorkerDeathDoesNotFailAJobThatFinishes) {
   EXPECT_NE(r.output.find("job succeeded"), std::string::npos) << r.output;
 }
 
+// The launcher stopped by SIGTERM stops the job and exits 128 + 15 (143), not as if interrupted
+// from the keyboard (130).
+TEST(MultiProcess, LauncherStoppedBySigtermExits143) {
+  std::string out;
+  const int rc = RunCommand("timeout --preserve-status -s TERM 3 " + BinDir() +
+                                "/pushpull-launch --servers=1 --workers=1 -- --app=linreg --epochs=100000 "
+                                "--examples=4000 --progress_s=0",
+                            60, &out);
+  EXPECT_EQ(rc, 143) << out;
+  EXPECT_NE(out.find("terminated; stopping every process"), std::string::npos) << out;
+}
+
 // A restart uses only checkpoints its own job wrote: one an earlier job left in the directory is
 // not resumed (here the server dies before this job's first checkpoint).
 TEST(MultiProcess, LauncherRestartIgnoresAnEarlierJobsCheckpoint) {
