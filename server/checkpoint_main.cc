@@ -2,7 +2,11 @@
 // trained parameters for whatever comes next: inference, analysis, another framework).
 #include <gflags/gflags.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <vector>
 #include <string>
 
 #include "common/flags.h"
@@ -43,7 +47,8 @@ Status WriteNpy(const std::string& path, const char* descr, uint64_t rows, uint6
 int main(int argc, char** argv) {
   pushpull::ParseFlagsOrHelp(&argc, &argv,
                              "what a pushpull checkpoint holds; a table out as .npy.\n"
-                             "usage: pushpull-checkpoint --dir=DIR                      list the tables\n"
+                             "usage: pushpull-checkpoint --dir=DIR                      every checkpoint under DIR (intact or not),\n"
+                             "                                                          then the tables of the newest (or of DIR itself)\n"
                              "       pushpull-checkpoint --dir=DIR --export_table=NAME --out=FILE.npy [--slot=N]",
                              "checkpoint_main");
   pushpull::RefuseArguments(argc, argv);
@@ -54,6 +59,31 @@ int main(int argc, char** argv) {
   if (!FLAGS_export_table.empty() && FLAGS_out.empty()) {
     std::fprintf(stderr, "pushpull-checkpoint: --export_table needs --out\n");
     return 2;
+  }
+  // A root: every checkpoint under it first, each read whole for its checksums (which one to
+  // resume from when the newest is damaged: the scheduler's --restore_from=DIR/ckpt-...).
+  if (FLAGS_export_table.empty()) {
+    namespace fs = std::filesystem;
+    std::string latest;
+    std::getline(std::ifstream((fs::path(FLAGS_dir) / "LATEST").string()), latest);
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (fs::directory_iterator it(FLAGS_dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string n = it->path().filename().string();
+      std::error_code dir_ec;
+      if (n.rfind("ckpt-", 0) == 0 && it->is_directory(dir_ec)) names.push_back(n);
+    }
+    std::sort(names.begin(), names.end());
+    if (!names.empty()) std::printf("checkpoints under %s:\n", FLAGS_dir.c_str());
+    for (const std::string& n : names) {
+      auto one = pushpull::ReadManifest((fs::path(FLAGS_dir) / n).string());
+      const Status st = one.ok() ? pushpull::VerifyCheckpointFiles(*one) : one.status();
+      std::printf("  %s%s  %s", n.c_str(), n == latest ? " (LATEST)" : "", st.ok() ? "intact" : st.ToString().c_str());
+      if (one.ok())
+        std::printf(", clock %lld, %d servers, %d workers%s%s", static_cast<long long>(one->clock), one->servers,
+                    one->workers, one->run.empty() ? "" : "; run: ", one->run.c_str());
+      std::printf("\n");
+    }
   }
   // --dir is a checkpoint directory's root (its newest complete checkpoint), or one checkpoint.
   auto m = pushpull::ReadLatestCheckpoint(FLAGS_dir);

@@ -643,6 +643,14 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
     f.seekp(100);
     f.put('\x5a');
   }
+  {
+    // The tool lists every checkpoint, which is damaged and which would do, and fails for the
+    // newest's tables.
+    std::string out;
+    EXPECT_EQ(RunCommand(BinDir() + "/pushpull-checkpoint --dir=" + root.path(), 60, &out), 1) << out;
+    EXPECT_NE(out.find("ckpt-0000000030  intact, clock 30"), std::string::npos) << out;
+    EXPECT_NE(out.find("ckpt-0000000040 (LATEST)  Corruption: "), std::string::npos) << out;
+  }
   LocalClusterConfig damaged = cfg;
   damaged.checkpoint_dir.clear();
   {
