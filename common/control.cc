@@ -50,14 +50,24 @@ Status ControlChannel::Register(const std::string& address) {
   PP_LOG(Info) << "registering with the scheduler at " << options_.scheduler << " (waiting up to "
                << options_.register_timeout_ms / 1000 << " s for it and for the job's other nodes)";
   int64_t next_note = NowMs() + 10000;
+  // Heartbeats while waiting: the scheduler frees the slot of a node that went silent before the
+  // job started (a node killed while registering), so that its restart, or another, can have it.
+  int64_t next_beat = NowMs() + options_.heartbeat_interval_ms;
   while (!deadline.Expired()) {
+    if (NowMs() >= next_beat) {
+      Header beat;
+      beat.type = MsgType::kHeartbeat;
+      beat.clock = 0;  // (no membership heard yet)
+      SendMessage(sock_, nullptr, beat).IgnoreError();
+      next_beat = NowMs() + options_.heartbeat_interval_ms;
+    }
     if (NowMs() >= next_note) {  // (the scheduler answers once every node of the job has registered)
       PP_LOG(Info) << "still waiting for the scheduler at " << options_.scheduler << " to answer registration ("
                    << deadline.RemainingMs() / 1000 << " s left)";
       next_note = NowMs() + 10000;
     }
     zmq::pollitem_t item{static_cast<void*>(sock_), 0, ZMQ_POLLIN, 0};
-    Poll(&item, 1, std::min<int64_t>(deadline.RemainingMs(), 200));
+    Poll(&item, 1, std::max<int64_t>(0, std::min({deadline.RemainingMs(), int64_t{200}, next_beat - NowMs()})));
     if (!(item.revents & ZMQ_POLLIN)) continue;
     if (!RecvFrames(sock_, &frames_)) continue;
     Message m;

@@ -155,6 +155,9 @@ class SchedulerImpl final : public Scheduler {
   void HandleCreateTable(Message& m);
   void HandleServerTableReply(Node& server, const Message& m);
   void CheckLiveness(int64_t now);
+  // Before the job starts: a registered node silent for a heartbeat timeout (killed while it
+  // waited) gives its slot back, so that its restart, or another node, can have it.
+  void DropSilentRegistrants(int64_t now);
   void CheckBarrier();
   void CheckDone();
   void CheckPendingTables();
@@ -336,6 +339,7 @@ Status SchedulerImpl::Run() {
       }
       Handle(m);
     }
+    if (!registered_) DropSilentRegistrants(NowMs());
     if (!registered_ && NowMs() - start_ms_ > options_.register_timeout_ms) {
       int s = 0, w = 0;
       for (auto& [id, n] : nodes_) (n.role == Role::kServer ? s : w)++;
@@ -412,6 +416,10 @@ void SchedulerImpl::Handle(Message& m) {
     return;
   }
   auto it = nodes_.find(identity);
+  if (it != nodes_.end() && !registered_ && m.header.type == MsgType::kHeartbeat) {
+    it->second.last_seen_ms = NowMs();  // registered, waiting for the job to start
+    return;
+  }
   if (it == nodes_.end() || !registered_) {
     PP_LOG(Warning) << "ignoring " << MsgTypeName(m.header.type) << " from an unregistered peer";
     return;
@@ -598,6 +606,7 @@ void SchedulerImpl::HandleRegister(Message& m) {
   n.address = m.header.address;
   n.rank = rank;
   n.register_request = m.header.request_id;
+  n.last_seen_ms = NowMs();
   list.push_back(&n);
   PP_LOG(Info) << NodeName(n) << " registered (" << servers_.size() << "/" << options_.num_servers
                << " servers, " << workers_.size() << "/" << options_.num_workers << " workers)";
@@ -758,6 +767,26 @@ void SchedulerImpl::CheckPendingTables() {
     for (auto& w : it->second.waiters) ReplyTo(w, MsgType::kCreateTableReply, st);
     failed_tables_[it->first] = it->second.info;
     it = pending_tables_.erase(it);
+  }
+}
+
+void SchedulerImpl::DropSilentRegistrants(int64_t now) {
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    Node& n = it->second;
+    if (now - n.last_seen_ms <= options_.heartbeat_timeout_ms) {
+      ++it;
+      continue;
+    }
+    PP_LOG(Warning) << NodeName(n) << " registered but sent no heartbeat for " << now - n.last_seen_ms
+                    << " ms (timeout " << options_.heartbeat_timeout_ms
+                    << " ms) before the job started: its slot is free again";
+    // (Told, in case it is alive behind a stalled connection: it stops rather than wait.)
+    ReplyTo(Waiter{n.identity, n.register_request}, MsgType::kRegisterReply,
+            Status::Unavailable("no heartbeat reached the scheduler for " + std::to_string(now - n.last_seen_ms) +
+                                " ms while this node waited for the job to start: its slot was given up"));
+    auto& list = n.role == Role::kServer ? servers_ : workers_;
+    list.erase(std::remove(list.begin(), list.end(), &n), list.end());
+    it = nodes_.erase(it);
   }
 }
 
