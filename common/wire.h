@@ -24,10 +24,12 @@
 namespace pushpull {
 
 constexpr uint32_t kWireMagic = 0x50505348;  // "PPSH"
-constexpr uint16_t kWireVersion = 6;  // 2: pull replies may split their values over frames; 3: checkpoints;
+constexpr uint16_t kWireVersion = 7;  // 2: pull replies may split their values over frames; 3: checkpoints;
                                       // 4: heartbeats carry the membership version, RegisterReply whether the job checkpoints;
                                       // 5: pushes split over servers carry the whole push's norm (clip_norm);
-                                      // 6: checkpoints keep the run's description (Client::Checkpoint(run))
+                                      // 6: checkpoints keep the run's description (Client::Checkpoint(run));
+                                      // 7: nodes heartbeat while they wait for the job to start (the scheduler
+                                      //    gives a silent one's slot back)
 // A RegisterReply lists every server's address (up to kMaxNodes of at most 256 bytes): 1.1 MB
 // at most; data-message headers are a few dozen bytes.
 constexpr uint32_t kMaxNodes = 4096;

@@ -339,7 +339,6 @@ Status SchedulerImpl::Run() {
       }
       Handle(m);
     }
-    if (!registered_) DropSilentRegistrants(NowMs());
     if (!registered_ && NowMs() - start_ms_ > options_.register_timeout_ms) {
       int s = 0, w = 0;
       for (auto& [id, n] : nodes_) (n.role == Role::kServer ? s : w)++;
@@ -359,6 +358,13 @@ Status SchedulerImpl::Run() {
       if (stalled > 1000) PP_LOG(Warning) << "this loop stalled for " << stalled << " ms; not held against any node";
     }
     last_pass_ms = now;
+    // Before the job starts, a registered node gone silent gives its slot back: judged as the
+    // running job's nodes are (after the stall is forgiven, on every message that has arrived).
+    if (!registered_ && membership_.job_state == Membership::kRunning &&
+        (drained || now - last_judged_ms > options_.heartbeat_timeout_ms)) {
+      DropSilentRegistrants(now);
+      last_judged_ms = now;
+    }
     if (registered_ && membership_.job_state == Membership::kRunning) {
       // Judged on every message that has arrived; under a flood that outlasts the pass's share,
       // at least once a heartbeat timeout.
@@ -416,8 +422,23 @@ void SchedulerImpl::Handle(Message& m) {
     return;
   }
   auto it = nodes_.find(identity);
-  if (it != nodes_.end() && !registered_ && m.header.type == MsgType::kHeartbeat) {
+  if (it != nodes_.end() && !registered_ && m.header.type == MsgType::kHeartbeat &&
+      membership_.job_state == Membership::kRunning) {
     it->second.last_seen_ms = NowMs();  // registered, waiting for the job to start
+    return;
+  }
+  if (!registered_ && m.header.type == MsgType::kHeartbeat) {
+    if (it != nodes_.end()) {  // the job ended before it started (registration timed out): it hears so
+      Header h;
+      h.type = MsgType::kMembership;
+      h.membership = membership_;
+      Send(identity, h);
+    } else {  // a node waiting for a registration this scheduler no longer holds: it hears so, once a beat
+      PP_LOG(Debug) << "a heartbeat from a node whose registration is not held here";
+      ReplyTo(Waiter{identity, 0}, MsgType::kRegisterReply,
+              Status::Unavailable("the scheduler holds no registration of this node (dropped for its silence, or "
+                                  "lost with a connection): start it again"));
+    }
     return;
   }
   if (it == nodes_.end() || !registered_) {

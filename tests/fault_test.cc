@@ -533,22 +533,30 @@ TEST(ServerFailure, ANodeAskingForItsRankAgainBeforeTheJobRunsTakesIt) {
   o.bind_host = "127.0.0.1";
   o.control.scheduler = sched.address();
   auto srv = Server::Create(o);
-  ASSERT_TRUE(srv.ok()) << srv.status().ToString();
-  std::thread server([&] { (*srv)->Run().IgnoreError(); });
+  EXPECT_TRUE(srv.ok()) << srv.status().ToString();
+  std::thread server([&] {
+    if (srv.ok()) (*srv)->Run().IgnoreError();
+  });
   t0.join();
   t1.join();
   t2.join();
-  ASSERT_TRUE(zero.ok()) << zero.status().ToString();
-  ASSERT_NE(first.ok(), again.ok()) << first.status().ToString() << " / " << again.status().ToString();
-  const Status refused = first.ok() ? again.status() : first.status();
-  EXPECT_EQ(refused.code(), Code::kFailedPrecondition) << refused.ToString();
-  EXPECT_NE(refused.message().find("another worker registered asking for rank 1"), std::string::npos)
-      << refused.ToString();
-  Client& one = first.ok() ? **first : **again;
-  EXPECT_EQ(one.rank(), 1);
-  EXPECT_TRUE((*zero)->Finish().ok());
-  EXPECT_TRUE(one.Finish().ok());
+  // (Threads joined before any assertion that returns.)
+  const bool one_each = zero.ok() && first.ok() != again.ok();
+  if (one_each) {
+    const Status refused = first.ok() ? again.status() : first.status();
+    EXPECT_EQ(refused.code(), Code::kFailedPrecondition) << refused.ToString();
+    EXPECT_NE(refused.message().find("another worker registered asking for rank 1"), std::string::npos)
+        << refused.ToString();
+    Client& one = first.ok() ? **first : **again;
+    EXPECT_EQ(one.rank(), 1);
+    EXPECT_TRUE((*zero)->Finish().ok());
+    EXPECT_TRUE(one.Finish().ok());
+  } else if (srv.ok()) {
+    (*srv)->Stop();
+  }
   server.join();
+  EXPECT_TRUE(one_each) << zero.status().ToString() << " / " << first.status().ToString() << " / "
+                        << again.status().ToString();
 }
 
 // A node killed while it waited for the job to start (it registered, then went silent) gives its
@@ -558,20 +566,25 @@ TEST(ServerFailure, ANodeAskingForItsRankAgainBeforeTheJobRunsTakesIt) {
 TEST(ServerFailure, ANodeSilentBeforeTheJobStartsGivesItsSlotBack) {
   SchedulerThread sched(1, 1, 60000, 1000);
   ASSERT_TRUE(sched.ok());
-  {
-    zmq::context_t ctx;
-    zmq::socket_t dead(ctx, zmq::socket_type::dealer);
-    dead.set(zmq::sockopt::linger, 0);
-    dead.connect(sched.address());
-    Header h;
-    h.type = MsgType::kRegister;
-    h.sender_role = Role::kWorker;
-    h.sender_rank = -1;  // any rank: it takes the job's only worker slot
-    h.clock = 100;
-    ASSERT_TRUE(SendMessage(dead, nullptr, h).ok());
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  }  // ... and is gone, without a word
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500 * kTimeoutScale));
+  // A node that registers and then says nothing (hung, or killed: a closed socket is the same
+  // silence): it is told, after a heartbeat timeout, that its slot was given up.
+  zmq::context_t ctx;
+  zmq::socket_t hung(ctx, zmq::socket_type::dealer);
+  hung.set(zmq::sockopt::linger, 0);
+  hung.connect(sched.address());
+  Header h;
+  h.type = MsgType::kRegister;
+  h.sender_role = Role::kWorker;
+  h.sender_rank = -1;  // any rank: it takes the job's only worker slot
+  h.clock = 100;
+  ASSERT_TRUE(SendMessage(hung, nullptr, h).ok());
+  std::vector<zmq::message_t> frames;
+  ASSERT_TRUE(RecvFrames(hung, &frames, 8, 30000 * kTimeoutScale)) << "no word to the silent node";
+  Message told;
+  ASSERT_TRUE(Decode(&frames, &told).ok());
+  EXPECT_EQ(told.header.type, MsgType::kRegisterReply);
+  EXPECT_EQ(told.header.status, Code::kUnavailable);
+  EXPECT_NE(told.header.error.find("its slot was given up"), std::string::npos) << told.header.error;
   ServerOptions o;
   o.bind_host = "127.0.0.1";
   o.control.scheduler = sched.address();
