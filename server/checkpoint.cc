@@ -447,6 +447,18 @@ Result<CheckpointManifest> ReadLatestCheckpoint(const std::string& root) {
   return ReadManifest((fs::path(root) / name).string());
 }
 
+std::vector<std::string> CheckpointNames(const std::string& root) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    std::error_code dir_ec;
+    if (n.rfind("ckpt-", 0) == 0 && it->is_directory(dir_ec)) names.push_back(n);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 Status VerifyCheckpointFiles(const CheckpointManifest& m) {
   std::vector<unsigned char> buf;
   for (int s = 0; s < m.servers; ++s) {
@@ -483,14 +495,9 @@ Result<CheckpointManifest> NewestIntactCheckpoint(const std::string& root, std::
   // this run's past. (The run is known when the damaged one's MANIFEST could be read.)
   std::optional<std::string> run;
   if (auto damaged = ReadManifest((fs::path(root) / newest_name).string()); damaged.ok()) run = damaged->run;
-  std::vector<std::string> older;
-  std::error_code ec;
-  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string n = it->path().filename().string();
-    std::error_code dir_ec;
-    if (n.rfind("ckpt-", 0) == 0 && n < newest_name && it->is_directory(dir_ec)) older.push_back(n);
-  }
-  std::sort(older.rbegin(), older.rend());  // newest first (names sort by clock)
+  std::vector<std::string> older = CheckpointNames(root);
+  older.erase(std::lower_bound(older.begin(), older.end(), newest_name), older.end());
+  std::reverse(older.begin(), older.end());  // newest first
   for (const std::string& n : older) {
     auto m = ReadManifest((fs::path(root) / n).string());
     Status st = m.ok() ? VerifyCheckpointFiles(*m) : m.status();

@@ -80,6 +80,9 @@ Result<CheckpointManifest> ReadManifest(const std::string& dir);
 Status CommitCheckpoint(const std::string& root, const CheckpointManifest& m, int keep);
 // The newest complete checkpoint under root (LATEST and its MANIFEST); NotFound when none.
 Result<CheckpointManifest> ReadLatestCheckpoint(const std::string& root);
+// The checkpoint directories under root (ckpt-...), oldest first (names sort by clock); none
+// where root cannot be listed.
+std::vector<std::string> CheckpointNames(const std::string& root);
 // Reads every server file m names once, checking its length and CRC-32C (nothing is decoded):
 // Corruption naming the first damaged file, NotFound for a missing one.
 Status VerifyCheckpointFiles(const CheckpointManifest& m);

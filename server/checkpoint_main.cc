@@ -66,14 +66,7 @@ int main(int argc, char** argv) {
     namespace fs = std::filesystem;
     std::string latest;
     std::getline(std::ifstream((fs::path(FLAGS_dir) / "LATEST").string()), latest);
-    std::vector<std::string> names;
-    std::error_code ec;
-    for (fs::directory_iterator it(FLAGS_dir, ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string n = it->path().filename().string();
-      std::error_code dir_ec;
-      if (n.rfind("ckpt-", 0) == 0 && it->is_directory(dir_ec)) names.push_back(n);
-    }
-    std::sort(names.begin(), names.end());
+    const std::vector<std::string> names = pushpull::CheckpointNames(FLAGS_dir);
     if (!names.empty()) std::printf("checkpoints under %s:\n", FLAGS_dir.c_str());
     for (const std::string& n : names) {
       auto one = pushpull::ReadManifest((fs::path(FLAGS_dir) / n).string());

@@ -158,6 +158,8 @@ class SchedulerImpl final : public Scheduler {
   // Before the job starts: a registered node silent for a heartbeat timeout (killed while it
   // waited) gives its slot back, so that its restart, or another node, can have it.
   void DropSilentRegistrants(int64_t now);
+  // Before the job starts: forgets a registered node (it is told `why`, in case it still listens).
+  void DropRegistrant(const Node& n, const Status& why);
   void CheckBarrier();
   void CheckDone();
   void CheckPendingTables();
@@ -422,13 +424,10 @@ void SchedulerImpl::Handle(Message& m) {
     return;
   }
   auto it = nodes_.find(identity);
-  if (it != nodes_.end() && !registered_ && m.header.type == MsgType::kHeartbeat &&
-      membership_.job_state == Membership::kRunning) {
-    it->second.last_seen_ms = NowMs();  // registered, waiting for the job to start
-    return;
-  }
-  if (!registered_ && m.header.type == MsgType::kHeartbeat) {
-    if (it != nodes_.end()) {  // the job ended before it started (registration timed out): it hears so
+  if (!registered_ && m.header.type == MsgType::kHeartbeat) {  // a node waiting for the job to start
+    if (it != nodes_.end() && membership_.job_state == Membership::kRunning) {
+      it->second.last_seen_ms = NowMs();
+    } else if (it != nodes_.end()) {  // the job ended before it started (registration timed out): it hears so
       Header h;
       h.type = MsgType::kMembership;
       h.membership = membership_;
@@ -561,7 +560,6 @@ void SchedulerImpl::HandleRegister(Message& m) {
   auto& list = role == Role::kServer ? servers_ : workers_;
   int want = role == Role::kServer ? options_.num_servers : options_.num_workers;
   int rank = m.header.sender_rank;  // a node may ask for one (a deployment's task index)
-  auto taken = [&](int r) { return std::any_of(list.begin(), list.end(), [r](const Node* o) { return o->rank == r; }); };
   if (role == Role::kServer && m.header.address.empty()) {
     ReplyTo(w, MsgType::kRegisterReply, Status::InvalidArgument("a server must give its address"));
     return;
@@ -578,22 +576,18 @@ void SchedulerImpl::HandleRegister(Message& m) {
     ReplyTo(w, MsgType::kRegisterReply, st);
     return;
   }
-  if (!replacement && rank >= 0 && rank < want && taken(rank)) {
-    // Before the job runs nodes do not heartbeat, so the holder may be long gone: a node that
-    // asks for its rank again is most likely its restart (a Kubernetes pod, a Slurm task
-    // requeued), and the rank its deployment gave it must stay its (its data shard, its
-    // checkpoint file). It takes the rank; the one before is told why and dropped.
-    auto old = std::find_if(list.begin(), list.end(), [&](const Node* o) { return o->rank == rank; });
-    Node* before = *old;
-    const Status st = Status::FailedPrecondition(
-        "another " + std::string(RoleName(role)) + " registered asking for rank " + std::to_string(rank) +
-        " before the job started (this one restarted, or two were given the same --rank): this one is dropped");
+  const auto holder = std::find_if(list.begin(), list.end(), [&](const Node* o) { return o->rank == rank; });
+  if (!replacement && rank >= 0 && holder != list.end()) {
+    // A node asking for a rank an earlier registration holds is most likely that node restarted
+    // (a Kubernetes pod, a Slurm task requeued) before the old one's heartbeat timeout, and the
+    // rank its deployment gave it must stay its (its data shard, its checkpoint file). It takes
+    // the rank; the one before is told why and dropped.
     PP_LOG(Warning) << "a " << RoleName(role) << " asked for rank " << rank << ", which an earlier registration "
                     << "holds; the new one takes it (a restart?) and the earlier one is dropped";
-    ReplyTo(Waiter{before->identity, before->register_request}, MsgType::kRegisterReply, st);
-    const std::string gone = before->identity;
-    list.erase(old);
-    nodes_.erase(gone);
+    DropRegistrant(**holder, Status::FailedPrecondition(
+                                 "another " + std::string(RoleName(role)) + " registered asking for rank " +
+                                 std::to_string(rank) + " before the job started (this one restarted, or two were "
+                                 "given the same --rank): this one is dropped"));
   }
   if (!replacement && static_cast<int>(list.size()) >= want) {
     Status st = Status::FailedPrecondition("the job expects " + std::to_string(want) + " " + RoleName(role) +
@@ -802,13 +796,19 @@ void SchedulerImpl::DropSilentRegistrants(int64_t now) {
                     << " ms (timeout " << options_.heartbeat_timeout_ms
                     << " ms) before the job started: its slot is free again";
     // (Told, in case it is alive behind a stalled connection: it stops rather than wait.)
-    ReplyTo(Waiter{n.identity, n.register_request}, MsgType::kRegisterReply,
-            Status::Unavailable("no heartbeat reached the scheduler for " + std::to_string(now - n.last_seen_ms) +
-                                " ms while this node waited for the job to start: its slot was given up"));
-    auto& list = n.role == Role::kServer ? servers_ : workers_;
-    list.erase(std::remove(list.begin(), list.end(), &n), list.end());
-    it = nodes_.erase(it);
+    ++it;  // (before n goes)
+    DropRegistrant(n, Status::Unavailable("no heartbeat reached the scheduler for " +
+                                          std::to_string(now - n.last_seen_ms) +
+                                          " ms while this node waited for the job to start: its slot was given up"));
   }
+}
+
+void SchedulerImpl::DropRegistrant(const Node& n, const Status& why) {
+  ReplyTo(Waiter{n.identity, n.register_request}, MsgType::kRegisterReply, why);
+  auto& list = n.role == Role::kServer ? servers_ : workers_;
+  list.erase(std::remove(list.begin(), list.end(), &n), list.end());
+  const std::string identity = n.identity;  // (a key inside the node being erased)
+  nodes_.erase(identity);
 }
 
 void SchedulerImpl::CheckLiveness(int64_t now) {

@@ -504,8 +504,8 @@ TEST(ServerFailure, ARankOutsideTheJobIsRefused) {
 }
 
 // A node asking for a rank an earlier registration holds, before the job runs, is most likely
-// that node restarted (nodes do not heartbeat before the job starts, so a dead one keeps its
-// slot): it takes the rank its deployment gave it, and the earlier one is told why and dropped
+// that node restarted before the dead one's heartbeat timeout: it takes the rank its deployment
+// gave it, and the earlier one is told why and dropped
 // (found in review: it was given another rank, or refused when the job had its count).
 TEST(ServerFailure, ANodeAskingForItsRankAgainBeforeTheJobRunsTakesIt) {
   // Both workers in (the job has its count of them), the server not yet: a worker of rank 1
