@@ -1,5 +1,6 @@
 #include "common/cluster.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -114,6 +115,13 @@ TableInfo TableInfo::Make(uint32_t id, const TableSpec& spec, int num_servers) {
   return t;
 }
 
+uint64_t TableInfo::BlockRows(int s) const {
+  const uint64_t rows = row_offsets[s + 1] - row_offsets[s];
+  const uint64_t row_bytes = uint64_t(std::max<uint32_t>(spec.dim, 1)) * sizeof(float);
+  const uint64_t by_bytes = std::max<uint64_t>(1, kBlockBytes / row_bytes);
+  const uint64_t by_count = (rows + kMaxBlocks - 1) / kMaxBlocks;
+  return std::max(by_bytes, by_count);
+}
 
 int TableInfo::OwnerOf(Key key) const {
   if (spec.sparse) return bucket_owner[BucketOf(key)];

@@ -74,6 +74,16 @@ struct TableInfo {
   // Sparse: bucket b is owned by server bucket_owner[b]. Size kBuckets.
   std::vector<uint16_t> bucket_owner;
 
+  // Dense: server s's rows are cut into blocks from its first row on, each BlockRows(s) rows (the
+  // last one fewer): kBlockBytes of parameters, at least one row, and more when a server holds
+  // over kMaxBlocks such blocks. A block is what a server copies on write (a stripe holds whole
+  // blocks) and what a client sends as one request: a larger dense push or pull goes as one
+  // request per block, in row order, so that the server applies one block while the next one
+  // arrives and answers a pull's first block before its last one has been read.
+  static constexpr uint64_t kBlockBytes = uint64_t(1) << 20;
+  static constexpr uint64_t kMaxBlocks = 64;  // per server (a pull reply's value frames: kMaxValueFrames)
+  uint64_t BlockRows(int s) const;
+
   static TableInfo Make(uint32_t id, const TableSpec& spec, int num_servers);
   int num_servers() const { return static_cast<int>(row_offsets.size()) - 1; }
   // Owner of a row id; the caller has checked a dense id is < rows.

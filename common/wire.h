@@ -38,7 +38,7 @@ constexpr uint32_t kMaxRunText = 1024;  // Client::Checkpoint(run)'s description
 constexpr uint16_t kOldestCheckpointVersion = 3;  // the first with checkpoints (DecodeHeader)
 constexpr size_t kMaxErrorText = 1024;
 constexpr uint64_t kMaxKeysPerMessage = uint64_t(1) << 31;
-constexpr size_t kMaxValueFrames = 64;  // a pull reply's value frames (a server's stripes: <= 64)
+constexpr size_t kMaxValueFrames = TableInfo::kMaxBlocks;  // a pull reply's value frames (a server's stripes)
 constexpr size_t kMaxDataFrames = 2 + kMaxValueFrames;  // header, keys, values
 
 enum class MsgType : uint8_t {

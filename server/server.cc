@@ -4,6 +4,7 @@
 #include "server/server.h"
 
 #include <algorithm>
+#include <bitset>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -31,8 +32,9 @@ namespace {
 constexpr uint64_t kInlineBytes = 64 * 1024;  // requests up to this size may run on the I/O thread
 constexpr int64_t kControlEveryMs = 5;          // how often the I/O thread reads the scheduler's socket
 
-// One unit of work for the update threads: a push, a pull, or a BSP clock to apply. Update
-// thread k works on sel[k] (or on stripe k as a whole for kApplyBsp).
+// One unit of work for the update threads: a push, a pull, or a BSP clock to apply. sel[i] is
+// its rows in stripe i (none: every stripe as a whole, kApplyBsp and kDropWorker); each update
+// thread works on the stripes it owns (TableShard::ThreadOf).
 struct Request {
   enum Op { kApply, kAccumulate, kRead, kApplyBsp, kDropWorker };
   Op op = kApply;
@@ -94,8 +96,11 @@ class ServerImpl final : public Server {
   const ServerStats& stats() const override { return stats_; }
 
  private:
-  void UpdateLoop(int k);
-  void Execute(Request* r, int k) noexcept;
+  void UpdateLoop(int t);
+  // Runs r's part in stripe i (ExecuteOrThrow), a failure recorded in r.
+  void Execute(Request* r, int i) noexcept;
+  // Runs r's parts in the stripes that update thread t owns.
+  void ExecuteThreadPart(Request* r, int t) noexcept;
   void HandleRouter();
   bool ReceiveRequest(int64_t wait_ms);
   void HandleData(Message& m);
@@ -103,7 +108,7 @@ class ServerImpl final : public Server {
   Status Validate(const Message& m, TableShard** shard, bool again = false);
   void Dispatch(Request* r);
   void HandleDone();
-  void ExecuteOrThrow(Request* r, int k);
+  void ExecuteOrThrow(Request* r, int i);
   void Reply(Request* r);
   // record: the answer goes into the sender's RequestRecord (a repeat gets it again).
   void ReplyError(const Message& m, const Status& st, bool record = true);
@@ -400,9 +405,9 @@ Status ServerImpl::Run() {
 // A stripe that cannot do its part (the tables' memory limit, the machine out of memory) leaves
 // it undone (Stripe: nothing changed) and the request is answered with the error; the server goes
 // on serving. (Under BSP a sum that ran out of memory part way is the exception: logged.)
-void ServerImpl::Execute(Request* r, int k) noexcept {
+void ServerImpl::Execute(Request* r, int i) noexcept {
   try {
-    ExecuteOrThrow(r, k);
+    ExecuteOrThrow(r, i);
   } catch (const TableMemoryExhausted& e) {  // (the client names the server)
     r->Fail(Status::ResourceExhausted(e.what()));
   } catch (const std::bad_alloc&) {
@@ -412,9 +417,15 @@ void ServerImpl::Execute(Request* r, int k) noexcept {
   }
 }
 
-void ServerImpl::ExecuteOrThrow(Request* r, int k) {
-  Stripe& s = r->shard->stripe(k);
-  const RowSelection* sel = r->sel.empty() ? nullptr : &r->sel[k];
+void ServerImpl::ExecuteThreadPart(Request* r, int t) noexcept {
+  const TableShard& shard = *r->shard;
+  for (int i = 0; i < shard.num_stripes(); ++i)
+    if (shard.ThreadOf(i) == t && (r->sel.empty() || r->sel[i].size() > 0)) Execute(r, i);
+}
+
+void ServerImpl::ExecuteOrThrow(Request* r, int i) {
+  Stripe& s = r->shard->stripe(i);
+  const RowSelection* sel = r->sel.empty() ? nullptr : &r->sel[i];
   switch (r->op) {
     case Request::kApply:
       s.ApplyPush(*sel, r->msg.key_data(), r->msg.value_data(), r->ctx);
@@ -425,8 +436,8 @@ void ServerImpl::ExecuteOrThrow(Request* r, int k) {
       break;
     case Request::kRead:
       if (r->out) s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get());
-      else if (sel->is_range) r->shared[k] = s.ShareRows(sel->range_begin);
-      else r->shared[k] = s.ReadOrShare(*sel, r->msg.key_data(), &r->out);  // one stripe: see PreparePull
+      else if (sel->is_range) r->shared[i] = s.ShareRows(sel->range_begin);
+      else r->shared[i] = s.ReadOrShare(*sel, r->msg.key_data(), &r->out);  // one stripe: see PreparePull
       break;
     case Request::kApplyBsp:
       s.ApplyAccumulated(r->clock, r->ctx);
@@ -437,7 +448,7 @@ void ServerImpl::ExecuteOrThrow(Request* r, int k) {
   }
 }
 
-void ServerImpl::UpdateLoop(int k) {
+void ServerImpl::UpdateLoop(int k) {  // k: this update thread
   SetThreadName("pp-update-" + std::to_string(k));
   CopyOnWriteBudget::SetThisThreadMayWait(true);  // a write over the budget waits for a reply here
   zmq::socket_t done(ctx_, zmq::socket_type::push);
@@ -446,7 +457,7 @@ void ServerImpl::UpdateLoop(int k) {
   done.connect(done_endpoint_);
   SpscQueue<Request>& q = *queues_[k];
   while (Request* r = q.Pop()) {
-    Execute(r, k);
+    ExecuteThreadPart(r, k);
     const bool last = r->pending.fetch_sub(1, std::memory_order_acq_rel) == 1;
     // After the stripe's writes: the I/O thread may run small requests inline once all are idle.
     inflight_[k].fetch_sub(1, std::memory_order_release);
@@ -840,9 +851,14 @@ void ServerImpl::PreparePull(Request* r, int64_t min_live) {
 
 void ServerImpl::Dispatch(Request* r) {
   const int K = static_cast<int>(queues_.size());
-  int n = 0;
-  bool whole = r->sel.empty();
-  for (int k = 0; k < K; ++k) n += whole || r->sel[k].size() > 0;
+  const TableShard& shard = *r->shard;
+  const int stripes = shard.num_stripes();
+  const bool whole = r->sel.empty();
+  // The update threads with a part of it, and how many.
+  std::bitset<kMaxValueFrames> threads;
+  for (int i = 0; i < stripes; ++i)
+    if (whole || r->sel[i].size() > 0) threads.set(shard.ThreadOf(i));
+  const int n = static_cast<int>(threads.count());
   if (n == 0) {
     Reply(r);
     return;
@@ -865,21 +881,21 @@ void ServerImpl::Dispatch(Request* r) {
     // Nor may this thread wait for a pull reply to let go of a stripe's parameters: a push, or
     // any request that may add rows, whose copy-on-write copies would not fit the budget all
     // together goes to the update threads, which may wait.
-    if (run_here && (r->op == Request::kApply || r->shard->spec().sparse)) {
+    if (run_here && (r->op == Request::kApply || shard.spec().sparse)) {
       size_t need = 0;
-      for (int k = 0; k < K; ++k)
-        if (r->sel[k].size() > 0) need += r->shard->stripe(k).WriteBudgetBytes();
+      for (int i = 0; i < stripes; ++i)
+        if (r->sel[i].size() > 0) need += shard.stripe(i).WriteBudgetBytes();
       run_here = need == 0 || !cow_budget_->WouldExceed(need);
     }
-    if (run_here && K > 1 && (r->op == Request::kApply || r->shard->spec().sparse)) {  // sparse: may add rows
+    if (run_here && K > 1 && (r->op == Request::kApply || shard.spec().sparse)) {  // sparse: may add rows
       uint64_t copy = 0;
-      for (int k = 0; k < K; ++k)
-        if (r->sel[k].size() > 0) copy += r->shard->stripe(k).CopyOnWriteBytes(r->sel[k]);
+      for (int i = 0; i < stripes; ++i)
+        if (r->sel[i].size() > 0) copy += shard.stripe(i).CopyOnWriteBytes(r->sel[i]);
       run_here = bytes + copy <= kInlineBytes;
     }
     if (run_here) {
-      for (int k = 0; k < K; ++k)
-        if (r->sel[k].size() > 0) Execute(r, k);
+      for (int i = 0; i < stripes; ++i)
+        if (r->sel[i].size() > 0) Execute(r, i);
       Reply(r);
       return;
     }
@@ -887,7 +903,7 @@ void ServerImpl::Dispatch(Request* r) {
   r->pending.store(n, std::memory_order_relaxed);
   ++awaiting_done_;  // the last update thread to finish it sends one "done"
   for (int k = 0; k < K; ++k) {
-    if (!whole && r->sel[k].size() == 0) continue;
+    if (!threads.test(k)) continue;
     inflight_[k].fetch_add(1, std::memory_order_relaxed);
     queues_[k]->Push(r);
   }

@@ -626,9 +626,9 @@ std::shared_ptr<const float> Stripe::ReadOrShare(const RowSelection& sel, const 
   return nullptr;
 }
 
-TableShard::TableShard(const TableInfo& info, int server_rank, int num_stripes, bool fill,
+TableShard::TableShard(const TableInfo& info, int server_rank, int num_threads, bool fill,
                        std::shared_ptr<CopyOnWriteBudget> budget, std::shared_ptr<ByteBudget> memory)
-    : info_(info), server_rank_(server_rank) {
+    : info_(info), server_rank_(server_rank), num_threads_(num_threads) {
   optimizer_ = opt::Optimizer::Create(info.spec.optimizer);
   if (!info.spec.sparse) {
     row_begin_ = info.row_offsets[server_rank];
@@ -640,13 +640,22 @@ TableShard::TableShard(const TableInfo& info, int server_rank, int num_stripes, 
       throw TableMemoryExhausted(MemoryRefusal(
           info.spec, *memory, "its " + std::to_string(rows) + " rows on this server (parameters, optimizer slots, step counts)",
           bytes));
-    stripe_offsets_.resize(num_stripes + 1);
-    for (int i = 0; i <= num_stripes; ++i) stripe_offsets_[i] = row_begin_ + rows * i / num_stripes;
+    // A stripe per block when there are at least as many blocks as update threads; else one per
+    // update thread, of equal size (a small table: a block then spans stripes).
+    const uint64_t block = info.BlockRows(server_rank);
+    const uint64_t blocks = (rows + block - 1) / block;
+    if (blocks >= uint64_t(num_threads)) {
+      for (uint64_t b = 0; b < blocks; ++b) stripe_offsets_.push_back(row_begin_ + b * block);
+      stripe_offsets_.push_back(row_end_);
+    } else {
+      for (int i = 0; i <= num_threads; ++i) stripe_offsets_.push_back(row_begin_ + rows * i / num_threads);
+    }
+    const int num_stripes = static_cast<int>(stripe_offsets_.size()) - 1;
     for (int i = 0; i < num_stripes; ++i)
       stripes_.push_back(std::make_unique<Stripe>(info.spec, optimizer_.get(), stripe_offsets_[i],
                                                   stripe_offsets_[i + 1], fill, budget, memory));
   } else {
-    for (int i = 0; i < num_stripes; ++i)
+    for (int i = 0; i < num_threads; ++i)
       stripes_.push_back(std::make_unique<Stripe>(info.spec, optimizer_.get(), 0, 0, true, budget, memory));
     owns_every_key_ = std::all_of(info.bucket_owner.begin(), info.bucket_owner.end(),
                                   [&](uint16_t o) { return o == server_rank; });

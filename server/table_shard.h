@@ -1,11 +1,13 @@
 // One server's shard of one table: parameters and optimizer slots in contiguous arrays, split
-// into stripes, one per update thread. A stripe is touched only by its update thread (the hot
-// path takes no lock); the I/O thread decides which stripe owns which row and hands work over
-// through queues.
+// into stripes; update thread t owns stripes t, t + T, t + 2T, ... of T threads. A stripe is
+// touched only by its update thread (the hot path takes no lock); the I/O thread decides which
+// stripe owns which row and hands work over through queues.
 //
-// Dense tables: the server's contiguous row range is cut into `num_stripes` contiguous chunks.
-// Sparse tables: a row id belongs to stripe hash(id) % num_stripes; rows are created on first
-// touch with their deterministic initial value.
+// Dense tables: the server's contiguous row range is cut into contiguous stripes: one per block
+// (TableInfo::BlockRows, the unit clients send and copy-on-write copies) when it has at least T
+// blocks, else T of equal size.
+// Sparse tables: a row id belongs to stripe hash(id) % T; rows are created on first touch with
+// their deterministic initial value.
 #pragma once
 
 #include <atomic>
@@ -287,13 +289,15 @@ class TableShard {
   // is about to replace).
   // budget: shared by the server's shards (nullptr: unbounded). memory: the limit on what the
   // server's tables hold (nullptr: none); a dense shard over it throws TableMemoryExhausted.
-  TableShard(const TableInfo& info, int server_rank, int num_stripes, bool fill = true,
+  TableShard(const TableInfo& info, int server_rank, int num_threads, bool fill = true,
              std::shared_ptr<CopyOnWriteBudget> budget = nullptr, std::shared_ptr<ByteBudget> memory = nullptr);
 
   const TableInfo& info() const { return info_; }
   const TableSpec& spec() const { return info_.spec; }
   const opt::Optimizer* optimizer() const { return optimizer_.get(); }
   int num_stripes() const { return static_cast<int>(stripes_.size()); }
+  // The update thread that owns stripe i (of the num_threads the shard was made for).
+  int ThreadOf(int i) const { return i % num_threads_; }
   Stripe& stripe(int i) { return *stripes_[i]; }
   const Stripe& stripe(int i) const { return *stripes_[i]; }
   // This server's dense rows [row_begin, row_end).
@@ -324,6 +328,7 @@ class TableShard {
  private:
   const TableInfo info_;
   const int server_rank_;
+  const int num_threads_;
   uint64_t row_begin_ = 0, row_end_ = 0;
   bool owns_every_key_ = false;
   std::unique_ptr<opt::Optimizer> optimizer_;

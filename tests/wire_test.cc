@@ -15,6 +15,7 @@
 #include "common/time.h"
 #include "common/wire.h"
 #include "deploy/local_cluster.h"
+#include "server/table_shard.h"
 #include "tests/eventually.h"
 
 namespace pushpull {
@@ -1313,6 +1314,104 @@ TEST(Stripes, QueuedPullsSeeExactlyTheEarlierPushes) {
     EXPECT_NEAR(o[(rows - 1) * dim + dim - 1], -0.01f * (i + 1 + keyed_before), 1e-4) << i;
   }
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+// A dense table of more than a block a server (TableInfo::BlockRows: 1 MB) is held in a stripe
+// per block, round robin over the update threads, and a client sends a whole-table push or pull
+// as a request per block, so that a server applies one block while the next one arrives and
+// sends a pull's first block before it has read the last. Each block's request stands alone: a
+// non-finite gradient refuses the blocks that hold it (as each server's part of a push split
+// over servers always was), and the Clock after it is refused; clip_norm still clips by the
+// whole push's norm.
+TEST(Stripes, LargeDenseCallsGoABlockARequest) {
+  // 4 KB rows, 256 to a block: each server holds 5 whole blocks and one of 100 rows.
+  const uint64_t block = 256, per_server = 5 * block + 100;
+  const TableSpec spec = AspTable("blocks", 2 * per_server, 1024);
+  const TableInfo info = TableInfo::Make(0, spec, 2);
+  ASSERT_EQ(info.BlockRows(1), block);
+  TableShard shard(info, 1, 4);
+  ASSERT_EQ(shard.num_stripes(), 6);
+  std::vector<RowSelection> sel;
+  shard.SplitRange(per_server, 2 * per_server, &sel);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(sel[i].range_begin, per_server + i * block) << i;
+    EXPECT_EQ(sel[i].size(), i < 5 ? block : 100) << i;
+    EXPECT_EQ(shard.ThreadOf(i), i % 4) << i;
+  }
+  EXPECT_EQ(TableShard(TableInfo::Make(0, AspTable("small", 3 * block, 1024), 1), 0, 4).num_stripes(), 4)
+      << "fewer blocks than update threads: a stripe per thread";
+  TableSpec huge = AspTable("huge", 1 << 20, 1024);  // 4 GB: 64 blocks of 64 MB, not 4096 of 1 MB
+  EXPECT_EQ(TableInfo::Make(0, huge, 1).BlockRows(0), (1u << 20) / TableInfo::kMaxBlocks);
+  huge.dim = 1 << 20;  // a row over a block: a row a block
+  EXPECT_EQ(TableInfo::Make(0, huge, 1).BlockRows(0), 16384u);
+
+  LocalCluster cluster(Striped(2, 4));
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  auto t = c.CreateTable(spec);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const size_t n = spec.rows * spec.dim;
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) g[i] = float(i % 1013) - 500.0f;
+  ASSERT_TRUE(c.PushDense(*t, g).Wait().ok());
+  for (int s = 0; s < 2; ++s) EXPECT_EQ(cluster.server(s).stats().pushes.load(), 6u) << "server " << s;
+  std::vector<float> out(n);
+  ASSERT_TRUE(c.PullDense(*t, out.data()).Wait().ok());
+  for (size_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(out[i], -0.01f * g[i]) << i;
+  PulledRows view;
+  ASSERT_TRUE(c.PullDenseView(*t, &view).Wait().ok());
+  ASSERT_EQ(view.num_parts(), 12u);  // a frame per block: each is one stripe, sent in place
+  for (size_t i = 0; i < 12; ++i) {
+    const uint64_t first = (i / 6) * per_server + (i % 6) * block;
+    EXPECT_EQ(view.part_first_row(i), first) << i;
+    EXPECT_EQ(view.part_floats(i), (i % 6 < 5 ? block : 100) * spec.dim) << i;
+  }
+  std::vector<float> copied(n);
+  view.CopyTo(copied.data());
+  EXPECT_EQ(copied, out);
+  for (int s = 0; s < 2; ++s) EXPECT_EQ(cluster.server(s).stats().pulls.load(), 12u) << "server " << s;
+
+  // A NaN in server 1's third block: that block is refused, the others are applied.
+  std::vector<float> bad(n, 1.0f);
+  const size_t nan_row = per_server + 2 * block + 7;
+  bad[nan_row * spec.dim + 3] = std::nanf("");
+  Status st = c.PushDense(*t, bad).Wait();
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  std::vector<float> after(n);
+  ASSERT_TRUE(c.PullDense(*t, after.data()).Wait().ok());
+  for (uint64_t row : {uint64_t(0), per_server - 1, per_server + 2 * block - 1, per_server + 3 * block, 2 * per_server - 1})
+    EXPECT_FLOAT_EQ(after[row * spec.dim], out[row * spec.dim] - 0.01f) << row;
+  for (uint64_t row : {per_server + 2 * block, nan_row})
+    EXPECT_EQ(after[row * spec.dim], out[row * spec.dim]) << row;
+  c.Clock().IgnoreError();  // (sent; its answer comes later)
+  st = c.Finish();
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("this server refused a push of it"), std::string::npos) << st.ToString();
+  EXPECT_EQ(cluster.server(0).stats().clocks, 1u);
+  EXPECT_EQ(cluster.server(1).stats().clocks, 0u);
+  EXPECT_TRUE(c.Leave(st).ok());
+  cluster.FinishAndJoin().IgnoreError();
+
+  // clip_norm: two blocks on one server, 3 in the first and 4 in the second: each clipped by the
+  // whole push's norm, 5 (by its own, the first would move by 1).
+  LocalCluster one(Striped(1, 1));
+  ASSERT_TRUE(one.Start().ok());
+  TableSpec clipped = AspTable("clipped_blocks", 2 * block, 1024);
+  clipped.init = InitKind::kZeros;
+  clipped.optimizer.lr = 1.0f;
+  clipped.optimizer.clip_norm = 1.0f;
+  auto ct = one.client(0).CreateTable(clipped);
+  ASSERT_TRUE(ct.ok()) << ct.status().ToString();
+  std::vector<float> cg(2 * block * 1024, 0.0f);
+  cg[0] = 3.0f;
+  cg[block * 1024] = 4.0f;
+  ASSERT_TRUE(one.client(0).PushDense(*ct, cg).Wait().ok());
+  EXPECT_EQ(one.server(0).stats().pushes.load(), 2u);
+  std::vector<float> w(cg.size());
+  ASSERT_TRUE(one.client(0).PullDense(*ct, w.data()).Wait().ok());
+  EXPECT_FLOAT_EQ(w[0], -0.6f);
+  EXPECT_FLOAT_EQ(w[block * 1024], -0.8f);
+  EXPECT_TRUE(one.FinishAndJoin().ok());
 }
 
 // GroupByServer puts each server's keys next to each other, in the order given, and says where

@@ -99,8 +99,9 @@ struct FutureState {
   }
 };
 
-// The received value frames of a PullDenseView: per server (in row order) the frames of its
-// reply (one per stripe of the server's rows, in row order).
+// The received value frames of a PullDenseView: per request ("server part": a server's part of
+// the pull, for a dense one a block of it), in row order, the frames of its reply (one per stripe
+// of its rows, in row order).
 struct PulledParts {
   std::vector<std::vector<zmq::message_t>> frames;  // [server part][frame]
   std::vector<uint64_t> first_row;                  // [server part] its first row (see positions)
@@ -600,7 +601,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   Future PullDense(const Table& t, float* out) override { return PullDenseImpl(t, out, nullptr); }
   Future PullDenseView(const Table& t, PulledRows* out) override { return PullDenseImpl(t, nullptr, out); }
   Future PullDenseImpl(const Table& t, float* out, PulledRows* view);
-  std::unique_ptr<Command> RangeCommand(MsgType type, const TableInfo& info, int s) const;
+  std::vector<std::unique_ptr<Command>> RangeCommands(MsgType type, const TableInfo& info, int s) const;
   static void SetPushNorm(const TableSpec& spec, const std::vector<float>& grads,
                           std::vector<std::unique_ptr<Command>>* cmds);
   Status Clock() override;
@@ -1197,7 +1198,7 @@ Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out
 }
 
 // A table that clips pushes by their L2 norm (OptimizerConfig::clip_norm) clips the whole push:
-// split over servers, each part carries the whole one's norm, so that every server scales its
+// split over servers (and blocks), each part carries the whole one's norm, so that every server scales its
 // part alike (a part clipped by its own norm would change the push's direction).
 void ClientImpl::SetPushNorm(const TableSpec& spec, const std::vector<float>& grads,
                              std::vector<std::unique_ptr<Command>>* cmds) {
@@ -1219,11 +1220,11 @@ Future ClientImpl::PushDense(const Table& t, std::shared_ptr<const std::vector<f
                                           std::to_string(vbuf ? vbuf->size() : 0)));
   std::vector<std::unique_ptr<Command>> cmds;
   for (int s = 0; s < num_servers(); ++s) {
-    auto c = RangeCommand(MsgType::kPush, *info, s);
-    if (!c) continue;
-    const uint64_t b = c->header.row_begin, n = c->header.num_rows;
-    c->values = ZeroCopyFrame(vbuf->data() + b * dim, n * dim * sizeof(float), vbuf);
-    cmds.push_back(std::move(c));
+    for (auto& c : RangeCommands(MsgType::kPush, *info, s)) {
+      const uint64_t b = c->header.row_begin, n = c->header.num_rows;
+      c->values = ZeroCopyFrame(vbuf->data() + b * dim, n * dim * sizeof(float), vbuf);
+      cmds.push_back(std::move(c));
+    }
   }
   SetPushNorm(info->spec, *vbuf, &cmds);
   auto fs = NewState("dense push to table", t.name, -1, static_cast<int>(cmds.size()));
@@ -1232,21 +1233,27 @@ Future ClientImpl::PushDense(const Table& t, std::shared_ptr<const std::vector<f
   return Future(fs);
 }
 
-// A push or pull of server s's whole row range of a dense table; nullptr when s owns no rows.
-std::unique_ptr<Command> ClientImpl::RangeCommand(MsgType type, const TableInfo& info, int s) const {
-  const uint64_t b = info.row_offsets[s], e = info.row_offsets[s + 1];
-  if (b == e) return nullptr;
-  auto c = std::make_unique<Command>();
-  c->header.type = type;
-  c->header.flags = kFlagRange;
-  c->header.table = info.id;
-  c->header.clock = clock_;
-  c->header.row_begin = b;
-  c->header.num_rows = e - b;
-  c->header.dim = info.spec.dim;
-  c->part.target = s;
-  c->part.reply_type = type == MsgType::kPush ? MsgType::kPushReply : MsgType::kPullReply;
-  return c;
+// A push or pull of server s's whole row range of a dense table: a request per block
+// (TableInfo::BlockRows), in row order, so that the server applies or reads one block while the
+// next arrives (a pull's first block comes back before the server has read its last one); none
+// when s owns no rows.
+std::vector<std::unique_ptr<Command>> ClientImpl::RangeCommands(MsgType type, const TableInfo& info, int s) const {
+  std::vector<std::unique_ptr<Command>> cmds;
+  const uint64_t first = info.row_offsets[s], end = info.row_offsets[s + 1], block = info.BlockRows(s);
+  for (uint64_t b = first; b < end; b += block) {
+    auto c = std::make_unique<Command>();
+    c->header.type = type;
+    c->header.flags = kFlagRange;
+    c->header.table = info.id;
+    c->header.clock = clock_;
+    c->header.row_begin = b;
+    c->header.num_rows = std::min(block, end - b);
+    c->header.dim = info.spec.dim;
+    c->part.target = s;
+    c->part.reply_type = type == MsgType::kPush ? MsgType::kPushReply : MsgType::kPullReply;
+    cmds.push_back(std::move(c));
+  }
+  return cmds;
 }
 
 Future ClientImpl::PullDenseImpl(const Table& t, float* out, PulledRows* view) {
@@ -1267,19 +1274,19 @@ Future ClientImpl::PullDenseImpl(const Table& t, float* out, PulledRows* view) {
   }
   std::vector<std::unique_ptr<Command>> cmds;
   for (int s = 0; s < num_servers(); ++s) {
-    auto c = RangeCommand(MsgType::kPull, *info, s);
-    if (!c) continue;
-    const uint64_t b = c->header.row_begin;
-    if (parts) {
-      c->part.view = parts;
-      c->part.view_index = parts->frames.size();
-      parts->frames.emplace_back();
-      parts->first_row.push_back(b);
+    for (auto& c : RangeCommands(MsgType::kPull, *info, s)) {
+      const uint64_t b = c->header.row_begin;
+      if (parts) {
+        c->part.view = parts;
+        c->part.view_index = parts->frames.size();
+        parts->frames.emplace_back();
+        parts->first_row.push_back(b);
+      }
+      c->part.out = out ? out + b * dim : nullptr;
+      c->part.rows = c->header.num_rows;
+      c->part.dim = dim;
+      cmds.push_back(std::move(c));
     }
-    c->part.out = out ? out + b * dim : nullptr;
-    c->part.rows = c->header.num_rows;
-    c->part.dim = dim;
-    cmds.push_back(std::move(c));
   }
   auto fs = NewState("dense pull from table", t.name, -1, static_cast<int>(cmds.size()));
   fs->writes_destination = out != nullptr;
