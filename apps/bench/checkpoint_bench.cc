@@ -1,6 +1,7 @@
 // bench "checkpoint": how long a server's checkpoint stalls the job, and how long a restore takes.
 // One dense Adam table of N floats (parameters, m, v, per-row steps), one server with 1 and with
-// 3 update threads. Write: WriteServerCheckpoint (CRC-32C, fsync, rename); baseline: the same bytes
+// 3 update threads (case names say "stripes"; since a dense table is kept in a stripe per 1 MB
+// block, the 16M-float table has 64 stripes with either). Write: WriteServerCheckpoint (CRC-32C, fsync, rename); baseline: the same bytes
 // from one buffer with fwrite and fsync. Read: ReadServerCheckpoint plus TableShard::Restore;
 // baseline: fread of the same bytes into one buffer. Both sides alternate, best of 4 (the page
 // cache is warm for both reads: a restore right after a crash finds the file there, or on the
@@ -65,7 +66,7 @@ void RunCheckpointBench(Reporter& rep, const Options& o) {
     shard.SplitRange(0, rows, &sel);
     opt::StepContext ctx;
     ctx.lr = 1e-3f;
-    for (int k = 0; k < threads; ++k) shard.stripe(k).ApplyPush(sel[k], nullptr, g.data(), ctx);
+    for (int k = 0; k < shard.num_stripes(); ++k) shard.stripe(k).ApplyPush(sel[k], nullptr, g.data(), ctx);
     g = std::vector<float>();
     const std::string dir = root + "/t" + std::to_string(threads);
     uint64_t bytes = 0;
