@@ -1397,6 +1397,33 @@ TEST(ConnectionFailure, AnswersLostWithADroppedDataConnectionAreGivenAgainNotRun
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// The same for a table of several blocks (TableInfo::BlockRows), whose push and pull go as a
+// request per block: every block's answer lost, each block is applied once and read after it.
+TEST(ConnectionFailure, AnswersLostForEveryBlockOfALargeCallAreGivenAgainNotRunTwice) {
+  const int rows = 3 * 65536 + 5;  // 16-byte rows: 3 blocks of 1 MB and one of 5 rows
+  ProxiedDataJob job("asp", "127.0.0.1", nullptr, rows);
+  ASSERT_TRUE(job.t.ok()) << job.t.status().ToString();
+  LocalCluster& cluster = job.cluster;
+  Client& c = cluster.client(0);
+  const size_t n = size_t(rows) * 4;
+  job.proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
+  std::vector<float> v(n, 7.0f);
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) g[i] = float(i % 17);
+  Future push = c.PushDense(*job.t, g);
+  Future pull = c.PullDense(*job.t, v.data());
+  const Server& server = cluster.server(0);
+  EXPECT_TRUE(Eventually([&] { return server.stats().pushes == 4 && server.stats().pulls == 4; }, 5000));
+  job.proxy.Cut();  // the answers held are lost
+  ASSERT_TRUE(push.WaitFor(10000).ok());
+  ASSERT_TRUE(pull.WaitFor(10000).ok());
+  for (size_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(v[i], -0.1f * g[i]) << i;
+  EXPECT_EQ(server.stats().pushes, 4u);
+  EXPECT_GE(server.stats().duplicates, 4u);  // every block's push, answered from the record
+  EXPECT_EQ(server.stats().rejected, 0u);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 // Options no job can run with are refused when a node is made, naming the option, before it
 // contacts anyone (the binaries exit 2 on them: not restarted).
 TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
