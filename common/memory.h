@@ -20,6 +20,12 @@ void TuneMallocForLargeMessages();
 // The process's resident memory (/proc/self/statm), 0 where it cannot be read.
 size_t ResidentBytes();
 
+// Gives the whole pages of [data + keep_bytes, data + bytes) back to the kernel (MADV_DONTNEED)
+// while the allocation stays: for an array whose tail has been copied elsewhere and will not be
+// read again, so that copying a large array piece by piece, from its end, never holds both
+// copies. Reading those bytes afterwards gives zeros.
+void ReleaseTail(const void* data, size_t keep_bytes, size_t bytes);
+
 // An uninitialised float buffer (no zero fill: it is about to be overwritten).
 inline std::shared_ptr<float[]> NewFloatBuffer(size_t n) { return std::shared_ptr<float[]>(new float[n]); }
 

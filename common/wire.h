@@ -39,6 +39,10 @@ constexpr uint16_t kOldestCheckpointVersion = 3;  // the first with checkpoints 
 constexpr size_t kMaxErrorText = 1024;
 constexpr uint64_t kMaxKeysPerMessage = uint64_t(1) << 31;
 constexpr size_t kMaxValueFrames = TableInfo::kMaxBlocks;  // a pull reply's value frames (a server's stripes)
+// A worker's requests to one server that may be unanswered at once: what a server's record of a
+// worker's requests keeps (server/request_record.h), so that one sent again after a dropped
+// connection always finds its answer there (a push beyond it could not be told applied or not).
+constexpr size_t kMaxUnansweredRequests = 1024;
 constexpr size_t kMaxDataFrames = 2 + kMaxValueFrames;  // header, keys, values
 
 enum class MsgType : uint8_t {

@@ -25,7 +25,7 @@ namespace pushpull {
 
 class RequestRecord {
  public:
-  static constexpr size_t kKept = 1024;
+  static constexpr size_t kKept = kMaxUnansweredRequests;  // (a client never has more unanswered here)
 
   struct Answer {
     MsgType type = MsgType::kPushReply;  // kPullReply: served again when asked again

@@ -556,16 +556,19 @@ Status TableShard::Restore(ShardRows in) {
   const int S = num_stripes();
   if (!spec.sparse) {
     // Dense: stripe i holds rows [stripe_offsets_[i], stripe_offsets_[i+1]), contiguous in the
-    // checkpoint too. One stripe takes the arrays as they are.
-    for (int i = 0; i < S; ++i) {
+    // checkpoint too. One stripe takes the arrays as they are; several copy their rows from the
+    // last stripe to the first, the checkpoint's pages given back as they are copied, so that a
+    // restore holds about one copy of the table, not two.
+    if (S == 1) return stripes_[0]->Restore({}, std::move(in.params), std::move(in.slots), std::move(in.steps));
+    for (int i = S - 1; i >= 0; --i) {
       const size_t b = stripe_offsets_[i] - row_begin_, e = stripe_offsets_[i + 1] - row_begin_;
-      if (S == 1) {
-        return stripes_[0]->Restore({}, std::move(in.params), std::move(in.slots), std::move(in.steps));
-      }
       FloatArray params(in.params.begin() + b * dim, in.params.begin() + e * dim);
       std::vector<std::vector<float>> slots;
       for (auto& sl : in.slots) slots.emplace_back(sl.begin() + b * dim, sl.begin() + e * dim);
       std::vector<uint32_t> steps(in.steps.begin() + b, in.steps.begin() + e);
+      ReleaseTail(in.params.data(), b * dim * sizeof(float), n * dim * sizeof(float));
+      for (auto& sl : in.slots) ReleaseTail(sl.data(), b * dim * sizeof(float), n * dim * sizeof(float));
+      ReleaseTail(in.steps.data(), b * sizeof(uint32_t), n * sizeof(uint32_t));
       PP_RETURN_IF_ERROR(stripes_[i]->Restore({}, std::move(params), std::move(slots), std::move(steps)));
     }
     return Status::OK();

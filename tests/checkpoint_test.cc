@@ -124,6 +124,32 @@ TEST(Checkpoint, FileRoundTripsAShardAcrossStripings) {
   EXPECT_EQ(Dump(d3, drows), Dump(d2, drows));
   EXPECT_EQ(Dump(s3, skeys), Dump(s2, skeys));
 
+  // A table of several 1 MB blocks (a stripe each; TableInfo::BlockRows), rows of 4000 bytes so
+  // that the blocks do not start on page boundaries: restored into a stripe per block, and into 4
+  // equal stripes (fewer blocks than update threads), rows copied from the last stripe to the
+  // first while the checkpoint's pages go.
+  {
+    TableSpec wide = Spec("blocks", false, opt::Kind::kAdam);
+    wide.rows = 700;
+    wide.dim = 1000;
+    const TableInfo info = TableInfo::Make(2, wide, 1);
+    TableShard written(info, 0, 1);
+    ASSERT_EQ(written.num_stripes(), 3);
+    std::vector<Key> all(wide.rows);
+    for (Key k = 0; k < wide.rows; ++k) all[k] = k;
+    PushSome(written, all, 1.0f);
+    PushSome(written, {0, 261, 262, 523, 524, 699}, -2.0f);
+    ASSERT_TRUE(WriteServerCheckpoint(dir.path(), 0, 1, 5, {&written}, nullptr).ok());
+    for (int threads : {1, 2, 4}) {
+      auto back = ReadServerCheckpoint(dir.path(), 0, 1, 5);
+      ASSERT_TRUE(back.ok()) << back.status().ToString();
+      TableShard restored(info, 0, threads, /*fill=*/false);
+      EXPECT_EQ(restored.num_stripes(), threads == 4 ? 4 : 3);
+      ASSERT_TRUE(restored.Restore(std::move((*back)["blocks"].rows)).ok());
+      EXPECT_EQ(Dump(written, all), Dump(restored, all)) << threads << " update threads";
+    }
+  }
+
   // Rows that do not fit the shard are refused, naming the table.
   auto again = ReadServerCheckpoint(dir.path(), 1, 2, 17);
   ASSERT_TRUE(again.ok());

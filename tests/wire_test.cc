@@ -667,6 +667,39 @@ TEST_F(PeersOfRankOne, ANewClientMidClockRedoesItsPredecessorsPushesOnce) {
 // the same ids are run and answered (found in review: the old one's refused id was marked begun
 // in the new record, and the new client's request of that id was then dropped as a repeat for
 // good), and the old client is never given the new one's recorded answers.
+// A repeat older than the server's record of a worker's requests (a client keeps fewer than that
+// unanswered, so only another peer can ask one): decided by kind. A push is refused rather than
+// maybe applied twice; a clock the worker's clock reached is answered; a pull is served again.
+TEST_F(PeersOfRankOne, ARepeatOlderThanTheRecordIsDecidedByKind) {
+  auto p = Peer();
+  ASSERT_EQ(Hello(*p), MsgType::kHelloReply);
+  ASSERT_EQ(Push(*p, 1), Code::kOk);
+  ASSERT_EQ(Tick(*p, 1, 2), Code::kOk);
+  Header pull = Of(MsgType::kPull, 1, 3);
+  pull.table = table_.id;
+  pull.num_keys = 1;
+  pull.dim = 4;
+  p->Send(pull, {2}, {});
+  ASSERT_EQ(p->Reply().status, Code::kOk);
+  for (uint64_t id = 4; id < 4 + kMaxUnansweredRequests; ++id) ASSERT_EQ(Push(*p, id, 1), Code::kOk) << id;
+  EXPECT_EQ(Row2(), float(1 + kMaxUnansweredRequests));
+  Header h = Of(MsgType::kPush, 0, 1);  // the first push asked again
+  h.table = table_.id;
+  h.num_keys = 1;
+  h.dim = 4;
+  p->Send(h, {2}, {-1, -1, -1, -1});
+  Header r = p->Reply();
+  EXPECT_EQ(r.type, MsgType::kPushReply);
+  EXPECT_EQ(r.status, Code::kFailedPrecondition) << r.error;
+  EXPECT_NE(r.error.find("forgot its answer"), std::string::npos) << r.error;
+  EXPECT_EQ(Tick(*p, 1, 2), Code::kOk);
+  p->Send(pull, {2}, {});
+  Header again = p->Reply();
+  EXPECT_EQ(again.type, MsgType::kPullReply);
+  EXPECT_EQ(again.status, Code::kOk) << again.error;
+  EXPECT_EQ(Row2(), float(1 + kMaxUnansweredRequests));  // nothing applied twice
+}
+
 TEST_F(PeersOfRankOne, AReplacedClientsRequestIdsAreNotTheNewOnes) {
   auto a = Peer("old-client"), b = Peer("new-client");
   auto send = [&](RawPeer& p, MsgType type, uint64_t request_id, const std::string& reply_to) {

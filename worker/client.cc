@@ -71,7 +71,7 @@ struct FutureState {
   const char* what_kind = "";      // "pull from table"
   std::string what_table;
   int64_t what_rows = -1;
-  std::vector<uint8_t> waiting_on; // per server (last entry: the scheduler)
+  std::vector<uint32_t> waiting_on; // parts unanswered per server (last entry: the scheduler)
   int64_t default_timeout_ms = 0;
   Header reply;                    // control replies (CreateTable)
   std::shared_ptr<ReceiverHandle> receiver;  // set when servers answer (the waiter may receive)
@@ -91,7 +91,7 @@ struct FutureState {
     if (abandoned && status.ok())
       status = Status::DeadlineExceeded(What() + ": a reply came after the wait expired; its values were not written");
     if (stale > staleness) staleness = stale;
-    if (target >= 0 && target < static_cast<int>(waiting_on.size())) waiting_on[target] = 0;
+    if (target >= 0 && target < static_cast<int>(waiting_on.size()) && waiting_on[target] > 0) --waiting_on[target];
     if (--remaining == 0) {
       remaining_hint.store(0, std::memory_order_release);
       cv.notify_all();
@@ -338,12 +338,22 @@ class PendingRequests {
   Map::iterator find(uint64_t id) { return m_.find(id); }
   bool empty() const { return m_.empty(); }
   size_t bytes() const { return bytes_; }
+  // Requests to server s unanswered (kMaxUnansweredRequests).
+  size_t to_server(int s) const { return s >= 0 && size_t(s) < per_server_.size() ? per_server_[s] : 0; }
   void emplace(uint64_t id, Part p) {
     const size_t b = p.bytes;
-    if (m_.try_emplace(id, std::move(p)).second) bytes_ += b;
+    const int s = p.target;
+    if (m_.try_emplace(id, std::move(p)).second) {
+      bytes_ += b;
+      if (s >= 0) {
+        if (per_server_.size() <= size_t(s)) per_server_.resize(s + 1, 0);
+        ++per_server_[s];
+      }
+    }
   }
   Map::iterator erase(Map::iterator it) {
     bytes_ -= it->second.bytes;
+    if (it->second.target >= 0) --per_server_[it->second.target];
     return m_.erase(it);
   }
   size_t erase(uint64_t id) {
@@ -354,12 +364,14 @@ class PendingRequests {
   }
   Map TakeAll() {
     bytes_ = 0;
+    per_server_.assign(per_server_.size(), 0);
     return std::exchange(m_, Map());
   }
 
  private:
   Map m_;
   size_t bytes_ = 0;
+  std::vector<size_t> per_server_;
 };
 
 struct Command {
@@ -633,9 +645,10 @@ class ClientImpl final : public Client, private internal::Receiver {
   }
   // Posts commands to the I/O thread, assigning request ids in posting order.
   void Post(std::vector<std::unique_ptr<Command>> cmds);
-  // Waits until `bytes` more payload fits under max_unanswered_mb (or nothing is unanswered), at
-  // most request_timeout_ms, receiving replies meanwhile; DeadlineExceeded names what it waited for.
-  Status WaitForRoom(size_t bytes, const Command& first);
+  // Waits until the commands' payload fits under max_unanswered_mb (or nothing is unanswered) and
+  // no server they go to would have more than kMaxUnansweredRequests unanswered, at most
+  // request_timeout_ms, receiving replies meanwhile; DeadlineExceeded names what it waited for.
+  Status WaitForRoom(const std::vector<std::unique_ptr<Command>>& cmds);
   // timeout_ms < 0: the client's request_timeout_ms.
   // A request to the scheduler; refused with the sticky error, if any, unless `despite_sticky`
   // (Leave: a worker failing for that error says so).
@@ -780,10 +793,9 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
     return;
   }
   // Backpressure: while earlier requests hold too much payload unanswered (a server that takes
-  // nothing, or slower than this worker posts), the call waits here, not in memory.
-  size_t bytes = 0;
-  for (const auto& c : cmds) bytes += c->keys.size() + c->values.size();
-  if (Status room = bytes == 0 ? Status::OK() : WaitForRoom(bytes, *cmds.front()); !room.ok()) {
+  // nothing, or slower than this worker posts), or are as many as a server's record of them
+  // keeps, the call waits here, not in memory.
+  if (Status room = WaitForRoom(cmds); !room.ok()) {
     // Sticky: a push never sent must not be followed by a Clock() that says its step is done
     // (under BSP the clock would close without it); the job fails, and restarts from a checkpoint.
     {
@@ -818,7 +830,7 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
     int t = c->part.target;
     {
       std::lock_guard<std::mutex> l(c->part.fs->mu);  // another thread may wait on it (Finish)
-      c->part.fs->waiting_on[t == kScheduler ? c->part.fs->waiting_on.size() - 1 : t] = 1;
+      ++c->part.fs->waiting_on[t == kScheduler ? c->part.fs->waiting_on.size() - 1 : t];
       if (t != kScheduler) c->part.fs->receiver = receiver_;  // before the Future is returned
     }
     if (t != kScheduler && options_.send_latency_ms == 0) {
@@ -835,20 +847,36 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
   if (ticks) clock_ = clock;
 }
 
-Status ClientImpl::WaitForRoom(size_t bytes, const Command& first) {
+Status ClientImpl::WaitForRoom(const std::vector<std::unique_ptr<Command>>& cmds) {
   const size_t limit = size_t(options_.max_unanswered_mb) << 20;
-  if (limit == 0 || bytes == 0) return Status::OK();
+  size_t bytes = 0;
+  for (const auto& c : cmds) bytes += c->keys.size() + c->values.size();
+  // This call's requests to each server: a call's commands go server by server (a run each).
+  auto runs = [&cmds](auto&& f) {
+    for (size_t i = 0; i < cmds.size();) {
+      size_t j = i + 1;
+      while (j < cmds.size() && cmds[j]->part.target == cmds[i]->part.target) ++j;
+      if (cmds[i]->part.target >= 0) f(cmds[i]->part.target, j - i);
+      i = j;
+    }
+  };
   const Deadline deadline = Deadline::In(options_.request_timeout_ms);
   bool counted = false;
   for (;;) {
     std::shared_ptr<FutureState> oldest;
     size_t held;
+    int full = -1;  // a server with as many requests unanswered as its record of them keeps
     {
       std::lock_guard<std::mutex> l(pending_mu_);
       held = pending_.bytes();
-      if (held == 0 || held + bytes <= limit) return Status::OK();
-      for (auto& [id, part] : pending_) {  // the oldest holding payload (not a barrier, say)
-        if (part.bytes == 0) continue;
+      const bool bytes_fit = limit == 0 || bytes == 0 || held == 0 || held + bytes <= limit;
+      runs([&](int server, size_t n) {
+        const size_t unanswered = pending_.to_server(server);
+        if (unanswered > 0 && unanswered + n > kMaxUnansweredRequests) full = server;
+      });
+      if (bytes_fit && full < 0) return Status::OK();
+      for (auto& [id, part] : pending_) {  // the oldest that holds what is short (not a barrier, say)
+        if (bytes_fit ? part.target != full : part.bytes == 0) continue;
         oldest = part.fs;
         break;
       }
@@ -862,13 +890,17 @@ Status ClientImpl::WaitForRoom(size_t bytes, const Command& first) {
     if (deadline.Expired()) {
       std::string what;
       {
-        std::lock_guard<std::mutex> l(first.part.fs->mu);
-        what = first.part.fs->What();
+        std::lock_guard<std::mutex> l(cmds.front()->part.fs->mu);
+        what = cmds.front()->part.fs->What();
       }
-      return Status::DeadlineExceeded(what + ": not sent: waited " + std::to_string(options_.request_timeout_ms) +
-                                      " ms for earlier requests holding " + std::to_string(held) +
-                                      " bytes to be answered (limit: max_unanswered_mb = " +
-                                      std::to_string(options_.max_unanswered_mb) + "; a server is slow or unreachable)");
+      return Status::DeadlineExceeded(
+          what + ": not sent: waited " + std::to_string(options_.request_timeout_ms) + " ms for " +
+          (full >= 0 ? "some of the " + std::to_string(kMaxUnansweredRequests) + " requests unanswered by server " +
+                           std::to_string(full) + " (the most a server's record of them keeps)"
+                     : "earlier requests holding " + std::to_string(held) +
+                           " bytes to be answered (limit: max_unanswered_mb = " +
+                           std::to_string(options_.max_unanswered_mb) + ")") +
+          "; a server is slow or unreachable");
     }
     // Waiting on the oldest receives replies here, as any waiter does (it stays the caller's), in
     // short slices: answers from other servers make room too.

@@ -84,9 +84,9 @@ struct PulledParts;
 //
 // row(i) is the i-th row: of the table for a dense pull (PullDenseView), of the key list for a
 // keyed one (PullView), dim floats. Dense pulls also list their parts: contiguous runs of whole
-// rows in row order, one per frame the servers sent (a server with K update threads sends a frame
-// per stripe holding rows of the table, one when the pull is small), so num_parts() is not the
-// number of servers.
+// rows in row order, one per frame the servers sent: a dense pull goes to each server as a
+// request per 1 MB block of its rows, each answered with a frame per stripe holding its rows
+// (one when the pull is small), so num_parts() is not the number of servers.
 class PulledRows {
  public:
   size_t num_rows() const;
@@ -142,7 +142,7 @@ struct ClientStats {
   int32_t max_staleness = 0;
   uint64_t resent = 0;  // requests sent to a server again after a connection to it dropped
   uint64_t unanswered_bytes = 0;  // now: payload of requests not answered yet (max_unanswered_mb)
-  uint64_t waits_for_room = 0;    // calls that waited because of max_unanswered_mb
+  uint64_t waits_for_room = 0;    // calls that waited for room (max_unanswered_mb, or kMaxUnansweredRequests to a server)
 };
 
 class Client {
