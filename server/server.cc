@@ -448,19 +448,19 @@ void ServerImpl::ExecuteOrThrow(Request* r, int i) {
   }
 }
 
-void ServerImpl::UpdateLoop(int k) {  // k: this update thread
-  SetThreadName("pp-update-" + std::to_string(k));
+void ServerImpl::UpdateLoop(int t) {
+  SetThreadName("pp-update-" + std::to_string(t));
   CopyOnWriteBudget::SetThisThreadMayWait(true);  // a write over the budget waits for a reply here
   zmq::socket_t done(ctx_, zmq::socket_type::push);
   done.set(zmq::sockopt::linger, 0);
   done.set(zmq::sockopt::sndhwm, 0);
   done.connect(done_endpoint_);
-  SpscQueue<Request>& q = *queues_[k];
+  SpscQueue<Request>& q = *queues_[t];
   while (Request* r = q.Pop()) {
-    ExecuteThreadPart(r, k);
+    ExecuteThreadPart(r, t);
     const bool last = r->pending.fetch_sub(1, std::memory_order_acq_rel) == 1;
     // After the stripe's writes: the I/O thread may run small requests inline once all are idle.
-    inflight_[k].fetch_sub(1, std::memory_order_release);
+    inflight_[t].fetch_sub(1, std::memory_order_release);
     if (last) {
       zmq::message_t m(&r, sizeof(r));
       done.send(m, zmq::send_flags::none);
