@@ -260,7 +260,8 @@ Status WriteServerCheckpoint(const std::string& dir, int rank, int num_servers, 
 }
 
 Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::string& dir, int rank,
-                                                                    int num_servers, int64_t clock) {
+                                                                    int num_servers, int64_t clock,
+                                                                    bool in_blocks) {
   FileReader r;
   PP_RETURN_IF_ERROR(r.Open(ServerCheckpointFile(dir, rank)));
   int32_t file_rank = 0, file_servers = 0;
@@ -309,12 +310,32 @@ Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::s
       s.keys.resize(rows);
       r.Get(s.keys.data(), rows * sizeof(Key));
     }
-    s.params.resize(rows * dim);
-    r.Get(s.params.data(), s.params.size() * sizeof(float));
-    s.slots.assign(nslots, std::vector<float>(rows * dim));
-    for (auto& slot : s.slots) r.Get(slot.data(), slot.size() * sizeof(float));
-    s.steps.resize(rows);
-    r.Get(s.steps.data(), rows * sizeof(uint32_t));
+    // The file holds each field for all rows in turn: read into one piece, or a piece per block.
+    std::vector<ShardRows> one(1);
+    const uint64_t block = in_blocks && !sparse && rows > 0 ? expect.BlockRows(rank) : std::max<uint64_t>(rows, 1);
+    std::vector<ShardRows>& pieces = block < rows ? s.blocks : one;
+    pieces.resize((rows + block - 1) / block);
+    auto piece_rows = [&](size_t i) { return std::min<uint64_t>(block, rows - i * block); };
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      pieces[i].params.resize(piece_rows(i) * dim);
+      r.Get(pieces[i].params.data(), pieces[i].params.size() * sizeof(float));
+    }
+    for (size_t i = 0; i < pieces.size(); ++i) pieces[i].slots.resize(nslots);
+    for (uint32_t k = 0; k < nslots; ++k)
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        pieces[i].slots[k].resize(piece_rows(i) * dim);
+        r.Get(pieces[i].slots[k].data(), pieces[i].slots[k].size() * sizeof(float));
+      }
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      pieces[i].steps.resize(piece_rows(i));
+      r.Get(pieces[i].steps.data(), pieces[i].steps.size() * sizeof(uint32_t));
+    }
+    if (&pieces == &one && !one.empty()) {
+      s.params = std::move(one[0].params);
+      s.slots = std::move(one[0].slots);
+      s.steps = std::move(one[0].steps);
+    }
+    if (s.slots.empty() && s.blocks.empty()) s.slots.assign(nslots, {});  // (no rows)
     if (!r.error().empty()) return r.Fail(r.error());
     const std::string name = t.info.spec.name;
     if (!out.emplace(name, std::move(t)).second) return r.Fail("table '" + name + "' appears twice");
@@ -514,7 +535,7 @@ Result<std::map<std::string, TableCheckpoint>> ReadCheckpointForServer(const std
                                                                        int num_servers) {
   auto m = ReadManifest(dir);
   if (!m.ok()) return m.status();
-  if (m->servers == num_servers) return ReadServerCheckpoint(dir, rank, num_servers, m->clock);
+  if (m->servers == num_servers) return ReadServerCheckpoint(dir, rank, num_servers, m->clock, /*in_blocks=*/true);
   // Another number of servers: this one's rows under the new partition, from every old file in
   // turn (old rank order: dense rows come out in row order), one old file in memory at a time.
   std::map<std::string, TableCheckpoint> out;

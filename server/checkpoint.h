@@ -47,8 +47,11 @@ Status WriteServerCheckpoint(const std::string& dir, int rank, int num_servers, 
                              const std::vector<const TableShard*>& tables, uint64_t* bytes,
                              const std::function<bool()>& abandon = nullptr);
 // Reads and checks a server's file (checksum, then rank, server count and clock); tables by name.
+// in_blocks: dense rows come in pieces of a block each (ShardRows::blocks), what a shard with a
+// stripe per block takes without a copy.
 Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::string& dir, int rank,
-                                                                    int num_servers, int64_t clock);
+                                                                    int num_servers, int64_t clock,
+                                                                    bool in_blocks = false);
 // What server `rank` of a job of `num_servers` restores from checkpoint dir: its own file when the
 // checkpoint was written by as many servers; otherwise the rows it owns under the new partition,
 // gathered from every file (re-sharding: a job may resume on more or fewer servers). The tables'

@@ -543,7 +543,39 @@ Status Stripe::Restore(std::vector<Key> keys, FloatArray params, std::vector<std
 
 Status TableShard::Restore(ShardRows in) {
   const TableSpec& spec = info_.spec;
-  const size_t n = in.rows(), dim = spec.dim, nslots = static_cast<size_t>(optimizer_->num_slots());
+  const size_t dim = spec.dim, nslots = static_cast<size_t>(optimizer_->num_slots());
+  if (!in.blocks.empty()) {
+    // Dense rows in blocks: a stripe per block takes its piece as it is; another striping (fewer
+    // blocks than update threads: a small shard) gets them joined first.
+    bool each_a_stripe = !spec.sparse && in.keys.empty() && in.steps.empty() &&
+                         in.blocks.size() == stripes_.size();
+    for (size_t i = 0; each_a_stripe && i < in.blocks.size(); ++i) {
+      const ShardRows& b = in.blocks[i];
+      each_a_stripe = b.blocks.empty() && b.keys.empty() && b.steps.size() == stripe_offsets_[i + 1] - stripe_offsets_[i] &&
+                      b.params.size() == b.steps.size() * dim && b.slots.size() == nslots &&
+                      std::all_of(b.slots.begin(), b.slots.end(), [&](const std::vector<float>& sl) { return sl.size() == b.params.size(); });
+    }
+    if (each_a_stripe) {
+      for (size_t i = 0; i < in.blocks.size(); ++i) {
+        ShardRows& b = in.blocks[i];
+        PP_RETURN_IF_ERROR(stripes_[i]->Restore({}, std::move(b.params), std::move(b.slots), std::move(b.steps)));
+      }
+      return Status::OK();
+    }
+    ShardRows joined;
+    joined.keys = std::move(in.keys);
+    joined.slots.resize(in.blocks.front().slots.size());
+    for (ShardRows& b : in.blocks) {
+      if (!b.blocks.empty() || b.slots.size() != joined.slots.size())
+        return Status::InvalidArgument("table '" + spec.name + "': checkpoint blocks do not match");
+      joined.params.insert(joined.params.end(), b.params.begin(), b.params.end());
+      for (size_t k = 0; k < b.slots.size(); ++k) joined.slots[k].insert(joined.slots[k].end(), b.slots[k].begin(), b.slots[k].end());
+      joined.steps.insert(joined.steps.end(), b.steps.begin(), b.steps.end());
+      b = ShardRows();  // (let go as joined)
+    }
+    return Restore(std::move(joined));
+  }
+  const size_t n = in.rows();
   if (in.params.size() != n * dim || in.slots.size() != nslots)
     return Status::InvalidArgument("table '" + spec.name + "': checkpoint rows do not match dim " +
                                    std::to_string(dim) + " with " + std::to_string(nslots) + " optimizer slots");

@@ -280,7 +280,15 @@ struct ShardRows {
   FloatArray params;                       // rows * dim
   std::vector<std::vector<float>> slots;   // per optimizer slot, rows * dim
   std::vector<uint32_t> steps;             // per row: updates applied
-  size_t rows() const { return steps.size(); }
+  // Dense rows read for a restore (ReadServerCheckpoint's in_blocks): in pieces of
+  // TableInfo::BlockRows rows, in row order, each with its params, slots and steps; the fields
+  // above are then empty. A shard with a stripe per block takes the pieces as they are.
+  std::vector<ShardRows> blocks;
+  size_t rows() const {
+    size_t n = steps.size();
+    for (const ShardRows& b : blocks) n += b.rows();
+    return n;
+  }
 };
 
 class TableShard {

@@ -126,8 +126,9 @@ TEST(Checkpoint, FileRoundTripsAShardAcrossStripings) {
 
   // A table of several 1 MB blocks (a stripe each; TableInfo::BlockRows), rows of 4000 bytes so
   // that the blocks do not start on page boundaries: restored into a stripe per block, and into 4
-  // equal stripes (fewer blocks than update threads), rows copied from the last stripe to the
-  // first while the checkpoint's pages go.
+  // equal stripes (fewer blocks than update threads). Read whole, its rows are copied from the
+  // last stripe to the first while the checkpoint's pages go; read in blocks (as a server
+  // restores), each stripe takes its block as read, and 4 stripes get the blocks joined.
   {
     TableSpec wide = Spec("blocks", false, opt::Kind::kAdam);
     wide.rows = 700;
@@ -140,13 +141,17 @@ TEST(Checkpoint, FileRoundTripsAShardAcrossStripings) {
     PushSome(written, all, 1.0f);
     PushSome(written, {0, 261, 262, 523, 524, 699}, -2.0f);
     ASSERT_TRUE(WriteServerCheckpoint(dir.path(), 0, 1, 5, {&written}, nullptr).ok());
-    for (int threads : {1, 2, 4}) {
-      auto back = ReadServerCheckpoint(dir.path(), 0, 1, 5);
-      ASSERT_TRUE(back.ok()) << back.status().ToString();
-      TableShard restored(info, 0, threads, /*fill=*/false);
-      EXPECT_EQ(restored.num_stripes(), threads == 4 ? 4 : 3);
-      ASSERT_TRUE(restored.Restore(std::move((*back)["blocks"].rows)).ok());
-      EXPECT_EQ(Dump(written, all), Dump(restored, all)) << threads << " update threads";
+    for (bool in_blocks : {false, true}) {
+      for (int threads : {1, 2, 4}) {
+        auto back = ReadServerCheckpoint(dir.path(), 0, 1, 5, in_blocks);
+        ASSERT_TRUE(back.ok()) << back.status().ToString();
+        EXPECT_EQ((*back)["blocks"].rows.blocks.size(), in_blocks ? 3u : 0u);
+        EXPECT_EQ((*back)["blocks"].rows.rows(), wide.rows);
+        TableShard restored(info, 0, threads, /*fill=*/false);
+        EXPECT_EQ(restored.num_stripes(), threads == 4 ? 4 : 3);
+        ASSERT_TRUE(restored.Restore(std::move((*back)["blocks"].rows)).ok());
+        EXPECT_EQ(Dump(written, all), Dump(restored, all)) << threads << " update threads, in blocks " << in_blocks;
+      }
     }
   }
 

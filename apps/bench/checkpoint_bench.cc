@@ -85,7 +85,7 @@ void RunCheckpointBench(Reporter& rep, const Options& o) {
       if (buf.size() != bytes) buf.assign(bytes, 1);
       if (rep_i % 2 == 0) best_rw = std::min(best_rw, RawWrite(dir + "/raw", buf));
       t0 = Now();
-      auto r = ReadServerCheckpoint(dir, 0, 1, 10);
+      auto r = ReadServerCheckpoint(dir, 0, 1, 10, /*in_blocks=*/true);  // as a restoring server reads it
       TableShard restored(info, 0, threads, /*fill=*/false);  // as a restoring server makes it
       if (!r.ok() || !restored.Restore(std::move((*r)["w"].rows)).ok()) {
         std::fprintf(stderr, "checkpoint bench: restore failed\n");
