@@ -18,7 +18,7 @@ DEFINE_int32(port, 0, "TCP port to listen on (0: any free port)");
 DEFINE_int32(advertise_port, 0,
              "TCP port workers use to reach this server, when it is not --port (NAT, a forwarded or mapped port; "
              "0: the port it listens on)");
-DEFINE_int32(update_threads, 0, "update threads (stripes per table), at most 64; 0: the cores this process may use (CPU affinity, cgroup quota) left after the I/O thread");
+DEFINE_int32(update_threads, 0, "update threads, at most 64, each owning stripes of every table (a large dense table has a stripe per 1 MB block); 0: the cores this process may use (CPU affinity, cgroup quota) left after the I/O thread");
 DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this server is alive");
 DEFINE_int32(scheduler_timeout_ms, 15000, "exit when the scheduler is silent this long");
 DEFINE_int32(register_timeout_ms, 120000, "how long to wait for the whole job to register");
