@@ -532,10 +532,10 @@ Result<CheckpointManifest> NewestIntactCheckpoint(const std::string& root, std::
 }
 
 Result<std::map<std::string, TableCheckpoint>> ReadCheckpointForServer(const std::string& dir, int rank,
-                                                                       int num_servers) {
+                                                                       int num_servers, bool in_blocks) {
   auto m = ReadManifest(dir);
   if (!m.ok()) return m.status();
-  if (m->servers == num_servers) return ReadServerCheckpoint(dir, rank, num_servers, m->clock, /*in_blocks=*/true);
+  if (m->servers == num_servers) return ReadServerCheckpoint(dir, rank, num_servers, m->clock, in_blocks);
   // Another number of servers: this one's rows under the new partition, from every old file in
   // turn (old rank order: dense rows come out in row order), one old file in memory at a time.
   std::map<std::string, TableCheckpoint> out;

@@ -56,8 +56,9 @@ Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::s
 // checkpoint was written by as many servers; otherwise the rows it owns under the new partition,
 // gathered from every file (re-sharding: a job may resume on more or fewer servers). The tables'
 // info is the new partition's; a table's step is the largest any old server had.
+// in_blocks: as ReadServerCheckpoint's, for a checkpoint of as many servers (a server restoring).
 Result<std::map<std::string, TableCheckpoint>> ReadCheckpointForServer(const std::string& dir, int rank,
-                                                                       int num_servers);
+                                                                       int num_servers, bool in_blocks = false);
 
 // Creates `dir` (and its parents) when missing and checks that a file can be written in it:
 // InvalidArgument naming it otherwise (an operator's setup: it fails the same way again).

@@ -264,7 +264,10 @@ Status ServerImpl::Run() {
   redo_.assign(W, {});
   if (!cluster.restore_from.empty()) {
     auto r = WhileHeartbeating(
-        [&] { return ReadCheckpointForServer(cluster.restore_from, rank_, static_cast<int>(cluster.servers.size())); });
+        [&] {
+          return ReadCheckpointForServer(cluster.restore_from, rank_, static_cast<int>(cluster.servers.size()),
+                                         /*in_blocks=*/true);  // (a stripe per block takes each as read)
+        });
     if (!r.ok()) {
       // A damaged or missing file: every restart meets it again (pushpull-server exits 2), and
       // the checkpoint before it may do.

@@ -565,6 +565,10 @@ Status TableShard::Restore(ShardRows in) {
     ShardRows joined;
     joined.keys = std::move(in.keys);
     joined.slots.resize(in.blocks.front().slots.size());
+    const size_t total = in.rows();
+    joined.params.reserve(total * dim);
+    for (auto& sl : joined.slots) sl.reserve(total * dim);
+    joined.steps.reserve(total);
     for (ShardRows& b : in.blocks) {
       if (!b.blocks.empty() || b.slots.size() != joined.slots.size())
         return Status::InvalidArgument("table '" + spec.name + "': checkpoint blocks do not match");

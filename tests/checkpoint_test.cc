@@ -153,6 +153,24 @@ TEST(Checkpoint, FileRoundTripsAShardAcrossStripings) {
         EXPECT_EQ(Dump(written, all), Dump(restored, all)) << threads << " update threads, in blocks " << in_blocks;
       }
     }
+    // A checkpoint of one server read for a server comes in blocks; for anyone else (the
+    // checkpoint tool) whole.
+    TempDir root;
+    CheckpointManifest m;
+    m.clock = 5;
+    m.servers = 1;
+    m.workers = 1;
+    m.dir = CheckpointDir(root.path(), 5);
+    ASSERT_TRUE(WriteServerCheckpoint(m.dir, 0, 1, 5, {&written}, nullptr).ok());
+    ASSERT_TRUE(CommitCheckpoint(root.path(), m, 1).ok());
+    for (bool in_blocks : {false, true}) {
+      auto back = ReadCheckpointForServer(m.dir, 0, 1, in_blocks);
+      ASSERT_TRUE(back.ok()) << back.status().ToString();
+      const ShardRows& rows = (*back)["blocks"].rows;
+      EXPECT_EQ(rows.blocks.size(), in_blocks ? 3u : 0u);
+      EXPECT_EQ(rows.params.size(), in_blocks ? 0u : size_t(wide.rows) * wide.dim);
+      EXPECT_EQ(rows.slots.size(), in_blocks ? 0u : 2u);
+    }
   }
 
   // Rows that do not fit the shard are refused, naming the table.

@@ -662,11 +662,6 @@ TEST_F(PeersOfRankOne, ANewClientMidClockRedoesItsPredecessorsPushesOnce) {
   EXPECT_EQ(Duplicates(), dups + 3);
 }
 
-// A client of a worker rank that another has replaced (declared dead, but still running) is
-// refused, and its request ids stay out of the new client's record: the new client's requests of
-// the same ids are run and answered (found in review: the old one's refused id was marked begun
-// in the new record, and the new client's request of that id was then dropped as a repeat for
-// good), and the old client is never given the new one's recorded answers.
 // A repeat older than the server's record of a worker's requests (a client keeps fewer than that
 // unanswered, so only another peer can ask one): decided by kind. A push is refused rather than
 // maybe applied twice; a clock the worker's clock reached is answered; a pull is served again.
@@ -700,6 +695,11 @@ TEST_F(PeersOfRankOne, ARepeatOlderThanTheRecordIsDecidedByKind) {
   EXPECT_EQ(Row2(), float(1 + kMaxUnansweredRequests));  // nothing applied twice
 }
 
+// A client of a worker rank that another has replaced (declared dead, but still running) is
+// refused, and its request ids stay out of the new client's record: the new client's requests of
+// the same ids are run and answered (found in review: the old one's refused id was marked begun
+// in the new record, and the new client's request of that id was then dropped as a repeat for
+// good), and the old client is never given the new one's recorded answers.
 TEST_F(PeersOfRankOne, AReplacedClientsRequestIdsAreNotTheNewOnes) {
   auto a = Peer("old-client"), b = Peer("new-client");
   auto send = [&](RawPeer& p, MsgType type, uint64_t request_id, const std::string& reply_to) {

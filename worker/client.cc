@@ -649,6 +649,15 @@ class ClientImpl final : public Client, private internal::Receiver {
   // no server they go to would have more than kMaxUnansweredRequests unanswered, at most
   // request_timeout_ms, receiving replies meanwhile; DeadlineExceeded names what it waited for.
   Status WaitForRoom(const std::vector<std::unique_ptr<Command>>& cmds);
+  // Whether the commands fit now (WaitForRoom's test), and if not, what is short and the oldest
+  // request whose answer would make room.
+  struct Room {
+    bool fits = false;
+    int full = -1;  // a server with as many requests unanswered as its record of them keeps
+    size_t held = 0;
+    std::shared_ptr<FutureState> oldest;
+  };
+  Room CheckRoom(const std::vector<std::unique_ptr<Command>>& cmds);
   // timeout_ms < 0: the client's request_timeout_ms.
   // A request to the scheduler; refused with the sticky error, if any, unless `despite_sticky`
   // (Leave: a worker failing for that error says so).
@@ -794,21 +803,27 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
   }
   // Backpressure: while earlier requests hold too much payload unanswered (a server that takes
   // nothing, or slower than this worker posts), or are as many as a server's record of them
-  // keeps, the call waits here, not in memory.
-  if (Status room = WaitForRoom(cmds); !room.ok()) {
-    // Sticky: a push never sent must not be followed by a Clock() that says its step is done
-    // (under BSP the clock would close without it); the job fails, and restarts from a checkpoint.
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (sticky_.ok()) sticky_ = room;
-    }
-    for (const auto& d : cmds) d->part.fs->Complete(d->part.target, room);
-    return;
-  }
+  // keeps, the call waits (below, WaitForRoom), not in memory.
   // One lock around id assignment and sending: a server sees each worker's push ids increase.
   // Pushes, pulls and clocks are stamped with this worker's clock here too, so that with several
   // threads a push sent after a Clock() carries the new clock (the server refuses stale ones).
-  std::lock_guard<std::mutex> send_lock(send_mu_);
+  // Room is looked at again under it: every request is registered while it is held, so two
+  // threads cannot both take the last of a server's room (found in review).
+  std::unique_lock<std::mutex> send_lock(send_mu_);
+  while (!CheckRoom(cmds).fits) {
+    send_lock.unlock();  // (not held while waiting: other threads' calls that fit go on)
+    if (Status room = WaitForRoom(cmds); !room.ok()) {
+      // Sticky: a push never sent must not be followed by a Clock() that says its step is done
+      // (under BSP the clock would close without it); the job fails, and restarts from a checkpoint.
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (sticky_.ok()) sticky_ = room;
+      }
+      for (const auto& d : cmds) d->part.fs->Complete(d->part.target, room);
+      return;
+    }
+    send_lock.lock();
+  }
   const bool ticks = !cmds.empty() && cmds[0]->header.type == MsgType::kClock;
   const int64_t clock = ticks ? clock_.load() + 1 : clock_.load();
   if (ticks) {
@@ -847,40 +862,39 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
   if (ticks) clock_ = clock;
 }
 
-Status ClientImpl::WaitForRoom(const std::vector<std::unique_ptr<Command>>& cmds) {
+ClientImpl::Room ClientImpl::CheckRoom(const std::vector<std::unique_ptr<Command>>& cmds) {
   const size_t limit = size_t(options_.max_unanswered_mb) << 20;
   size_t bytes = 0;
   for (const auto& c : cmds) bytes += c->keys.size() + c->values.size();
+  Room room;
+  std::lock_guard<std::mutex> l(pending_mu_);
+  room.held = pending_.bytes();
+  const bool bytes_fit = limit == 0 || bytes == 0 || room.held == 0 || room.held + bytes <= limit;
   // This call's requests to each server: a call's commands go server by server (a run each).
-  auto runs = [&cmds](auto&& f) {
-    for (size_t i = 0; i < cmds.size();) {
-      size_t j = i + 1;
-      while (j < cmds.size() && cmds[j]->part.target == cmds[i]->part.target) ++j;
-      if (cmds[i]->part.target >= 0) f(cmds[i]->part.target, j - i);
-      i = j;
-    }
-  };
+  for (size_t i = 0; i < cmds.size();) {
+    size_t j = i + 1;
+    while (j < cmds.size() && cmds[j]->part.target == cmds[i]->part.target) ++j;
+    const int server = cmds[i]->part.target;
+    const size_t unanswered = pending_.to_server(server);  // (0 for the scheduler)
+    if (server >= 0 && unanswered > 0 && unanswered + (j - i) > kMaxUnansweredRequests) room.full = server;
+    i = j;
+  }
+  room.fits = bytes_fit && room.full < 0;
+  if (room.fits) return room;
+  for (auto& [id, part] : pending_) {  // the oldest that holds what is short (not a barrier, say)
+    if (bytes_fit ? part.target != room.full : part.bytes == 0) continue;
+    room.oldest = part.fs;
+    break;
+  }
+  return room;
+}
+
+Status ClientImpl::WaitForRoom(const std::vector<std::unique_ptr<Command>>& cmds) {
+  Room room = CheckRoom(cmds);
+  if (room.fits) return Status::OK();
   const Deadline deadline = Deadline::In(options_.request_timeout_ms);
   bool counted = false;
-  for (;;) {
-    std::shared_ptr<FutureState> oldest;
-    size_t held;
-    int full = -1;  // a server with as many requests unanswered as its record of them keeps
-    {
-      std::lock_guard<std::mutex> l(pending_mu_);
-      held = pending_.bytes();
-      const bool bytes_fit = limit == 0 || bytes == 0 || held == 0 || held + bytes <= limit;
-      runs([&](int server, size_t n) {
-        const size_t unanswered = pending_.to_server(server);
-        if (unanswered > 0 && unanswered + n > kMaxUnansweredRequests) full = server;
-      });
-      if (bytes_fit && full < 0) return Status::OK();
-      for (auto& [id, part] : pending_) {  // the oldest that holds what is short (not a barrier, say)
-        if (bytes_fit ? part.target != full : part.bytes == 0) continue;
-        oldest = part.fs;
-        break;
-      }
-    }
+  for (; !room.fits; room = CheckRoom(cmds)) {
     {
       std::lock_guard<std::mutex> l(mu_);
       if (!sticky_.ok()) return sticky_;  // the job failed meanwhile: say why, not "no room"
@@ -895,19 +909,24 @@ Status ClientImpl::WaitForRoom(const std::vector<std::unique_ptr<Command>>& cmds
       }
       return Status::DeadlineExceeded(
           what + ": not sent: waited " + std::to_string(options_.request_timeout_ms) + " ms for " +
-          (full >= 0 ? "some of the " + std::to_string(kMaxUnansweredRequests) + " requests unanswered by server " +
-                           std::to_string(full) + " (the most a server's record of them keeps)"
-                     : "earlier requests holding " + std::to_string(held) +
-                           " bytes to be answered (limit: max_unanswered_mb = " +
-                           std::to_string(options_.max_unanswered_mb) + ")") +
+          (room.full >= 0 ? "some of the " + std::to_string(kMaxUnansweredRequests) +
+                                " requests unanswered by server " + std::to_string(room.full) +
+                                " (the most a server's record of them keeps)"
+                          : "earlier requests holding " + std::to_string(room.held) +
+                                " bytes to be answered (limit: max_unanswered_mb = " +
+                                std::to_string(options_.max_unanswered_mb) + ")") +
           "; a server is slow or unreachable");
     }
     // Waiting on the oldest receives replies here, as any waiter does (it stays the caller's), in
     // short slices: answers from other servers make room too.
-    internal::WaitState(oldest, std::max<int64_t>(1, std::min<int64_t>(deadline.RemainingMs(), kRoomSliceMs)),
-                        /*abandon=*/false)
-        .IgnoreError();
+    if (room.oldest)
+      internal::WaitState(room.oldest, std::max<int64_t>(1, std::min<int64_t>(deadline.RemainingMs(), kRoomSliceMs)),
+                          /*abandon=*/false)
+          .IgnoreError();
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // (taken meanwhile: look again)
   }
+  return Status::OK();
 }
 
 // Registers the request, then sends it on tx_. Caller holds send_mu_.
