@@ -79,6 +79,22 @@ void PushSome(TableShard& t, const std::vector<Key>& keys, float scale) {
     if (sel[k].size()) t.stripe(k).ApplyPush(sel[k], keys.data(), g.data(), ctx);
 }
 
+// A .npy file's shape (from its header) and float32 or uint64 payload.
+struct Npy {
+  std::string header;
+  std::string data;
+};
+Npy ReadNpy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), {});
+  Npy n;
+  if (all.size() < 10 || all.compare(0, 6, "\x93NUMPY") != 0) return n;
+  const size_t len = static_cast<uint8_t>(all[8]) | (static_cast<uint8_t>(all[9]) << 8);
+  n.header = all.substr(10, len);
+  n.data = all.substr(10 + len);
+  return n;
+}
+
 TEST(Checkpoint, Crc32cIsTheCastagnoliChecksumInAnyPieces) {
   EXPECT_EQ(Crc32c(0, "123456789", 9), 0xE3069283u);  // the standard check value
   EXPECT_EQ(Crc32cPortable(0, "123456789", 9), 0xE3069283u);
@@ -171,6 +187,17 @@ TEST(Checkpoint, FileRoundTripsAShardAcrossStripings) {
       EXPECT_EQ(rows.params.size(), in_blocks ? 0u : size_t(wide.rows) * wide.dim);
       EXPECT_EQ(rows.slots.size(), in_blocks ? 0u : 2u);
     }
+    // The checkpoint tool exports such a table whole (found in review: it read the blocks' form
+    // and wrote from an empty array).
+    const std::string npy = root.path() + "/blocks.npy";
+    std::string out;
+    ASSERT_EQ(RunCommand(BinDir() + "/pushpull-checkpoint --dir=" + root.path() + " --export_table=blocks --out=" + npy,
+                         30, &out), 0) << out;
+    Npy n = ReadNpy(npy);
+    EXPECT_NE(n.header.find("'shape': (700, 1000)"), std::string::npos) << n.header;
+    const std::vector<float> want = Dump(written, all);  // parameters first
+    ASSERT_EQ(n.data.size(), size_t(wide.rows) * wide.dim * sizeof(float));
+    EXPECT_EQ(std::memcmp(n.data.data(), want.data(), n.data.size()), 0);
   }
 
   // Rows that do not fit the shard are refused, naming the table.
@@ -363,22 +390,6 @@ TEST(Checkpoint, AnEarlierRunsCheckpointsInTheDirectory) {
     ASSERT_TRUE(CommitCheckpoint(one.path(), m, 2).ok());
     EXPECT_EQ(ReadLatestCheckpoint(one.path())->clock, 4);
   }
-}
-
-// A .npy file's shape (from its header) and float32 or uint64 payload.
-struct Npy {
-  std::string header;
-  std::string data;
-};
-Npy ReadNpy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(in)), {});
-  Npy n;
-  if (all.size() < 10 || all.compare(0, 6, "\x93NUMPY") != 0) return n;
-  const size_t len = static_cast<uint8_t>(all[8]) | (static_cast<uint8_t>(all[9]) << 8);
-  n.header = all.substr(10, len);
-  n.data = all.substr(10 + len);
-  return n;
 }
 
 // pushpull-checkpoint lists a checkpoint's tables and writes one out as .npy, gathered from
