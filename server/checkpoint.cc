@@ -310,10 +310,10 @@ Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::s
       s.keys.resize(rows);
       r.Get(s.keys.data(), rows * sizeof(Key));
     }
-    // The file holds each field for all rows in turn: read into one piece, or a piece per block.
-    std::vector<ShardRows> one(1);
+    // The file holds each field for all rows in turn: read into a piece per block (in_blocks) or
+    // one piece, which then becomes the fields themselves.
     const uint64_t block = in_blocks && !sparse && rows > 0 ? expect.BlockRows(rank) : std::max<uint64_t>(rows, 1);
-    std::vector<ShardRows>& pieces = block < rows ? s.blocks : one;
+    std::vector<ShardRows>& pieces = s.blocks;
     pieces.resize((rows + block - 1) / block);
     auto piece_rows = [&](size_t i) { return std::min<uint64_t>(block, rows - i * block); };
     for (size_t i = 0; i < pieces.size(); ++i) {
@@ -330,12 +330,15 @@ Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::s
       pieces[i].steps.resize(piece_rows(i));
       r.Get(pieces[i].steps.data(), pieces[i].steps.size() * sizeof(uint32_t));
     }
-    if (&pieces == &one && !one.empty()) {
-      s.params = std::move(one[0].params);
-      s.slots = std::move(one[0].slots);
-      s.steps = std::move(one[0].steps);
+    if (pieces.size() <= 1) {
+      if (!pieces.empty()) {
+        s.params = std::move(pieces[0].params);
+        s.slots = std::move(pieces[0].slots);
+        s.steps = std::move(pieces[0].steps);
+      }
+      pieces.clear();
+      s.slots.resize(nslots);  // (no rows: empty ones)
     }
-    if (s.slots.empty() && s.blocks.empty()) s.slots.assign(nslots, {});  // (no rows)
     if (!r.error().empty()) return r.Fail(r.error());
     const std::string name = t.info.spec.name;
     if (!out.emplace(name, std::move(t)).second) return r.Fail("table '" + name + "' appears twice");

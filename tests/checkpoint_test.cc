@@ -55,6 +55,16 @@ TableSpec Spec(const std::string& name, bool sparse, opt::Kind kind) {
   return s;
 }
 
+// A checkpoint's manifest under `root` as of `clock`, written by `servers` for `workers`.
+CheckpointManifest Manifest(const std::string& root, int64_t clock, int servers, int workers) {
+  CheckpointManifest m;
+  m.clock = clock;
+  m.servers = servers;
+  m.workers = workers;
+  m.dir = CheckpointDir(root, clock);
+  return m;
+}
+
 // Every row's parameters, optimizer slots and (through Adam's bias correction) steps, read back.
 std::vector<float> Dump(TableShard& t, const std::vector<Key>& keys) {
   std::vector<RowSelection> sel;
@@ -172,11 +182,7 @@ TEST(Checkpoint, FileRoundTripsAShardAcrossStripings) {
     // A checkpoint of one server read for a server comes in blocks; for anyone else (the
     // checkpoint tool) whole.
     TempDir root;
-    CheckpointManifest m;
-    m.clock = 5;
-    m.servers = 1;
-    m.workers = 1;
-    m.dir = CheckpointDir(root.path(), 5);
+    CheckpointManifest m = Manifest(root.path(), 5, 1, 1);
     ASSERT_TRUE(WriteServerCheckpoint(m.dir, 0, 1, 5, {&written}, nullptr).ok());
     ASSERT_TRUE(CommitCheckpoint(root.path(), m, 1).ok());
     for (bool in_blocks : {false, true}) {
@@ -308,11 +314,7 @@ TEST(Checkpoint, LatestNamesTheNewestCompleteOneAndOldOnesArePruned) {
   TableInfo info = TableInfo::Make(0, Spec("w", false, opt::Kind::kSgd), 1);
   TableShard t(info, 0, 1);
   for (int64_t c : {2, 4, 6}) {
-    CheckpointManifest m;
-    m.clock = c;
-    m.servers = 1;
-    m.workers = 3;
-    m.dir = CheckpointDir(root.path(), c);
+    CheckpointManifest m = Manifest(root.path(), c, 1, 3);
     ASSERT_TRUE(WriteServerCheckpoint(m.dir, 0, 1, c, {&t}, nullptr).ok());
     ASSERT_TRUE(CommitCheckpoint(root.path(), m, 2).ok());
     auto latest = ReadLatestCheckpoint(root.path());
@@ -327,11 +329,7 @@ TEST(Checkpoint, LatestNamesTheNewestCompleteOneAndOldOnesArePruned) {
   // later one is complete.
   fs::create_directories(CheckpointDir(root.path(), 7));
   {
-    CheckpointManifest m;
-    m.clock = 8;
-    m.servers = 1;
-    m.workers = 3;
-    m.dir = CheckpointDir(root.path(), 8);
+    CheckpointManifest m = Manifest(root.path(), 8, 1, 3);
     ASSERT_TRUE(WriteServerCheckpoint(m.dir, 0, 1, 8, {&t}, nullptr).ok());
     ASSERT_TRUE(CommitCheckpoint(root.path(), m, 2).ok());
   }
@@ -354,11 +352,7 @@ TEST(Checkpoint, AnEarlierRunsCheckpointsInTheDirectory) {
   TableInfo info = TableInfo::Make(0, Spec("w", false, opt::Kind::kSgd), 1);
   TableShard t(info, 0, 1);
   auto commit = [&](int64_t c) {
-    CheckpointManifest m;
-    m.clock = c;
-    m.servers = 1;
-    m.workers = 1;
-    m.dir = CheckpointDir(root.path(), c);
+    CheckpointManifest m = Manifest(root.path(), c, 1, 1);
     EXPECT_TRUE(PrepareCheckpointDir(root.path(), m.dir).ok());
     EXPECT_TRUE(WriteServerCheckpoint(m.dir, 0, 1, c, {&t}, nullptr).ok());
     EXPECT_TRUE(CommitCheckpoint(root.path(), m, 2).ok());
@@ -379,10 +373,7 @@ TEST(Checkpoint, AnEarlierRunsCheckpointsInTheDirectory) {
   EXPECT_FALSE(fs::exists(CheckpointDir(root.path(), 4)));
   // The only checkpoint, rewritten: no LATEST until it is committed again.
   TempDir one;
-  CheckpointManifest m;
-  m.clock = 4;
-  m.servers = m.workers = 1;
-  m.dir = CheckpointDir(one.path(), 4);
+  CheckpointManifest m = Manifest(one.path(), 4, 1, 1);
   for (int run = 0; run < 2; ++run) {
     ASSERT_TRUE(PrepareCheckpointDir(one.path(), m.dir).ok());
     EXPECT_EQ(ReadLatestCheckpoint(one.path()).status().code(), Code::kNotFound);
@@ -400,11 +391,7 @@ TEST(Checkpoint, ToolListsTablesAndExportsThemAsNpy) {
   TableInfo sparse = TableInfo::Make(1, Spec("sparse", true, opt::Kind::kAdam), 2);
   std::vector<std::unique_ptr<TableShard>> d, sp;
   std::vector<Key> skeys{3, 99, 123456789, 42, 7};
-  CheckpointManifest m;
-  m.clock = 6;
-  m.servers = 2;
-  m.workers = 1;
-  m.dir = CheckpointDir(root.path(), 6);
+  CheckpointManifest m = Manifest(root.path(), 6, 2, 1);
   for (int s = 0; s < 2; ++s) {
     d.push_back(std::make_unique<TableShard>(dense, s, 1));
     sp.push_back(std::make_unique<TableShard>(sparse, s, 2));
