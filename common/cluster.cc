@@ -123,6 +123,11 @@ uint64_t TableInfo::BlockRows(int s) const {
   return std::max(by_bytes, by_count);
 }
 
+uint64_t TableInfo::KeysPerRequest(uint64_t n) const {
+  if (!spec.sparse) return std::max<uint64_t>(n, 1);
+  return std::max(KeyedBlockRows(spec.dim), (n + kMaxBlocks - 1) / kMaxBlocks);
+}
+
 int TableInfo::OwnerOf(Key key) const {
   if (spec.sparse) return bucket_owner[BucketOf(key)];
   // Binary search over the S+1 offsets.

@@ -2,6 +2,7 @@
 // cluster map and membership the scheduler hands out. Plain values, serialisable with Cereal.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -83,6 +84,18 @@ struct TableInfo {
   static constexpr uint64_t kBlockBytes = uint64_t(1) << 20;
   static constexpr uint64_t kMaxBlocks = 64;  // per server (a pull reply's value frames: kMaxValueFrames)
   uint64_t BlockRows(int s) const;
+  // Sparse: a server keeps each stripe's rows in blocks of KeyedBlockRows rows (kBlockBytes of
+  // parameters, at least one row), in the order the rows were first touched, and copies them on
+  // write a block at a time. A client sends a keyed call's part for one server as requests of at
+  // most that many keys, in call order (more when the part would make over kMaxBlocks requests):
+  // a recurring key set, pushed and pulled alike every step, then makes its rows block by block,
+  // and each of its requests reads and writes about one block.
+  static uint64_t KeyedBlockRows(uint32_t dim) {
+    return std::max<uint64_t>(1, kBlockBytes / (uint64_t(std::max<uint32_t>(dim, 1)) * sizeof(float)));
+  }
+  // A keyed call's requests to a server of n of its keys: at most this many keys each (sparse,
+  // as above; dense: all n).
+  uint64_t KeysPerRequest(uint64_t n) const;
 
   static TableInfo Make(uint32_t id, const TableSpec& spec, int num_servers);
   int num_servers() const { return static_cast<int>(row_offsets.size()) - 1; }

@@ -251,7 +251,9 @@ Status WriteServerCheckpoint(const std::string& dir, int rank, int num_servers, 
         std::vector<Key> keys = stripe(i).KeysByRow();
         w.Put(keys.data(), keys.size() * sizeof(Key));
       }
-    for (int i = 0; i < S; ++i) w.Put(stripe(i).params(), stripe(i).num_rows() * dim * sizeof(float));
+    for (int i = 0; i < S; ++i)  // (a block's rows are contiguous)
+      for (size_t r = 0, n = stripe(i).num_rows(), b = stripe(i).block_rows(); r < n; r += b)
+        w.Put(stripe(i).row_params(r), std::min<size_t>(b, n - r) * dim * sizeof(float));
     for (int s = 0; s < nslots; ++s)
       for (int i = 0; i < S; ++i) w.Put(stripe(i).slot(s), stripe(i).num_rows() * dim * sizeof(float));
     for (int i = 0; i < S; ++i) w.Put(stripe(i).steps(), stripe(i).num_rows() * sizeof(uint32_t));

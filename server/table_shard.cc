@@ -76,9 +76,9 @@ Stripe::Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t 
       optimizer_(optimizer),
       dim_(spec.dim),
       row_begin_(row_begin),
+      block_rows_(spec.sparse ? TableInfo::KeyedBlockRows(spec.dim) : std::max<uint64_t>(1, row_end - row_begin)),
       budget_(budget ? std::move(budget) : std::make_shared<CopyOnWriteBudget>()),
-      memory_(memory ? std::move(memory) : std::make_shared<ByteBudget>()),
-      params_(NewParams(0)) {
+      memory_(memory ? std::move(memory) : std::make_shared<ByteBudget>()) {
   slots_.resize(optimizer_->num_slots());
   if (!spec.sparse && fill) AppendRows(row_begin, row_end - row_begin, nullptr);
 }
@@ -86,8 +86,11 @@ Stripe::Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t 
 Stripe::~Stripe() { memory_->Give(charged_); }
 
 size_t Stripe::bytes() const {
-  size_t b = params_->capacity() * 4 + steps_.capacity() * 4;
-  if (spare_) b += spare_->capacity() * 4;
+  size_t b = steps_.capacity() * 4;
+  for (const Block& k : blocks_) {
+    b += k.params->capacity() * 4;
+    if (k.spare) b += k.spare->capacity() * 4;
+  }
   for (auto& s : slots_) b += s.capacity() * 4;
   for (auto& l : key_lists_) b += l.keys.capacity() * sizeof(Key) + l.rows.capacity() * 4;
   return b;
@@ -121,7 +124,9 @@ void Stripe::Uncharge(size_t bytes) {
 void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
   const size_t old = steps_.size(), need = old + n;
   std::shared_ptr<ParamArray> held;
-  BeginWrite(0, 0, &held);  // (may move to another array, with room for the rows in use only)
+  // The block with room left that the first rows go to is written: moved off an array a reply
+  // holds (to one with room for the rows in use only). Rows past it go to blocks no reply holds.
+  if (old % block_rows_ != 0) BeginWrite(old / block_rows_, 0, 0, &held);
   if (need > cap_rows_) {
     // Sparse rows come one at a time: the arrays double, or near the limit grow by what is needed.
     const size_t row = RowBytes(spec_, optimizer_->num_slots());
@@ -132,23 +137,26 @@ void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
                                      " (parameters, optimizer slots, step counts)"
                                : "its " + std::to_string(n) + " rows on this server (parameters, optimizer slots, "
                                  "step counts)");
+    const size_t blocks_before = blocks_.size();
     try {
       // Every array has its room before any grows: out of memory here leaves the stripe as it was.
-      params_->reserve(cap * dim_);
+      ReserveBlocks(cap);
       for (auto& s : slots_) s.reserve(cap * dim_);
       steps_.reserve(cap);
     } catch (...) {
+      blocks_.resize(blocks_before);  // (blocks made for the room: empty)
       Uncharge(bytes);
       throw;
     }
     cap_rows_ = cap;
-  } else if (params_->capacity() < need * dim_) {
-    params_->reserve(cap_rows_ * dim_);  // the array BeginWrite moved to (already counted)
+  } else {
+    ReserveBlocks(cap_rows_);  // the array BeginWrite moved to (already counted)
   }
-  params_->resize((old + n) * dim_);
+  for (size_t b = old / block_rows_; b * block_rows_ < need; ++b)
+    blocks_[b].params->resize(std::min<size_t>(block_rows_, need - b * block_rows_) * dim_);
   for (size_t i = 0; i < n; ++i) {
     Key k = keys ? keys[i] : first_key + i;
-    float* p = &(*params_)[(old + i) * dim_];
+    float* p = Row(old + i);
     if (spec_.init == InitKind::kZeros) {
       std::memset(p, 0, dim_ * sizeof(float));
     } else {
@@ -160,54 +168,86 @@ void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
   steps_.resize(old + n, 0);
 }
 
+void Stripe::ReserveBlocks(size_t rows) {
+  for (size_t b = 0; b * block_rows_ < rows; ++b) {
+    if (b == blocks_.size()) {
+      blocks_.emplace_back();
+      blocks_.back().params = NewParams(0);
+    }
+    const size_t need = std::min<size_t>(block_rows_, rows - b * block_rows_) * dim_;
+    if (blocks_[b].params->capacity() < need) blocks_[b].params->reserve(need);
+  }
+}
+
+void Stripe::TruncateRows(size_t rows) {
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    const size_t first = b * block_rows_, in = rows > first ? std::min<size_t>(block_rows_, rows - first) : 0;
+    if (blocks_[b].params->size() > in * dim_) blocks_[b].params->resize(in * dim_);
+  }
+  for (auto& sl : slots_) sl.resize(rows * dim_);
+  steps_.resize(rows);
+}
+
 std::shared_ptr<ParamArray> Stripe::NewParams(size_t n) const {
   auto a = std::make_shared<ParamArray>(n);
   a->budget = budget_;
   return a;
 }
 
-bool Stripe::SpareFree() const {
-  return spare_ && spare_.use_count() == 1 && spare_->size() == params_->size();
+bool Stripe::SpareFree(const Block& k) {
+  return k.spare && k.spare.use_count() == 1 && k.spare->size() == k.params->size();
+}
+
+bool Stripe::AnyHeld() const {
+  for (uint32_t b : lent_)
+    if (blocks_[b].params.use_count() != 1) return true;
+  return false;
 }
 
 size_t Stripe::WriteBudgetBytes() const {
-  if (params_.use_count() == 1 || SpareFree()) return 0;
-  return params_->capacity() * sizeof(float);
+  size_t bytes = 0;
+  for (uint32_t b : lent_) {
+    const Block& k = blocks_[b];
+    if (k.params.use_count() != 1 && !SpareFree(k)) bytes += k.params->capacity() * sizeof(float);
+  }
+  return bytes;
 }
 
-const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::shared_ptr<ParamArray>* held_array) {
+const float* Stripe::BeginWrite(size_t b, uint64_t keep_begin, uint64_t keep_end, std::shared_ptr<ParamArray>* held_array) {
+  Block& k = blocks_[b];
+  std::shared_ptr<ParamArray>& cur = k.params;
   // Another array: the spare when no reply holds it any more (warm: a fresh array of 64 MB or
   // more is a fresh mmap that page-faults on every touch), else a new one if the budget allows
   // the held array to stay beside it; else wait for a reply to let go of one of them.
   std::shared_ptr<ParamArray> next;  // the spare, once no reply holds it ...
   bool taken = false;                // ... or else held_bytes taken from the budget for a new one
-  const size_t held_bytes = params_->capacity() * sizeof(float);
+  const size_t held_bytes = cur->capacity() * sizeof(float);
   int64_t until = 0;
   bool took = false;  // by done(): the bytes for a new array
   // Under the budget's lock: so it must not free an array (that gives bytes back, which takes the
   // lock); a spare let go of, of whatever size, is for the loop to use or drop.
   auto done = [&] {
-    return params_.use_count() == 1 || (spare_ && spare_.use_count() == 1) || (took = budget_->TryTake(held_bytes));
+    return cur.use_count() == 1 || (k.spare && k.spare.use_count() == 1) || (took = budget_->TryTake(held_bytes));
   };
   while (!next && !taken) {
-    if (params_.use_count() == 1) {
+    if (cur.use_count() == 1) {
       // Nothing else holds it: any reply that did has been sent, and the acquire fence orders
       // its sender's reads (ZeroMQ released its reference with an acq_rel decrement) before
       // the writes that follow.
       std::atomic_thread_fence(std::memory_order_acquire);
-      PP_TSAN_ACQUIRE(params_.get());
-      if (spare_ && ++writes_without_spare_ >= kSpareIdleWrites) spare_.reset();  // pulls stopped overlapping
-      return params_->data();
+      PP_TSAN_ACQUIRE(cur.get());
+      if (k.spare && ++k.writes_without_spare >= kSpareIdleWrites) k.spare.reset();  // pulls stopped overlapping
+      return cur->data();
     }
-    if (spare_ && spare_.use_count() == 1 && spare_->size() != params_->size()) {
-      spare_.reset();  // sparse rows were added since: of no use, and it counts against the budget
+    if (k.spare && k.spare.use_count() == 1 && k.spare->size() != cur->size()) {
+      k.spare.reset();  // sparse rows were added since: of no use, and it counts against the budget
     }
-    if (SpareFree()) {
+    if (SpareFree(k)) {
       std::atomic_thread_fence(std::memory_order_acquire);
-      PP_TSAN_ACQUIRE(spare_.get());
-      next = std::move(spare_);
+      PP_TSAN_ACQUIRE(k.spare.get());
+      next = std::move(k.spare);
       // The spare becomes current and the held array the spare: what counts moves with it.
-      std::swap(next->counted, params_->counted);
+      std::swap(next->counted, cur->counted);
       continue;
     }
     if ((taken = budget_->TryTake(held_bytes))) continue;
@@ -219,7 +259,7 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::sha
       taken = took;  // else a reply let go of an array: look again
       continue;
     }
-    if (params_.use_count() == 1 || SpareFree()) continue;
+    if (cur.use_count() == 1 || SpareFree(k)) continue;
     // Only a slow or stalled reader holds an array this long.
     ++budget_->overdrafts;
     PP_LOG(Warning) << "table '" << spec_.name << "': a pull reply holds " << held_bytes / 1e6 << " MB of parameters"
@@ -232,27 +272,39 @@ const float* Stripe::BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::sha
   }
   if (!next) {
     try {
-      next = NewParams(params_->size());
+      next = NewParams(cur->size());
     } catch (...) {  // out of memory: the budget taken for it goes back
       budget_->Give(held_bytes);
       throw;
     }
-    params_->counted = held_bytes;
+    cur->counted = held_bytes;
   }
-  writes_without_spare_ = 0;
-  const float* held = params_->data();
+  k.writes_without_spare = 0;
+  const float* held = cur->data();
   float* out = next->data();
-  const size_t n = params_->size(), b = std::min(n, keep_begin * dim_), e = std::max(b, std::min(n, keep_end * dim_));
-  std::memcpy(out, held, b * sizeof(float));
-  std::memcpy(out + e, held + e, (n - e) * sizeof(float));
-  spare_ = params_;  // reusable once the reply that holds it is sent (an older spare is let go)
-  *held_array = std::move(params_);
-  params_ = std::move(next);
+  const size_t n = cur->size(), kb = std::min(n, keep_begin * dim_), ke = std::max(kb, std::min(n, keep_end * dim_));
+  std::memcpy(out, held, kb * sizeof(float));
+  std::memcpy(out + ke, held + ke, (n - ke) * sizeof(float));
+  k.spare = cur;  // reusable once the reply that holds it is sent (an older spare is let go)
+  *held_array = std::move(cur);
+  cur = std::move(next);
   return held;
 }
 
-std::shared_ptr<const float> Stripe::Lend(const float* p) {
-  return std::shared_ptr<const float>(p, [keep = params_, budget = budget_](const float*) mutable {
+std::shared_ptr<const float> Stripe::Lend(size_t b, const float* p) {
+  Block& k = blocks_[b];
+  if (!k.lent) {
+    // Blocks no reply holds any more leave the list first: it stays as long as the blocks held.
+    size_t kept = 0;
+    for (uint32_t l : lent_) {
+      if (blocks_[l].params.use_count() != 1) lent_[kept++] = l;
+      else blocks_[l].lent = false;
+    }
+    lent_.resize(kept);
+    lent_.push_back(static_cast<uint32_t>(b));
+    k.lent = true;
+  }
+  return std::shared_ptr<const float>(p, [keep = k.params, budget = budget_](const float*) mutable {
     PP_TSAN_RELEASE(keep.get());  // (the reply's reads are done)
     keep.reset();
     budget->Released();
@@ -260,12 +312,15 @@ std::shared_ptr<const float> Stripe::Lend(const float* p) {
 }
 
 size_t Stripe::CopyOnWriteBytes(const RowSelection& sel) const {
-  if (params_.use_count() == 1) return 0;
-  return (num_rows() - std::min<uint64_t>(num_rows(), sel.size())) * dim_ * sizeof(float);
+  size_t held = 0;
+  for (uint32_t b : lent_)
+    if (blocks_[b].params.use_count() != 1) held += BlockSize(b);
+  return (held - std::min<uint64_t>(held, sel.size())) * dim_ * sizeof(float);
 }
 
 std::shared_ptr<const float> Stripe::ShareRows(uint64_t row) {
-  return Lend(params_->data() + (row - row_begin_) * dim_);
+  const size_t r = row - row_begin_;
+  return Lend(r / block_rows_, Row(r));
 }
 
 uint32_t Stripe::LocalRow(Key key) {
@@ -306,11 +361,30 @@ const uint32_t* Stripe::LocalRows(const RowSelection& sel, const Key* keys) {
   std::vector<uint32_t>* rows = &rows_scratch_;
   KeyList* list = nullptr;
   if (keep) {
-    // Replaces the least recently used list.
-    if (key_lists_.size() < kReusedLists) key_lists_.emplace_back();
-    list = &key_lists_[0];
-    for (KeyList& c : key_lists_)
-      if (c.last_use < list->last_use) list = &c;
+    // A new list while there is room for it; else it replaces the least recently used one, and
+    // more of them go while the lists would hold over kMaxReusedKeys keys.
+    size_t kept = n;
+    for (const KeyList& c : key_lists_) kept += c.keys.size();
+    auto least_used = [&](const KeyList* other) {
+      KeyList* l = nullptr;
+      for (KeyList& c : key_lists_)
+        if (&c != other && !c.keys.empty() && (!l || c.last_use < l->last_use)) l = &c;
+      return l;
+    };
+    if (key_lists_.size() < kReusedLists && kept <= kMaxReusedKeys) {
+      key_lists_.emplace_back();
+      list = &key_lists_.back();
+    } else {
+      list = least_used(nullptr);
+      if (!list) list = &key_lists_[0];  // (all empty)
+      kept -= list->keys.size();
+      while (kept > kMaxReusedKeys) {
+        KeyList* old = least_used(list);
+        if (!old) break;
+        kept -= old->keys.size();
+        *old = KeyList();
+      }
+    }
     list->last_use = ++key_list_uses_;
     rows = &list->rows;
   }
@@ -337,9 +411,7 @@ const uint32_t* Stripe::LocalRows(const RowSelection& sel, const Key* keys) {
       if (r != RowIndex::kNone && r >= rows_before) index_.Erase(key_at(j));
     }
     // (The arrays keep the room they grew into, and it stays charged: the memory is held.)
-    params_->resize(rows_before * dim_);
-    for (auto& sl : slots_) sl.resize(rows_before * dim_);
-    steps_.resize(rows_before);
+    TruncateRows(rows_before);
     rows->clear();
     if (list) list->keys.clear();
     throw;
@@ -348,9 +420,9 @@ const uint32_t* Stripe::LocalRows(const RowSelection& sel, const Key* keys) {
 }
 
 // Calls f(local_row, message_pos, nrows) for maximal runs of consecutive local rows that are
-// consecutive in the message too (and, when match_steps, share a step count): one optimizer
-// call per run keeps a dense update a single vectorised pass, and a sparse one over keys whose
-// rows were created in the same order (a recurring key set) too.
+// consecutive in the message too (and, when match_steps, share a step count) and in one block:
+// one optimizer call per run keeps a dense update a single vectorised pass, and a sparse one
+// over keys whose rows were created in the same order (a recurring key set) too.
 template <typename F>
 void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, const uint32_t* rows, bool match_steps, F&& f) {
   const size_t n = sel.size();
@@ -366,7 +438,7 @@ void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, const uint32_t
     while (i + len < n) {
       const uint64_t pos2 = sel.is_range ? sel.first_pos + i + len : sel.positions[i + len];
       const uint32_t r2 = row_at(i + len);
-      if (pos2 != pos + len || r2 != r + len || (match_steps && steps_[r2] != steps_[r])) break;
+      if (pos2 != pos + len || r2 != r + len || r2 % block_rows_ == 0 || (match_steps && steps_[r2] != steps_[r])) break;
       ++len;
     }
     f(r, pos, len);
@@ -377,31 +449,56 @@ void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, const uint32_t
 void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* grads,
                        const opt::StepContext& ctx_in) {
   const uint32_t* rows = LocalRows(sel, keys);  // first: adding rows may move the arrays
-  // While a reply holds the array, the rows pushed are written out of place (read from the held
-  // array, written to the new one: no extra pass) and the others copied: a range's by
-  // BeginWrite, keyed rows' below, once it is known which were written.
-  std::shared_ptr<ParamArray> held;  // keeps `in` alive through the loop
-  const uint64_t keep_begin = sel.is_range ? sel.range_begin - row_begin_ : 0;
-  const uint64_t keep_end = sel.is_range ? sel.range_end - row_begin_ : num_rows();
+  // While a reply holds a block's array, the block's rows pushed are written out of place (read
+  // from the held array, written to the new one: no extra pass) and its others copied: a
+  // range's by BeginWrite, keyed rows' below, once it is known which were written. Blocks the
+  // push does not write stay where they are.
   // Keyed, out of place: a bit per local row written. A key given twice in one push is applied
-  // twice, the second time to the first's result, as in place. Allocated before the array
+  // twice, the second time to the first's result, as in place. Allocated before any array
   // moves (which leaves the rows to write uncopied): out of memory here changes nothing.
   std::vector<uint64_t> written;
-  if (params_.use_count() != 1 && !sel.is_range) written.assign((num_rows() + 63) / 64, 0);
-  const float* in = BeginWrite(keep_begin, keep_end, &held);
-  float* const base = params_->data();
-  if (in == base) written.clear();
-  else if (!sel.is_range && written.empty()) written.assign((num_rows() + 63) / 64, 0);  // (not expected)
+  if (!sel.is_range && AnyHeld()) written.assign((num_rows() + 63) / 64, 0);
+  write_in_.resize(blocks_.size(), nullptr);
+  write_held_.resize(blocks_.size());
+  written_blocks_.reserve(blocks_.size());
+  struct Reset {  // the blocks' held arrays let go of, also when a BeginWrite throws
+    Stripe* s;
+    ~Reset() {
+      for (uint32_t b : s->written_blocks_) {
+        s->write_in_[b] = nullptr;
+        s->write_held_[b].reset();
+      }
+      s->written_blocks_.clear();
+    }
+  } reset{this};
+  // Where block b's rows are read from, once BeginWrite has made it writable.
+  auto begin = [&](size_t b) {
+    if (!write_in_[b]) {
+      uint64_t kb = 0, ke = block_rows_;  // keyed: the whole block kept (rows not written: below)
+      if (sel.is_range) {
+        const uint64_t first = b * block_rows_, last = first + block_rows_;
+        kb = std::clamp<uint64_t>(sel.range_begin - row_begin_, first, last) - first;
+        ke = std::clamp<uint64_t>(sel.range_end - row_begin_, first, last) - first;
+      }
+      write_in_[b] = BeginWrite(b, kb, ke, &write_held_[b]);
+      written_blocks_.push_back(static_cast<uint32_t>(b));
+    }
+    return write_in_[b];
+  };
   auto is_written = [&](size_t r) { return (written[r >> 6] >> (r & 63)) & 1; };
   float* slot_ptrs[8];
   ForEachRun(sel, keys, rows, true, [&](uint32_t r, uint64_t pos, size_t len) {
+    const size_t b = r / block_rows_, at = (r % block_rows_) * dim_;
+    const float* in = begin(b);
+    float* const base = blocks_[b].params->data();
     opt::StepContext ctx = ctx_in;
     for (size_t k = 0; k < len; ++k) ++steps_[r + k];
     ctx.step = steps_[r];
     for (size_t s = 0; s < slots_.size(); ++s) slot_ptrs[s] = &slots_[s][size_t(r) * dim_];
-    float* out = base + size_t(r) * dim_;
-    const float* src = in + size_t(r) * dim_;
-    if (!written.empty()) {
+    float* out = base + at;
+    const float* src = in + at;
+    if (in != base && !sel.is_range) {
+      if (written.empty()) written.assign((num_rows() + 63) / 64, 0);  // (not expected)
       bool again = false;
       for (size_t k = 0; k < len && !again; ++k) again = is_written(r + k);
       if (again) {  // rows of this run: the updated ones from `out`, the others brought over first
@@ -413,16 +510,22 @@ void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* gr
     }
     optimizer_->ApplyTo(src, out, slot_ptrs, grads + pos * dim_, len * dim_, ctx);
   });
-  // Rows the push did not write, in runs.
-  for (size_t r = 0, n = written.empty() ? 0 : num_rows(); r < n;) {
-    if (is_written(r)) {
-      ++r;
-      continue;
+  // Keyed: rows of the blocks written out of place that the push did not write, in runs.
+  for (size_t i = 0; !sel.is_range && i < written_blocks_.size(); ++i) {
+    const size_t b = written_blocks_[i], first = b * block_rows_, n = first + BlockSize(b);
+    const float* in = write_in_[b];
+    float* const base = blocks_[b].params->data();
+    if (in == base) continue;
+    for (size_t r = first; r < n;) {
+      if (is_written(r)) {
+        ++r;
+        continue;
+      }
+      size_t e = r + 1;
+      while (e < n && !is_written(e)) ++e;
+      std::memcpy(base + (r - first) * dim_, in + (r - first) * dim_, (e - r) * dim_ * sizeof(float));
+      r = e;
     }
-    size_t e = r + 1;
-    while (e < n && !is_written(e)) ++e;
-    std::memcpy(base + r * dim_, in + r * dim_, (e - r) * dim_ * sizeof(float));
-    r = e;
   }
   ReleaseRows();
 }
@@ -471,24 +574,35 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
       for (uint32_t c = 0; c < dim_; ++c) dst[c] += src[c];
     }
   }
-  // The rows written are in [rows.front(), rows.back()]: out of place there when a reply holds
-  // the array (rows in that span not written are copied, below).
-  const uint32_t lo = rows.empty() ? 0 : rows.front(), hi = rows.empty() ? 0 : rows.back() + 1;
-  std::shared_ptr<ParamArray> held;  // keeps `in` alive through the loop
-  const float* in = BeginWrite(contiguous ? lo : 0, contiguous ? hi : 0, &held);
+  // Per block written, while a reply holds its array: contiguous rows [lo, hi) are written out
+  // of place (the block's other rows copied by BeginWrite); others, the block is copied first
+  // and written in place. Rows ascend: each block is begun once.
+  const uint64_t lo = rows.empty() ? 0 : rows.front(), hi = rows.empty() ? 0 : uint64_t(rows.back()) + 1;
+  std::shared_ptr<ParamArray> held;  // keeps `in` alive while its block is written
+  const float* in = nullptr;
+  size_t in_block = SIZE_MAX;
   float* slot_ptrs[8];
   size_t n = rows.size(), i = 0;
   while (i < n) {
-    // Runs of consecutive local rows with equal steps: one optimizer call each.
+    // Runs of consecutive local rows in one block with equal steps: one optimizer call each.
     uint32_t r = rows[i];
     size_t len = 1;
-    while (i + len < n && rows[i + len] == r + len && steps_[r + len] == steps_[r]) ++len;
+    while (i + len < n && rows[i + len] == r + len && (r + len) % block_rows_ != 0 && steps_[r + len] == steps_[r])
+      ++len;
+    const size_t b = r / block_rows_, first = b * block_rows_, last = first + block_rows_;
+    if (b != in_block) {
+      held.reset();
+      in_block = b;
+      in = BeginWrite(b, contiguous ? std::clamp<uint64_t>(lo, first, last) - first : 0,
+                      contiguous ? std::clamp<uint64_t>(hi, first, last) - first : 0, &held);
+    }
     for (size_t k = 0; k < len; ++k) ++steps_[r + k];
     opt::StepContext ctx = ctx_in;
     ctx.step = steps_[r];
     for (size_t s = 0; s < slots_.size(); ++s) slot_ptrs[s] = &slots_[s][size_t(r) * dim_];
-    float* out = params_->data() + size_t(r) * dim_;
-    optimizer_->ApplyTo(contiguous ? in + size_t(r) * dim_ : out, out, slot_ptrs, &total[i * dim_], len * dim_, ctx);
+    const size_t at = (r - first) * dim_;
+    float* out = blocks_[b].params->data() + at;
+    optimizer_->ApplyTo(contiguous ? in + at : out, out, slot_ptrs, &total[i * dim_], len * dim_, ctx);
     i += len;
   }
   bsp_.erase(it);
@@ -504,8 +618,8 @@ void Stripe::DropAccumulated(int64_t clock, int worker) {
 void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out) {
   const uint32_t* rows = LocalRows(sel, keys);  // may add rows, which may move the arrays
   ForEachRun(sel, keys, rows, false, [&](uint32_t r, uint64_t pos, size_t len) {
-    const float* src = slot < 0 ? params_->data() : slots_[slot].data();
-    std::memcpy(out + pos * dim_, src + size_t(r) * dim_, len * dim_ * sizeof(float));
+    const float* src = slot < 0 ? Row(r) : &slots_[slot][size_t(r) * dim_];
+    std::memcpy(out + pos * dim_, src, len * dim_ * sizeof(float));
   });
   ReleaseRows();
 }
@@ -523,10 +637,22 @@ Status Stripe::Restore(std::vector<Key> keys, FloatArray params, std::vector<std
         MemoryRefusal(spec_, *memory_, "its " + std::to_string(steps.size()) + " rows from the checkpoint", bytes));
   charged_ = bytes;
   cap_rows_ = steps.size();
-  params_ = NewParams(0);
-  static_cast<FloatArray&>(*params_) = std::move(params);
-  spare_.reset();
-  writes_without_spare_ = 0;
+  blocks_.clear();
+  lent_.clear();
+  // A block's rows as they are when they are all; else copied a block at a time from the last,
+  // the checkpoint's pages given back as they are copied (about one copy of the rows at a time).
+  const size_t rows = steps.size(), nblocks = (rows + block_rows_ - 1) / block_rows_;
+  blocks_.resize(nblocks);
+  if (nblocks == 1) {
+    blocks_[0].params = NewParams(0);
+    static_cast<FloatArray&>(*blocks_[0].params) = std::move(params);
+  }
+  for (size_t b = nblocks; nblocks > 1 && b-- > 0;) {
+    const size_t first = b * block_rows_, n = std::min<size_t>(block_rows_, rows - first);
+    blocks_[b].params = NewParams(n * dim_);
+    std::memcpy(blocks_[b].params->data(), params.data() + first * dim_, n * dim_ * sizeof(float));
+    ReleaseTail(params.data(), first * dim_ * sizeof(float), params.size() * sizeof(float));
+  }
   slots_ = std::move(slots);
   steps_ = std::move(steps);
   bsp_.clear();
@@ -651,16 +777,14 @@ std::shared_ptr<const float> Stripe::ReadOrShare(const RowSelection& sel, const 
       first_len = len;
       return;
     }
-    const float* src = params_->data();
     if (runs == 2) {
       *out = NewFloatBuffer(sel.size() * row_floats);
-      std::memcpy(out->get() + first_pos * row_floats, src + size_t(first_row) * row_floats,
-                  first_len * row_floats * sizeof(float));
+      std::memcpy(out->get() + first_pos * row_floats, Row(first_row), first_len * row_floats * sizeof(float));
     }
-    std::memcpy(out->get() + pos * row_floats, src + size_t(r) * row_floats, len * row_floats * sizeof(float));
+    std::memcpy(out->get() + pos * row_floats, Row(r), len * row_floats * sizeof(float));
   });
   ReleaseRows();
-  if (runs == 1) return Lend(params_->data() + size_t(first_row) * row_floats);
+  if (runs == 1) return Lend(first_row / block_rows_, Row(first_row));
   if (runs == 0) *out = NewFloatBuffer(0);
   return nullptr;
 }

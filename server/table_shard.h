@@ -8,6 +8,9 @@
 // blocks, else T of equal size.
 // Sparse tables: a row id belongs to stripe hash(id) % T; rows are created on first touch with
 // their deterministic initial value.
+// A stripe keeps its parameters in blocks of rows (a dense stripe: one; a sparse one: blocks of
+// TableInfo::KeyedBlockRows rows in first-touch order), each its own array: what a pull reply
+// holds and a write copies while it is held (copy-on-write) is a block, not the stripe.
 #pragma once
 
 #include <atomic>
@@ -164,18 +167,20 @@ class Stripe {
   std::shared_ptr<const float> ReadOrShare(const RowSelection& sel, const Key* keys, std::shared_ptr<float[]>* out);
   // The parameters from global row `row` on, in place, for a pull reply to send without a copy:
   // the returned reference keeps this version of the array alive and unchanged (the next write
-  // to the stripe goes to another array while it is held). Dense stripes only.
+  // to the stripe goes to another array while it is held). Dense stripes only (one block).
   std::shared_ptr<const float> ShareRows(uint64_t row);
 
   // Bytes the next ApplyPush of `sel` would copy first because a pull reply still holds the
-  // parameters (copy-on-write: every row the selection does not write; for keys an estimate, the
-  // rows beyond their count: more when keys repeat, all of them when a key adds a row).
+  // parameters (copy-on-write: every row of the held blocks the selection does not write; for
+  // keys an estimate, the held rows beyond their count: more when keys repeat or fall in blocks
+  // no reply holds, all of them when a key adds a row).
   // Read only while no update thread works on this stripe.
   size_t CopyOnWriteBytes(const RowSelection& sel) const;
-  // Bytes a write now takes from the copy-on-write budget: the current array's when a pull reply
-  // holds it and no free spare of the same size is there to write to (0 otherwise). The I/O
-  // thread, which must not wait, adds them up over the stripes a request writes to and hands the
-  // request to the update threads when they do not fit. Same caveat.
+  // Bytes a write may take from the copy-on-write budget: those of every block's array that a
+  // pull reply holds with no free spare of the same size beside it to write to (0 when none; an
+  // upper bound: a write takes only its blocks'). The I/O thread, which must not wait, adds them
+  // up over the stripes a request writes to and hands the request to the update threads when
+  // they do not fit. Same caveat.
   size_t WriteBudgetBytes() const;
 
   size_t num_rows() const { return steps_.size(); }
@@ -188,7 +193,10 @@ class Stripe {
   // Checkpoints (server/checkpoint.h) read a stripe's rows as they are, row by row: only while
   // no update thread works on it. Sparse: the key of each row; dense rows are [row_begin, +n).
   std::vector<Key> KeysByRow() const { return index_.KeysByRow(); }
-  const float* params() const { return params_->data(); }
+  // Parameters: local row r's, and rows [r, r + n) are contiguous when they are in one block
+  // (block_rows() rows from a multiple of it).
+  uint64_t block_rows() const { return block_rows_; }
+  const float* row_params(size_t r) const { return Row(r); }
   const float* slot(int s) const { return slots_[s].data(); }
   const uint32_t* steps() const { return steps_.data(); }
   // Replaces the stripe's state with rows from a checkpoint (keys: sparse only; slots: one array
@@ -212,16 +220,34 @@ class Stripe {
   void ReleaseRows() {
     if (rows_scratch_.capacity() > kMaxReusedKeys) std::vector<uint32_t>().swap(rows_scratch_);
   }
-  // Before writing the parameters: while a pull reply holds the current array (ShareRows), moves
-  // to another one, copying every local row outside [keep_begin, keep_end) into it. Returns
-  // where rows in that range are to be read from (the held array: the caller writes them out of
-  // place), or the current array when nothing holds it. `held` keeps the held array alive until
-  // the caller is done reading it (the reply may release it meanwhile).
+  // A block of parameters: its current array, and the spare (see blocks_ below).
+  struct Block {
+    std::shared_ptr<ParamArray> params;
+    std::shared_ptr<ParamArray> spare;
+    uint32_t writes_without_spare = 0;
+    bool lent = false;  // listed in lent_
+  };
+  float* Row(size_t r) const { return blocks_[r / block_rows_].params->data() + (r % block_rows_) * dim_; }
+  size_t BlockSize(size_t b) const { return std::min<size_t>(block_rows_, num_rows() - b * block_rows_); }
+  // Before writing block b's parameters: while a pull reply holds its current array (ShareRows),
+  // moves to another one, copying every row of the block outside [keep_begin, keep_end) (rows
+  // of the block) into it. Returns where rows in that range are to be read from (the held array:
+  // the caller writes them out of place), or the current array when nothing holds it. `held`
+  // keeps the held array alive until the caller is done reading it (the reply may release it
+  // meanwhile).
   // With the budget spent, it first waits for a reply to let go of the current array or the spare.
-  const float* BeginWrite(uint64_t keep_begin, uint64_t keep_end, std::shared_ptr<ParamArray>* held);
-  // A pull reply's reference to the current array at `p`: letting go of it wakes a waiting write.
-  std::shared_ptr<const float> Lend(const float* p);
-  bool SpareFree() const;
+  const float* BeginWrite(size_t b, uint64_t keep_begin, uint64_t keep_end, std::shared_ptr<ParamArray>* held);
+  // A pull reply's reference to block b's current array at `p`: letting go of it wakes a waiting
+  // write.
+  std::shared_ptr<const float> Lend(size_t b, const float* p);
+  // Is any block's current array held by a pull reply?
+  bool AnyHeld() const;
+  static bool SpareFree(const Block& k);
+  // Room in the blocks for the first `rows` rows (a block of a reply is never moved: only one
+  // with fewer rows than it has room for, which holds the last rows and is written first).
+  void ReserveBlocks(size_t rows);
+  // Drops rows from `rows` on (their blocks keep their room).
+  void TruncateRows(size_t rows);
   std::shared_ptr<ParamArray> NewParams(size_t n) const;  // counted against this stripe's budget when not current
   // Adds n rows at their initial values (keys: sparse rows' keys; else first_key on), the arrays'
   // growth charged to the memory limit. Out of memory or past the limit, throws with the stripe
@@ -238,21 +264,27 @@ class Stripe {
   const opt::Optimizer* const optimizer_;
   const uint32_t dim_;
   const uint64_t row_begin_;  // dense: first global row of this stripe
-  // Parameters: shared with pull replies in flight (copy-on-write, see BeginWrite). While pushes
-  // land during pull replies, the array last written before is kept as the spare for the next
-  // switch; it is dropped after kSpareIdleWrites writes that did not need it, so a stripe holds
-  // the extra copy only while pulls and pushes overlap. Arrays other than the current one count
-  // against the server's copy-on-write budget.
+  const uint64_t block_rows_;
+  // Parameters, per block: shared with pull replies in flight (copy-on-write, see BeginWrite).
+  // While pushes land during pull replies, the array last written before is kept as the block's
+  // spare for the next switch; it is dropped after kSpareIdleWrites writes that did not need it,
+  // so a block holds the extra copy only while pulls and pushes overlap. Arrays other than the
+  // current ones count against the server's copy-on-write budget.
   static constexpr uint32_t kSpareIdleWrites = 8;
   static constexpr size_t kPrefetchAhead = 16;  // LocalRows: index slots asked for ahead
-  static constexpr size_t kMinReusedKeys = 128, kMaxReusedKeys = size_t(1) << 20, kReusedLists = 4;
+  // Kept lists: at most kReusedLists, of kMaxReusedKeys keys in all (a recurring key set sent
+  // in requests of a block each makes one list per block).
+  static constexpr size_t kMinReusedKeys = 128, kMaxReusedKeys = size_t(1) << 20, kReusedLists = 64;
   const std::shared_ptr<CopyOnWriteBudget> budget_;
   const std::shared_ptr<ByteBudget> memory_;  // the server's tables' memory limit
   size_t charged_ = 0;                        // what this stripe's arrays and index took of it
-  size_t cap_rows_ = 0;                       // rows params_, slots_ and steps_ have room for
-  std::shared_ptr<ParamArray> params_;
-  std::shared_ptr<ParamArray> spare_;
-  uint32_t writes_without_spare_ = 0;
+  size_t cap_rows_ = 0;                       // rows the blocks, slots_ and steps_ have room for
+  std::vector<Block> blocks_;  // rows [b * block_rows_, +block_rows_) in blocks_[b]; more may be made ahead, empty
+  std::vector<uint32_t> lent_;  // blocks lent to a pull reply, maybe still held (pruned by Lend)
+  // ApplyPush, per block it writes: where its rows are read from, and the array that keeps them.
+  std::vector<const float*> write_in_;
+  std::vector<std::shared_ptr<ParamArray>> write_held_;
+  std::vector<uint32_t> written_blocks_;
   std::vector<std::vector<float>> slots_;
   std::vector<uint32_t> steps_;            // per row: updates applied (lazy Adam bias correction)
   RowIndex index_;  // sparse: id -> local row

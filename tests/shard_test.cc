@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <thread>
@@ -258,7 +259,7 @@ TEST(Shard, CopyOnWriteStaysWithinItsBudget) {
     std::vector<float> out(16);
     s.Read(all[0], nullptr, -1, out.data());
     EXPECT_EQ(out[3], before + 1.0f);
-    EXPECT_EQ(s.params(), where);      // in place: no second array was made
+    EXPECT_EQ(s.row_params(0), where);      // in place: no second array was made
     EXPECT_EQ(budget->used(), 0u);
     EXPECT_EQ(budget->overdrafts, 0u);
   }
@@ -469,11 +470,122 @@ TEST(Shard, RecurringKeyListsAreMatchedKeyByKey) {
   std::vector<Key> rkeys(n);
   for (size_t r = 0; r < n; ++r) {
     rkeys[n - 1 - r] = keys[r];
-    params[(n - 1 - r) * 2] = s.params()[r * 2];
-    params[(n - 1 - r) * 2 + 1] = s.params()[r * 2 + 1];
+    params[(n - 1 - r) * 2] = s.row_params(r)[0];
+    params[(n - 1 - r) * 2 + 1] = s.row_params(r)[1];
   }
   ASSERT_TRUE(s.Restore(rkeys, std::move(params), {}, std::vector<uint32_t>(n, 0)).ok());
   check("after restoring");
+}
+
+// A sparse stripe keeps its parameters in blocks of TableInfo::KeyedBlockRows rows, in the
+// order rows were first touched, and copies on write a block at a time: a write to blocks no
+// pull reply holds is in place, one to a held block moves that block only (its rows not written
+// copied), and the reply keeps reading the version it was sent. A restore cuts rows into blocks.
+TEST(Shard, SparseRowsAreCopiedOnWriteABlockAtATime) {
+  TableSpec spec;
+  spec.name = "blocks";
+  spec.sparse = true;
+  spec.dim = 1 << 16;  // 256 KB rows: 4 to a block
+  spec.init = InitKind::kZeros;
+  spec.optimizer.kind = opt::Kind::kSgd;
+  const uint32_t dim = spec.dim;
+  const size_t block_bytes = 4 * size_t(dim) * sizeof(float);
+  ASSERT_EQ(TableInfo::KeyedBlockRows(dim), 4u);
+  auto budget = std::make_shared<CopyOnWriteBudget>();
+  TableShard t(TableInfo::Make(0, spec, 1), 0, 1, true, budget);
+  Stripe& s = t.stripe(0);
+  EXPECT_EQ(s.block_rows(), 4u);
+  opt::StepContext ctx;
+  ctx.lr = 1.0f;
+  auto sel = [&](const std::vector<Key>& keys) {
+    std::vector<RowSelection> v;
+    t.Split(keys.data(), keys.size(), &v);
+    return v[0];
+  };
+  auto push = [&](const std::vector<Key>& keys, float add) {  // SGD, lr 1: each row += add
+    const std::vector<float> g(keys.size() * dim, -add);
+    s.ApplyPush(sel(keys), keys.data(), g.data(), ctx);
+  };
+  auto range = [](Key first, Key end) {
+    std::vector<Key> k;
+    for (Key i = first; i < end; ++i) k.push_back(i);
+    return k;
+  };
+  // Where row r's first and last value are (all of a row's values are alike here).
+  auto expect_rows = [&](const std::vector<float>& want, const std::string& when) {
+    ASSERT_EQ(s.num_rows(), want.size()) << when;
+    for (size_t r = 0; r < want.size(); ++r) {
+      EXPECT_EQ(s.row_params(r)[0], want[r]) << when << ": row " << r;
+      EXPECT_EQ(s.row_params(r)[dim - 1], want[r]) << when << ": row " << r;
+    }
+  };
+  const std::vector<Key> all = range(100, 110);  // rows 0 to 9: blocks {0-3} {4-7} {8, 9}
+  push(all, 1.0f);
+  expect_rows({1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, "first push");
+  for (size_t r : {1, 2, 3, 5, 9}) EXPECT_EQ(s.row_params(r), s.row_params(r - 1) + dim) << r;  // a block is contiguous
+
+  // A pull reply of block 0's rows in place; one over two blocks is gathered.
+  std::shared_ptr<float[]> copied;
+  const std::vector<Key> first4 = range(100, 104), across = range(102, 106);
+  std::shared_ptr<const float> v0 = s.ReadOrShare(sel(first4), first4.data(), &copied);
+  ASSERT_NE(v0, nullptr);
+  EXPECT_EQ(v0.get(), s.row_params(0));
+  EXPECT_EQ(s.ReadOrShare(sel(across), across.data(), &copied), nullptr);
+  ASSERT_NE(copied, nullptr);
+  EXPECT_EQ(copied[3 * size_t(dim)], 1.0f);
+  EXPECT_EQ(s.WriteBudgetBytes(), block_bytes);  // the held block's, not the stripe's
+
+  // Writes to the other blocks: in place, nothing copied.
+  const float* block1 = s.row_params(4);
+  const float* block2 = s.row_params(8);
+  push(range(104, 108), 1.0f);
+  EXPECT_EQ(s.row_params(4), block1);
+  EXPECT_EQ(s.row_params(0), v0.get());
+  EXPECT_EQ(budget->used(), 0u);
+  // Rows of the held block 0 and of block 2: block 0 moves (rows 2 and 3 brought over), block 2
+  // stays; key 100 twice goes on from its first result.
+  push({101, 108, 100, 100}, 1.0f);
+  EXPECT_NE(s.row_params(0), v0.get());
+  EXPECT_EQ(s.row_params(8), block2);
+  EXPECT_EQ(budget->used(), block_bytes);  // the held block only
+  expect_rows({3, 2, 1, 1, 2, 2, 2, 2, 2, 1}, "after writes beside a reply");
+  for (size_t r = 0; r < 4; ++r) EXPECT_EQ(v0.get()[r * dim + dim - 1], 1.0f) << "the reply's row " << r;
+  v0.reset();
+
+  // BSP: rows 0 and 9 (not contiguous) while a reply holds block 2: blocks 0 and 2 written.
+  const std::vector<Key> last2 = {108, 109};
+  std::shared_ptr<const float> v2 = s.ReadOrShare(sel(last2), last2.data(), &copied);
+  ASSERT_NE(v2, nullptr);
+  const std::vector<Key> ends = {109, 100};
+  const std::vector<float> g(2 * dim, -1.0f);
+  s.Accumulate(0, 0, sel(ends), ends.data(), g.data(), 1.0f);
+  s.ApplyAccumulated(0, ctx);
+  expect_rows({4, 2, 1, 1, 2, 2, 2, 2, 2, 2}, "after a BSP clock");
+  EXPECT_EQ(s.row_params(4), block1);
+  EXPECT_EQ(v2.get()[0], 2.0f);
+  EXPECT_EQ(v2.get()[dim + dim - 1], 1.0f);
+
+  // New rows fill the last block, then start another, while a reply still holds the last one.
+  push(range(110, 113), 1.0f);
+  expect_rows({4, 2, 1, 1, 2, 2, 2, 2, 2, 2, 1, 1, 1}, "rows added");
+  EXPECT_EQ(s.row_params(11), s.row_params(10) + dim);
+  EXPECT_EQ(v2.get()[dim + dim - 1], 1.0f);
+  v2.reset();
+
+  // A restore of the same rows in reverse order: cut into blocks again.
+  const std::vector<Key> keys = s.KeysByRow();
+  const size_t n = keys.size();
+  FloatArray params(n * dim);
+  std::vector<Key> rkeys(n);
+  for (size_t r = 0; r < n; ++r) {
+    rkeys[n - 1 - r] = keys[r];
+    std::memcpy(&params[(n - 1 - r) * dim], s.row_params(r), dim * sizeof(float));
+  }
+  ASSERT_TRUE(s.Restore(rkeys, std::move(params), {}, std::vector<uint32_t>(n, 0)).ok());
+  expect_rows({1, 1, 1, 2, 2, 2, 2, 2, 2, 1, 1, 2, 4}, "restored in reverse");
+  EXPECT_EQ(s.row_params(3), s.row_params(0) + 3 * size_t(dim));
+  push({100}, 1.0f);  // row 12 now
+  EXPECT_EQ(s.row_params(12)[0], 5.0f);
 }
 
 // Through a running server: Adam's m and v are readable, and a row touched later gets its own

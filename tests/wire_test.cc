@@ -1447,6 +1447,71 @@ TEST(Stripes, LargeDenseCallsGoABlockARequest) {
   EXPECT_TRUE(one.FinishAndJoin().ok());
 }
 
+// A sparse call sends each server's part as requests of at most a block's keys
+// (TableInfo::KeysPerRequest: KeyedBlockRows, more when that would make over kMaxBlocks), in call
+// order, so that a recurring key set's rows are made and copied on write block by block; keys
+// in server order go zero-copy, others gathered, and every row lands in its place either way.
+TEST(Stripes, LargeSparseCallsGoABlockARequest) {
+  const TableSpec sp = AspSparse("sparse_blocks", 16384);  // 64 KB rows: 16 to a block
+  const TableInfo info = TableInfo::Make(0, sp, 2);
+  ASSERT_EQ(TableInfo::KeyedBlockRows(sp.dim), 16u);
+  EXPECT_EQ(info.KeysPerRequest(40), 16u);
+  EXPECT_EQ(info.KeysPerRequest(16 * TableInfo::kMaxBlocks), 16u);
+  EXPECT_EQ(info.KeysPerRequest(16 * TableInfo::kMaxBlocks + 1), 17u);  // at most kMaxBlocks requests
+  EXPECT_EQ(TableInfo::KeyedBlockRows(1u << 20), 1u);                    // a row over a block: one a request
+  EXPECT_EQ(TableInfo::Make(0, AspTable("dense", 100, sp.dim), 1).KeysPerRequest(40), 40u);  // dense: one
+
+  LocalCluster cluster(Striped(2, 2));
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  auto t = c.CreateTable(sp);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  std::vector<Key> drawn;
+  for (Key i = 1; i <= 90; ++i) drawn.push_back(SplitMix64(i));
+  std::vector<Key> keys = drawn;
+  ASSERT_TRUE(c.GroupByServer(*t, &keys).ok());
+  uint64_t requests[2] = {0, 0};
+  for (int s = 0; s < 2; ++s) {
+    const uint64_t n = std::count_if(keys.begin(), keys.end(), [&](Key k) { return info.OwnerOf(k) == s; });
+    ASSERT_GT(n, 16u) << "server " << s << " gets more than a block";
+    requests[s] = (n + 15) / 16;
+  }
+  std::vector<float> g(keys.size() * sp.dim);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = float(i % 997) - 400.0f;
+  ASSERT_TRUE(c.Push(*t, keys, g).Wait().ok());
+  for (int s = 0; s < 2; ++s) EXPECT_EQ(cluster.server(s).stats().pushes.load(), requests[s]) << "server " << s;
+  std::vector<float> out(g.size());
+  ASSERT_TRUE(c.Pull(*t, keys, out.data()).Wait().ok());
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_FLOAT_EQ(out[i], -0.01f * g[i]) << i;
+  for (int s = 0; s < 2; ++s) EXPECT_EQ(cluster.server(s).stats().pulls.load(), requests[s]) << "server " << s;
+  PulledRows view;
+  ASSERT_TRUE(c.PullView(*t, std::make_shared<const std::vector<Key>>(keys), &view).Wait().ok());
+  std::vector<float> copied(g.size());
+  view.CopyTo(copied.data());
+  EXPECT_EQ(copied, out);
+  for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(view.row(i)[sp.dim - 1], out[i * sp.dim + sp.dim - 1]) << i;
+  // The keys in the order drawn (each server's gathered): the same rows, in their places.
+  std::vector<float> mixed(g.size());
+  ASSERT_TRUE(c.Pull(*t, drawn, mixed.data()).Wait().ok());
+  PulledRows mixed_view;
+  ASSERT_TRUE(c.PullView(*t, std::make_shared<const std::vector<Key>>(drawn), &mixed_view).Wait().ok());
+  for (size_t i = 0; i < drawn.size(); ++i) {
+    const size_t at = std::find(keys.begin(), keys.end(), drawn[i]) - keys.begin();
+    ASSERT_EQ(std::memcmp(&mixed[i * sp.dim], &out[at * sp.dim], sp.dim * sizeof(float)), 0) << i;
+    ASSERT_EQ(std::memcmp(mixed_view.row(i), &out[at * sp.dim], sp.dim * sizeof(float)), 0) << i;
+  }
+  std::vector<float> g2(g.size());  // pushed in the order drawn: the row of key drawn[i] gets g2's i-th
+  for (size_t i = 0; i < g2.size(); ++i) g2[i] = float(i % 101);
+  ASSERT_TRUE(c.Push(*t, drawn, g2).Wait().ok());
+  ASSERT_TRUE(c.Pull(*t, drawn, mixed.data()).Wait().ok());
+  for (size_t i = 0; i < drawn.size(); ++i) {
+    const size_t at = std::find(keys.begin(), keys.end(), drawn[i]) - keys.begin();
+    for (uint32_t d : {0u, sp.dim - 1})
+      ASSERT_FLOAT_EQ(mixed[i * sp.dim + d], out[at * sp.dim + d] - 0.01f * g2[i * sp.dim + d]) << i;
+  }
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 // GroupByServer puts each server's keys next to each other, in the order given, and says where
 // each came from; keyed pushes and pulls of keys in that order (each server sent its slice of
 // the caller's buffers, keys in a shared buffer too) put every row where the same calls of the

@@ -99,9 +99,9 @@ struct FutureState {
   }
 };
 
-// The received value frames of a PullDenseView: per request ("server part": a server's part of
-// the pull, for a dense one a block of it), in row order, the frames of its reply (one per stripe
-// of its rows, in row order).
+// The received value frames of a PullDenseView or PullView: per request ("server part": a
+// server's part of the pull; of a dense one a block, of a sparse one up to a block's keys), in
+// row order, the frames of its reply (one per stripe of its rows, in row order).
 struct PulledParts {
   std::vector<std::vector<zmq::message_t>> frames;  // [server part][frame]
   std::vector<uint64_t> first_row;                  // [server part] its first row (see positions)
@@ -1099,12 +1099,19 @@ Future ClientImpl::Push(const Table& t, KeyBuffer kbuf, std::shared_ptr<const st
     c->part.reply_type = MsgType::kPushReply;
     cmds.push_back(std::move(c));
   };
+  // A server's n keys from `ks` and their rows from `vs`: a request per TableInfo::KeysPerRequest
+  // keys (sparse: a block's, so that the server applies one while the next arrives).
+  auto make_requests = [&](int s, const Key* ks, const float* vs, size_t n, const std::shared_ptr<const void>& kown,
+                           const std::shared_ptr<const void>& vown) {
+    for (size_t j = 0, per = info->KeysPerRequest(n); j < n; j += per) {
+      const size_t m = std::min(per, n - j);
+      make(s, ZeroCopyFrame(ks + j, m * sizeof(Key), kown), ZeroCopyFrame(vs + j * dim, m * dim * sizeof(float), vown), m);
+    }
+  };
   if (by.grouped) {
     for (int s = 0; s < S; ++s) {
       const size_t i = by.first[s], n = by.count[s];
-      if (n == 0) continue;
-      make(s, ZeroCopyFrame(kbuf->data() + i, n * sizeof(Key), kbuf),
-           ZeroCopyFrame(vbuf->data() + i * dim, n * dim * sizeof(float), vbuf), n);
+      make_requests(s, kbuf->data() + i, vbuf->data() + i * dim, n, kbuf, vbuf);
     }
   } else {
     // Gather each server's rows (one pass; exact sizes, so no regrowth copies).
@@ -1126,9 +1133,7 @@ Future ClientImpl::Push(const Table& t, KeyBuffer kbuf, std::shared_ptr<const st
       if (ks[s].empty()) continue;
       auto kk = std::make_shared<std::vector<Key>>(std::move(ks[s]));
       auto vv = std::make_shared<FloatArray>(std::move(vs[s]));
-      uint64_t n = kk->size();
-      make(s, ZeroCopyFrame(kk->data(), n * sizeof(Key), kk),
-           ZeroCopyFrame(vv->data(), vv->size() * sizeof(float), vv), n);
+      make_requests(s, kk->data(), vv->data(), kk->size(), kk, vv);
     }
   }
   SetPushNorm(info->spec, *vbuf, &cmds);
@@ -1186,11 +1191,15 @@ Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out
   const KeysByServer by = SplitByServer(*info, keys, S);
   const std::vector<size_t>& count = by.count;
   auto first = [&](int s) { return by.grouped ? by.first[s] : 0; };  // (else placed by `pos`)
-  std::vector<zmq::message_t> kf(S);
+  // Server s's keys: from ks_at[s], kept alive by ks_own[s].
+  std::vector<const Key*> ks_at(S);
+  std::vector<std::shared_ptr<const void>> ks_own(S);
   std::vector<std::vector<uint32_t>> pos(S);
   if (by.grouped) {
-    for (int s = 0; s < S; ++s)
-      if (count[s]) kf[s] = ZeroCopyFrame(kbuf->data() + first(s), count[s] * sizeof(Key), kbuf);
+    for (int s = 0; s < S; ++s) {
+      ks_at[s] = kbuf->data() + first(s);
+      ks_own[s] = kbuf;
+    }
   } else {
     std::vector<std::shared_ptr<std::vector<Key>>> ks(S);
     for (int s = 0; s < S; ++s) {
@@ -1202,8 +1211,10 @@ Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out
       ks[by.owner[i]]->push_back((*kbuf)[i]);
       pos[by.owner[i]].push_back(static_cast<uint32_t>(i));
     }
-    for (int s = 0; s < S; ++s)
-      if (count[s]) kf[s] = ZeroCopyFrame(ks[s]->data(), count[s] * sizeof(Key), ks[s]);
+    for (int s = 0; s < S; ++s) {
+      ks_at[s] = ks[s]->data();
+      ks_own[s] = ks[s];
+    }
   }
   std::shared_ptr<internal::PulledParts> parts;
   if (view) {
@@ -1213,31 +1224,36 @@ Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out
     parts->dim = dim;
     ClientAccess::parts(view) = parts;
   }
+  // A request per TableInfo::KeysPerRequest keys of each server's (sparse: a block's): keys
+  // [j, j + m) of its, whose rows go to consecutive places from first(s) + j, or (gathered keys)
+  // to places pos[s][j, j + m).
   std::vector<std::unique_ptr<Command>> cmds;
   for (int s = 0; s < S; ++s) {
-    if (count[s] == 0) continue;
-    auto c = std::make_unique<Command>();
-    c->header.type = MsgType::kPull;
-    c->header.table = t.id;
-    c->header.clock = clock_;
-    c->header.num_keys = count[s];
-    c->header.dim = dim;
-    c->header.slot = slot;
-    c->keys = std::move(kf[s]);
-    c->part.target = s;
-    c->part.reply_type = MsgType::kPullReply;
-    c->part.out = out ? out + first(s) * dim : nullptr;
-    c->part.rows = count[s];
-    c->part.dim = dim;
-    c->part.positions = std::move(pos[s]);
-    if (parts) {
-      c->part.view = parts;
-      c->part.view_index = parts->frames.size();
-      parts->frames.emplace_back();
-      parts->first_row.push_back(first(s));
-      parts->positions.push_back(std::move(c->part.positions));
+    for (size_t j = 0, n = count[s], per = info->KeysPerRequest(n); j < n; j += per) {
+      const size_t m = std::min(per, n - j), at = by.grouped ? first(s) + j : 0;  // (else placed by positions)
+      auto c = std::make_unique<Command>();
+      c->header.type = MsgType::kPull;
+      c->header.table = t.id;
+      c->header.clock = clock_;
+      c->header.num_keys = m;
+      c->header.dim = dim;
+      c->header.slot = slot;
+      c->keys = ZeroCopyFrame(ks_at[s] + j, m * sizeof(Key), ks_own[s]);
+      c->part.target = s;
+      c->part.reply_type = MsgType::kPullReply;
+      c->part.out = out ? out + at * dim : nullptr;
+      c->part.rows = m;
+      c->part.dim = dim;
+      if (!pos[s].empty()) c->part.positions.assign(pos[s].begin() + j, pos[s].begin() + j + m);
+      if (parts) {
+        c->part.view = parts;
+        c->part.view_index = parts->frames.size();
+        parts->frames.emplace_back();
+        parts->first_row.push_back(at);
+        parts->positions.push_back(std::move(c->part.positions));
+      }
+      cmds.push_back(std::move(c));
     }
-    cmds.push_back(std::move(c));
   }
   auto fs = NewState(slot < 0 ? "pull from table" : "pull of optimizer slot from", t.name,
                      static_cast<int64_t>(total_keys),
