@@ -75,6 +75,9 @@ bool IsReply(MsgType t);
 
 enum HeaderFlags : uint8_t {
   kFlagRange = 1,  // rows [row_begin, row_begin + num_rows), keys frame empty
+  // A push's request after its call's first to this server (a call split into a request a
+  // block): the table's schedule step advances once a call, on the first.
+  kFlagContinues = 2,
 };
 
 struct Header {

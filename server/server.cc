@@ -792,7 +792,10 @@ void ServerImpl::HandleData(Message& m) {
       } else {
         r->op = Request::kApply;
         ++pushed_in_clock_[rh.sender_rank][rh.table];
-        r->ctx.lr = opt::ScheduledLr(oc, shard->table_step++);
+        // A step a push (a call's first request here; its others take the same step, or a later
+        // one when other pushes came between).
+        const bool first = !(rh.flags & kFlagContinues) || shard->table_step == 0;
+        r->ctx.lr = opt::ScheduledLr(oc, first ? shard->table_step++ : shard->table_step - 1);
         if (oc.staleness_aware) {
           int64_t tau = clocks_.MaxLive() - rh.clock;
           if (tau > 1) r->ctx.lr /= float(tau);

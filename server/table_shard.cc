@@ -140,7 +140,7 @@ void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
     const size_t blocks_before = blocks_.size();
     try {
       // Every array has its room before any grows: out of memory here leaves the stripe as it was.
-      ReserveBlocks(cap);
+      ReserveBlocks(old, cap);
       for (auto& s : slots_) s.reserve(cap * dim_);
       steps_.reserve(cap);
     } catch (...) {
@@ -150,7 +150,7 @@ void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
     }
     cap_rows_ = cap;
   } else {
-    ReserveBlocks(cap_rows_);  // the array BeginWrite moved to (already counted)
+    ReserveBlocks(old, cap_rows_);  // the array BeginWrite moved to (already counted)
   }
   for (size_t b = old / block_rows_; b * block_rows_ < need; ++b)
     blocks_[b].params->resize(std::min<size_t>(block_rows_, need - b * block_rows_) * dim_);
@@ -168,11 +168,12 @@ void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
   steps_.resize(old + n, 0);
 }
 
-void Stripe::ReserveBlocks(size_t rows) {
-  for (size_t b = 0; b * block_rows_ < rows; ++b) {
-    if (b == blocks_.size()) {
+void Stripe::ReserveBlocks(size_t from, size_t rows) {
+  for (size_t b = from / block_rows_; b * block_rows_ < rows; ++b) {
+    while (b >= blocks_.size()) {
+      std::shared_ptr<ParamArray> params = NewParams(0);  // (first: a throw adds no block)
       blocks_.emplace_back();
-      blocks_.back().params = NewParams(0);
+      blocks_.back().params = std::move(params);
     }
     const size_t need = std::min<size_t>(block_rows_, rows - b * block_rows_) * dim_;
     if (blocks_[b].params->capacity() < need) blocks_[b].params->reserve(need);
@@ -236,7 +237,6 @@ const float* Stripe::BeginWrite(size_t b, uint64_t keep_begin, uint64_t keep_end
       // the writes that follow.
       std::atomic_thread_fence(std::memory_order_acquire);
       PP_TSAN_ACQUIRE(cur.get());
-      if (k.spare && ++k.writes_without_spare >= kSpareIdleWrites) k.spare.reset();  // pulls stopped overlapping
       return cur->data();
     }
     if (k.spare && k.spare.use_count() == 1 && k.spare->size() != cur->size()) {
@@ -279,7 +279,11 @@ const float* Stripe::BeginWrite(size_t b, uint64_t keep_begin, uint64_t keep_end
     }
     cur->counted = held_bytes;
   }
-  k.writes_without_spare = 0;
+  k.spare_needed_at = writes_;
+  if (!k.spared) {
+    spared_.push_back(static_cast<uint32_t>(b));
+    k.spared = true;
+  }
   const float* held = cur->data();
   float* out = next->data();
   const size_t n = cur->size(), kb = std::min(n, keep_begin * dim_), ke = std::max(kb, std::min(n, keep_end * dim_));
@@ -361,8 +365,9 @@ const uint32_t* Stripe::LocalRows(const RowSelection& sel, const Key* keys) {
   std::vector<uint32_t>* rows = &rows_scratch_;
   KeyList* list = nullptr;
   if (keep) {
-    // A new list while there is room for it; else it replaces the least recently used one, and
-    // more of them go while the lists would hold over kMaxReusedKeys keys.
+    // An empty slot, or a new one while there is room; else the least recently used list is
+    // replaced. More lists go, least recently used first, while they would hold over
+    // kMaxReusedKeys keys.
     size_t kept = n;
     for (const KeyList& c : key_lists_) kept += c.keys.size();
     auto least_used = [&](const KeyList* other) {
@@ -371,12 +376,14 @@ const uint32_t* Stripe::LocalRows(const RowSelection& sel, const Key* keys) {
         if (&c != other && !c.keys.empty() && (!l || c.last_use < l->last_use)) l = &c;
       return l;
     };
-    if (key_lists_.size() < kReusedLists && kept <= kMaxReusedKeys) {
+    for (KeyList& c : key_lists_)
+      if (c.keys.empty()) list = &c;  // (one let go of below before)
+    if (!list && key_lists_.size() < kReusedLists) {
       key_lists_.emplace_back();
       list = &key_lists_.back();
-    } else {
-      list = least_used(nullptr);
-      if (!list) list = &key_lists_[0];  // (all empty)
+    }
+    if (!list) list = least_used(nullptr);
+    if (list) {
       kept -= list->keys.size();
       while (kept > kMaxReusedKeys) {
         KeyList* old = least_used(list);
@@ -446,6 +453,48 @@ void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, const uint32_t
   }
 }
 
+Stripe::BlockWrites::BlockWrites(Stripe* stripe) : s(stripe) {
+  s->write_in_.resize(s->blocks_.size(), nullptr);
+  s->write_held_.resize(s->blocks_.size());
+  s->written_blocks_.reserve(s->blocks_.size());
+  // A write to the stripe: spares of blocks no write needed for a while go.
+  ++s->writes_;
+  const uint64_t idle = kSpareIdleWrites * std::max<size_t>(1, s->spared_.size());
+  size_t kept = 0;
+  for (uint32_t b : s->spared_) {
+    Block& k = s->blocks_[b];
+    if (k.spare && s->writes_ - k.spare_needed_at < idle) {
+      s->spared_[kept++] = b;
+    } else {
+      k.spare.reset();
+      k.spared = false;
+    }
+  }
+  s->spared_.resize(kept);
+}
+
+Stripe::BlockWrites::~BlockWrites() {
+  for (uint32_t b : s->written_blocks_) {
+    s->write_in_[b] = nullptr;
+    s->write_held_[b].reset();
+  }
+  s->written_blocks_.clear();
+}
+
+void Stripe::BlockWrites::Begin(size_t b, uint64_t keep_begin, uint64_t keep_end) {
+  if (s->write_in_[b]) return;
+  s->write_in_[b] = s->BeginWrite(b, keep_begin, keep_end, &s->write_held_[b]);
+  s->written_blocks_.push_back(static_cast<uint32_t>(b));
+}
+
+void Stripe::BlockWrites::Undo() {
+  // Nothing is written yet: a block moved to another array gets all its rows from the held one.
+  for (uint32_t b : s->written_blocks_) {
+    ParamArray& now = *s->blocks_[b].params;
+    if (s->write_in_[b] != now.data()) std::memcpy(now.data(), s->write_in_[b], now.size() * sizeof(float));
+  }
+}
+
 void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* grads,
                        const opt::StepContext& ctx_in) {
   const uint32_t* rows = LocalRows(sel, keys);  // first: adding rows may move the arrays
@@ -458,38 +507,37 @@ void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* gr
   // moves (which leaves the rows to write uncopied): out of memory here changes nothing.
   std::vector<uint64_t> written;
   if (!sel.is_range && AnyHeld()) written.assign((num_rows() + 63) / 64, 0);
-  write_in_.resize(blocks_.size(), nullptr);
-  write_held_.resize(blocks_.size());
-  written_blocks_.reserve(blocks_.size());
-  struct Reset {  // the blocks' held arrays let go of, also when a BeginWrite throws
-    Stripe* s;
-    ~Reset() {
-      for (uint32_t b : s->written_blocks_) {
-        s->write_in_[b] = nullptr;
-        s->write_held_[b].reset();
-      }
-      s->written_blocks_.clear();
-    }
-  } reset{this};
-  // Where block b's rows are read from, once BeginWrite has made it writable.
-  auto begin = [&](size_t b) {
-    if (!write_in_[b]) {
-      uint64_t kb = 0, ke = block_rows_;  // keyed: the whole block kept (rows not written: below)
-      if (sel.is_range) {
+  // Every block the push writes is made writable before any is written: out of memory for one
+  // then leaves the stripe as it was.
+  BlockWrites begun(this);
+  try {
+    if (sel.is_range) {  // (dense: one block)
+      for (size_t b = (sel.range_begin - row_begin_) / block_rows_; b * block_rows_ < sel.range_end - row_begin_; ++b) {
         const uint64_t first = b * block_rows_, last = first + block_rows_;
-        kb = std::clamp<uint64_t>(sel.range_begin - row_begin_, first, last) - first;
-        ke = std::clamp<uint64_t>(sel.range_end - row_begin_, first, last) - first;
+        begun.Begin(b, std::clamp<uint64_t>(sel.range_begin - row_begin_, first, last) - first,
+                    std::clamp<uint64_t>(sel.range_end - row_begin_, first, last) - first);
       }
-      write_in_[b] = BeginWrite(b, kb, ke, &write_held_[b]);
-      written_blocks_.push_back(static_cast<uint32_t>(b));
+    } else if (!rows) {  // dense keys: one block, kept whole (rows not written: below)
+      begun.Begin(0, 0, block_rows_);
+    } else {
+      size_t lo = 1, hi = 0;  // the block last begun: rows [lo, hi)
+      for (size_t i = 0, n = sel.size(); i < n; ++i) {
+        if (rows[i] >= lo && rows[i] < hi) continue;
+        const size_t b = rows[i] / block_rows_;
+        lo = b * block_rows_;
+        hi = lo + block_rows_;
+        begun.Begin(b, 0, block_rows_);
+      }
     }
-    return write_in_[b];
-  };
+  } catch (...) {
+    begun.Undo();
+    throw;
+  }
   auto is_written = [&](size_t r) { return (written[r >> 6] >> (r & 63)) & 1; };
   float* slot_ptrs[8];
   ForEachRun(sel, keys, rows, true, [&](uint32_t r, uint64_t pos, size_t len) {
     const size_t b = r / block_rows_, at = (r % block_rows_) * dim_;
-    const float* in = begin(b);
+    const float* in = begun.in(b);
     float* const base = blocks_[b].params->data();
     opt::StepContext ctx = ctx_in;
     for (size_t k = 0; k < len; ++k) ++steps_[r + k];
@@ -513,7 +561,7 @@ void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* gr
   // Keyed: rows of the blocks written out of place that the push did not write, in runs.
   for (size_t i = 0; !sel.is_range && i < written_blocks_.size(); ++i) {
     const size_t b = written_blocks_[i], first = b * block_rows_, n = first + BlockSize(b);
-    const float* in = write_in_[b];
+    const float* in = begun.in(b);
     float* const base = blocks_[b].params->data();
     if (in == base) continue;
     for (size_t r = first; r < n;) {
@@ -576,11 +624,23 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
   }
   // Per block written, while a reply holds its array: contiguous rows [lo, hi) are written out
   // of place (the block's other rows copied by BeginWrite); others, the block is copied first
-  // and written in place. Rows ascend: each block is begun once.
+  // and written in place. Every block is made writable before any is written (out of memory for
+  // one leaves the stripe as it was).
   const uint64_t lo = rows.empty() ? 0 : rows.front(), hi = rows.empty() ? 0 : uint64_t(rows.back()) + 1;
-  std::shared_ptr<ParamArray> held;  // keeps `in` alive while its block is written
-  const float* in = nullptr;
-  size_t in_block = SIZE_MAX;
+  BlockWrites begun(this);
+  try {
+    for (size_t i = 0, first = 1, last = 0; i < rows.size(); ++i) {
+      if (rows[i] >= first && rows[i] < last) continue;  // (in the block last begun)
+      const size_t b = rows[i] / block_rows_;
+      first = b * block_rows_;
+      last = first + block_rows_;
+      begun.Begin(b, contiguous ? std::clamp<uint64_t>(lo, first, last) - first : 0,
+                  contiguous ? std::clamp<uint64_t>(hi, first, last) - first : 0);
+    }
+  } catch (...) {
+    begun.Undo();
+    throw;
+  }
   float* slot_ptrs[8];
   size_t n = rows.size(), i = 0;
   while (i < n) {
@@ -589,13 +649,8 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
     size_t len = 1;
     while (i + len < n && rows[i + len] == r + len && (r + len) % block_rows_ != 0 && steps_[r + len] == steps_[r])
       ++len;
-    const size_t b = r / block_rows_, first = b * block_rows_, last = first + block_rows_;
-    if (b != in_block) {
-      held.reset();
-      in_block = b;
-      in = BeginWrite(b, contiguous ? std::clamp<uint64_t>(lo, first, last) - first : 0,
-                      contiguous ? std::clamp<uint64_t>(hi, first, last) - first : 0, &held);
-    }
+    const size_t b = r / block_rows_, first = b * block_rows_;
+    const float* in = begun.in(b);
     for (size_t k = 0; k < len; ++k) ++steps_[r + k];
     opt::StepContext ctx = ctx_in;
     ctx.step = steps_[r];
@@ -639,6 +694,7 @@ Status Stripe::Restore(std::vector<Key> keys, FloatArray params, std::vector<std
   cap_rows_ = steps.size();
   blocks_.clear();
   lent_.clear();
+  spared_.clear();
   // A block's rows as they are when they are all; else copied a block at a time from the last,
   // the checkpoint's pages given back as they are copied (about one copy of the rows at a time).
   const size_t rows = steps.size(), nblocks = (rows + block_rows_ - 1) / block_rows_;

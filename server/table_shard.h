@@ -224,8 +224,9 @@ class Stripe {
   struct Block {
     std::shared_ptr<ParamArray> params;
     std::shared_ptr<ParamArray> spare;
-    uint32_t writes_without_spare = 0;
-    bool lent = false;  // listed in lent_
+    uint64_t spare_needed_at = 0;  // writes_ when a write last needed the spare
+    bool spared = false;           // listed in spared_
+    bool lent = false;             // listed in lent_
   };
   float* Row(size_t r) const { return blocks_[r / block_rows_].params->data() + (r % block_rows_) * dim_; }
   size_t BlockSize(size_t b) const { return std::min<size_t>(block_rows_, num_rows() - b * block_rows_); }
@@ -243,11 +244,24 @@ class Stripe {
   // Is any block's current array held by a pull reply?
   bool AnyHeld() const;
   static bool SpareFree(const Block& k);
-  // Room in the blocks for the first `rows` rows (a block of a reply is never moved: only one
-  // with fewer rows than it has room for, which holds the last rows and is written first).
-  void ReserveBlocks(size_t rows);
+  // Room in the blocks for rows [from, rows), `from` the stripe's row count (the blocks before
+  // are full). A block a reply holds is never moved: only the one `from` is in may grow, and it
+  // was written first (BeginWrite).
+  void ReserveBlocks(size_t from, size_t rows);
   // Drops rows from `rows` on (their blocks keep their room).
   void TruncateRows(size_t rows);
+  // The blocks a write (ApplyPush, ApplyAccumulated) writes, each made writable (BeginWrite) before
+  // any is written: out of memory for one then leaves the stripe as it was (Undo gives the blocks
+  // begun their rows back). Counts a write to the stripe, and drops the spares of blocks no write
+  // needed in the last kSpareIdleWrites writes per block that has one.
+  struct BlockWrites {
+    explicit BlockWrites(Stripe* stripe);
+    ~BlockWrites();  // lets go of the held arrays
+    void Begin(size_t b, uint64_t keep_begin, uint64_t keep_end);  // BeginWrite, once a block
+    const float* in(size_t b) const { return s->write_in_[b]; }   // where block b's rows are read from
+    void Undo();                                                   // after a Begin threw
+    Stripe* const s;
+  };
   std::shared_ptr<ParamArray> NewParams(size_t n) const;  // counted against this stripe's budget when not current
   // Adds n rows at their initial values (keys: sparse rows' keys; else first_key on), the arrays'
   // growth charged to the memory limit. Out of memory or past the limit, throws with the stripe
@@ -267,9 +281,11 @@ class Stripe {
   const uint64_t block_rows_;
   // Parameters, per block: shared with pull replies in flight (copy-on-write, see BeginWrite).
   // While pushes land during pull replies, the array last written before is kept as the block's
-  // spare for the next switch; it is dropped after kSpareIdleWrites writes that did not need it,
-  // so a block holds the extra copy only while pulls and pushes overlap. Arrays other than the
-  // current ones count against the server's copy-on-write budget.
+  // spare for the next switch; it is dropped once kSpareIdleWrites writes to the stripe per block
+  // with a spare went by without needing it (so a recurring key set's blocks, each written once
+  // in a round of requests, keep theirs), so a block holds the extra copy only while pulls and
+  // pushes overlap. Arrays other than the current ones count against the server's copy-on-write
+  // budget.
   static constexpr uint32_t kSpareIdleWrites = 8;
   static constexpr size_t kPrefetchAhead = 16;  // LocalRows: index slots asked for ahead
   // Kept lists: at most kReusedLists, of kMaxReusedKeys keys in all (a recurring key set sent
@@ -280,7 +296,9 @@ class Stripe {
   size_t charged_ = 0;                        // what this stripe's arrays and index took of it
   size_t cap_rows_ = 0;                       // rows the blocks, slots_ and steps_ have room for
   std::vector<Block> blocks_;  // rows [b * block_rows_, +block_rows_) in blocks_[b]; more may be made ahead, empty
-  std::vector<uint32_t> lent_;  // blocks lent to a pull reply, maybe still held (pruned by Lend)
+  std::vector<uint32_t> lent_;    // blocks lent to a pull reply, maybe still held (pruned by Lend)
+  std::vector<uint32_t> spared_;  // blocks with a spare
+  uint64_t writes_ = 0;           // writes to the stripe (BlockWrites)
   // ApplyPush, per block it writes: where its rows are read from, and the array that keeps them.
   std::vector<const float*> write_in_;
   std::vector<std::shared_ptr<ParamArray>> write_held_;
@@ -359,8 +377,9 @@ class TableShard {
   Status Restore(ShardRows rows);
 
   // Bookkeeping owned by the I/O thread.
-  // The schedule's step: updates this server applied (SSP/ASP: one per push it received); under
-  // BSP the clock, one past the last one applied.
+  // The schedule's step: updates this server applied (SSP/ASP: one per push it received, a call
+  // sent in several requests counted on its first); under BSP the clock, one past the last one
+  // applied.
   int64_t table_step = 0;
   // BSP: per open clock, the workers that pushed to it.
   std::map<int64_t, std::vector<uint8_t>> bsp_contributors;

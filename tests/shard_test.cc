@@ -565,12 +565,18 @@ TEST(Shard, SparseRowsAreCopiedOnWriteABlockAtATime) {
   EXPECT_EQ(v2.get()[0], 2.0f);
   EXPECT_EQ(v2.get()[dim + dim - 1], 1.0f);
 
-  // New rows fill the last block, then start another, while a reply still holds the last one.
+  // New rows fill the last block, then start another, while a reply holds the last one: the
+  // block moves (the reply's array is not grown under it).
+  std::shared_ptr<const float> v3 = s.ReadOrShare(sel(last2), last2.data(), &copied);
+  ASSERT_EQ(v3.get(), s.row_params(8));
   push(range(110, 113), 1.0f);
   expect_rows({4, 2, 1, 1, 2, 2, 2, 2, 2, 2, 1, 1, 1}, "rows added");
-  EXPECT_EQ(s.row_params(11), s.row_params(10) + dim);
+  EXPECT_NE(s.row_params(8), v3.get());
+  EXPECT_EQ(s.row_params(11), s.row_params(8) + 3 * size_t(dim));
+  EXPECT_EQ(v3.get()[dim + dim - 1], 2.0f);
   EXPECT_EQ(v2.get()[dim + dim - 1], 1.0f);
   v2.reset();
+  v3.reset();
 
   // A restore of the same rows in reverse order: cut into blocks again.
   const std::vector<Key> keys = s.KeysByRow();
@@ -586,6 +592,32 @@ TEST(Shard, SparseRowsAreCopiedOnWriteABlockAtATime) {
   EXPECT_EQ(s.row_params(3), s.row_params(0) + 3 * size_t(dim));
   push({100}, 1.0f);  // row 12 now
   EXPECT_EQ(s.row_params(12)[0], 5.0f);
+
+  // A block's spare (here block 0's old array, counted against the budget) goes once 8 writes to
+  // the stripe per block with a spare (Stripe::kSpareIdleWrites) went by without needing it,
+  // whichever blocks they wrote.
+  budget = std::make_shared<CopyOnWriteBudget>();
+  TableShard t2(TableInfo::Make(0, spec, 1), 0, 1, true, budget);
+  Stripe& s2 = t2.stripe(0);
+  auto push2 = [&](const std::vector<Key>& keys) {
+    std::vector<RowSelection> v;
+    t2.Split(keys.data(), keys.size(), &v);
+    const std::vector<float> g(keys.size() * dim, -1.0f);
+    s2.ApplyPush(v[0], keys.data(), g.data(), ctx);
+  };
+  push2(all);
+  {
+    std::vector<RowSelection> v;
+    t2.Split(first4.data(), first4.size(), &v);
+    std::shared_ptr<const float> held = s2.ReadOrShare(v[0], first4.data(), &copied);
+    ASSERT_NE(held, nullptr);
+    push2({100});  // block 0 moves; its old array is the spare once the reply lets go
+  }
+  EXPECT_EQ(budget->used(), block_bytes);
+  for (int i = 0; i < 7; ++i) push2({108});
+  EXPECT_EQ(budget->used(), block_bytes) << "7 writes to another block";
+  push2({108});
+  EXPECT_EQ(budget->used(), 0u) << "the 8th";
 }
 
 // Through a running server: Adam's m and v are readable, and a row touched later gets its own

@@ -1470,6 +1470,7 @@ TEST(Stripes, LargeSparseCallsGoABlockARequest) {
   for (Key i = 1; i <= 90; ++i) drawn.push_back(SplitMix64(i));
   std::vector<Key> keys = drawn;
   ASSERT_TRUE(c.GroupByServer(*t, &keys).ok());
+  ASSERT_NE(keys, drawn) << "the order drawn is not the servers' (each server's keys are gathered)";
   uint64_t requests[2] = {0, 0};
   for (int s = 0; s < 2; ++s) {
     const uint64_t n = std::count_if(keys.begin(), keys.end(), [&](Key k) { return info.OwnerOf(k) == s; });
@@ -1509,6 +1510,42 @@ TEST(Stripes, LargeSparseCallsGoABlockARequest) {
     for (uint32_t d : {0u, sp.dim - 1})
       ASSERT_FLOAT_EQ(mixed[i * sp.dim + d], out[at * sp.dim + d] - 0.01f * g2[i * sp.dim + d]) << i;
   }
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+// The learning-rate schedule steps once a push a server receives, not once a request: a call
+// split into a request per block (dense) or per block's keys (sparse) takes one step, on its
+// first request (kFlagContinues on the others).
+TEST(Stripes, AScheduleStepsOncePerPushWhateverItsRequests) {
+  LocalCluster cluster(Striped(1, 2));
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  auto warm = [](TableSpec s) {
+    s.init = InitKind::kZeros;
+    s.optimizer.lr = 1.0f;
+    s.optimizer.schedule.warmup_steps = 4;  // lr 0.25, 0.5, 0.75, 1 for steps 0 to 3
+    return s;
+  };
+  const TableSpec dense = warm(AspTable("warm_dense", 2 * 256 + 10, 1024));  // 3 blocks
+  const TableSpec sparse = warm(AspSparse("warm_sparse", 16384));            // 16 keys a request
+  auto td = c.CreateTable(dense);
+  auto ts = c.CreateTable(sparse);
+  ASSERT_TRUE(td.ok() && ts.ok());
+  std::vector<Key> keys;
+  for (Key k = 1; k <= 40; ++k) keys.push_back(k * 7919);
+  const std::vector<float> gd(dense.rows * dense.dim, 1.0f), gs(keys.size() * sparse.dim, 1.0f);
+  std::vector<float> od(gd.size()), os(gs.size());
+  for (float want : {-0.25f, -0.75f, -1.5f}) {
+    ASSERT_TRUE(c.PushDense(*td, gd).Wait().ok());
+    ASSERT_TRUE(c.Push(*ts, keys, gs).Wait().ok());
+    ASSERT_TRUE(c.PullDense(*td, od.data()).Wait().ok());
+    ASSERT_TRUE(c.Pull(*ts, keys, os.data()).Wait().ok());
+    for (uint64_t row : {uint64_t(0), uint64_t(255), uint64_t(256), uint64_t(511), dense.rows - 1})
+      EXPECT_FLOAT_EQ(od[row * dense.dim + 5], want) << "dense row " << row;
+    for (size_t i : {size_t(0), size_t(15), size_t(16), size_t(39)})
+      EXPECT_FLOAT_EQ(os[i * sparse.dim + 5], want) << "sparse key " << i;
+  }
+  EXPECT_EQ(cluster.server(0).stats().pushes.load(), 3u * 3 + 3u * 3) << "3 requests a push, of each table";
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 

@@ -1086,9 +1086,10 @@ Future ClientImpl::Push(const Table& t, KeyBuffer kbuf, std::shared_ptr<const st
   // each server's rows gathered.
   const KeysByServer by = SplitByServer(*info, keys, S);
   std::vector<std::unique_ptr<Command>> cmds;
-  auto make = [&](int s, zmq::message_t kf, zmq::message_t vf, uint64_t n) {
+  auto make = [&](int s, zmq::message_t kf, zmq::message_t vf, uint64_t n, bool continues) {
     auto c = std::make_unique<Command>();
     c->header.type = MsgType::kPush;
+    if (continues) c->header.flags = kFlagContinues;
     c->header.table = t.id;
     c->header.clock = clock_;
     c->header.num_keys = n;
@@ -1105,7 +1106,8 @@ Future ClientImpl::Push(const Table& t, KeyBuffer kbuf, std::shared_ptr<const st
                            const std::shared_ptr<const void>& vown) {
     for (size_t j = 0, per = info->KeysPerRequest(n); j < n; j += per) {
       const size_t m = std::min(per, n - j);
-      make(s, ZeroCopyFrame(ks + j, m * sizeof(Key), kown), ZeroCopyFrame(vs + j * dim, m * dim * sizeof(float), vown), m);
+      make(s, ZeroCopyFrame(ks + j, m * sizeof(Key), kown), ZeroCopyFrame(vs + j * dim, m * dim * sizeof(float), vown), m,
+           j > 0);
     }
   };
   if (by.grouped) {
@@ -1310,7 +1312,7 @@ std::vector<std::unique_ptr<Command>> ClientImpl::RangeCommands(MsgType type, co
   for (uint64_t b = first; b < end; b += block) {
     auto c = std::make_unique<Command>();
     c->header.type = type;
-    c->header.flags = kFlagRange;
+    c->header.flags = kFlagRange | (type == MsgType::kPush && b > first ? kFlagContinues : 0);
     c->header.table = info.id;
     c->header.clock = clock_;
     c->header.row_begin = b;
