@@ -441,11 +441,12 @@ void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, const uint32_t
   while (i < n) {
     const uint64_t pos = sel.is_range ? sel.first_pos + i : sel.positions[i];
     const uint32_t r = row_at(i);
+    const uint64_t block_end = (r / block_rows_ + 1) * block_rows_;
     size_t len = 1;
     while (i + len < n) {
       const uint64_t pos2 = sel.is_range ? sel.first_pos + i + len : sel.positions[i + len];
       const uint32_t r2 = row_at(i + len);
-      if (pos2 != pos + len || r2 != r + len || r2 % block_rows_ == 0 || (match_steps && steps_[r2] != steps_[r])) break;
+      if (pos2 != pos + len || r2 != r + len || r2 >= block_end || (match_steps && steps_[r2] != steps_[r])) break;
       ++len;
     }
     f(r, pos, len);
