@@ -349,7 +349,7 @@ uint32_t Stripe::LocalRow(Key key) {
 const uint32_t* Stripe::LocalRows(const RowSelection& sel, const Key* keys) {
   if (!spec_.sparse || sel.is_range) return nullptr;
   const size_t n = sel.size();
-  auto key_at = [&](size_t i) { return keys[sel.positions[i]]; };
+  auto key_at = [&](size_t i) { return keys[sel.pos(i)]; };
   const bool keep = n >= kMinReusedKeys && n <= kMaxReusedKeys;
   if (keep) {
     for (KeyList& l : key_lists_) {
@@ -358,6 +358,7 @@ const uint32_t* Stripe::LocalRows(const RowSelection& sel, const Key* keys) {
       while (i < n && l.keys[i] == key_at(i)) ++i;
       if (i == n) {
         l.last_use = ++key_list_uses_;
+        rows_one_run_ = l.one_run;
         return l.rows.data();
       }
     }
@@ -423,7 +424,12 @@ const uint32_t* Stripe::LocalRows(const RowSelection& sel, const Key* keys) {
     if (list) list->keys.clear();
     throw;
   }
-  return rows->data();
+  const uint32_t* r = rows->data();
+  bool one_run = true;
+  for (size_t j = 1; j < n && one_run; ++j) one_run = r[j] == r[0] + j;
+  rows_one_run_ = one_run;
+  if (list) list->one_run = one_run;
+  return r;
 }
 
 // Calls f(local_row, message_pos, nrows) for maximal runs of consecutive local rows that are
@@ -433,18 +439,36 @@ const uint32_t* Stripe::LocalRows(const RowSelection& sel, const Key* keys) {
 template <typename F>
 void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, const uint32_t* rows, bool match_steps, F&& f) {
   const size_t n = sel.size();
+  // Every key of the message, in order, on consecutive rows (a recurring key set): runs end only
+  // at blocks' ends and where step counts differ, found without looking at each row's.
+  if (rows && rows_one_run_ && sel.all_keys) {
+    for (size_t i = 0; i < n;) {
+      const uint32_t r = static_cast<uint32_t>(rows[0] + i);
+      const uint64_t block_end = (r / block_rows_ + 1) * block_rows_;
+      size_t len = std::min<size_t>(n - i, block_end - r);
+      if (match_steps) {
+        const uint32_t* st = steps_.data() + r;
+        size_t same = 1;
+        while (same < len && st[same] == st[0]) ++same;
+        len = same;
+      }
+      f(r, i, len);
+      i += len;
+    }
+    return;
+  }
   auto row_at = [&](size_t idx) -> uint32_t {
     if (rows) return rows[idx];
-    return static_cast<uint32_t>((sel.is_range ? sel.range_begin + idx : keys[sel.positions[idx]]) - row_begin_);
+    return static_cast<uint32_t>((sel.is_range ? sel.range_begin + idx : keys[sel.pos(idx)]) - row_begin_);
   };
   size_t i = 0;
   while (i < n) {
-    const uint64_t pos = sel.is_range ? sel.first_pos + i : sel.positions[i];
+    const uint64_t pos = sel.is_range ? sel.first_pos + i : sel.pos(i);
     const uint32_t r = row_at(i);
     const uint64_t block_end = (r / block_rows_ + 1) * block_rows_;
     size_t len = 1;
     while (i + len < n) {
-      const uint64_t pos2 = sel.is_range ? sel.first_pos + i + len : sel.positions[i + len];
+      const uint64_t pos2 = sel.is_range ? sel.first_pos + i + len : sel.pos(i + len);
       const uint32_t r2 = row_at(i + len);
       if (pos2 != pos + len || r2 != r + len || r2 >= block_end || (match_steps && steps_[r2] != steps_[r])) break;
       ++len;
@@ -520,6 +544,9 @@ void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* gr
       }
     } else if (!rows) {  // dense keys: one block, kept whole (rows not written: below)
       begun.Begin(0, 0, block_rows_);
+    } else if (rows_one_run_ && sel.size() > 0) {  // consecutive rows: their blocks
+      for (size_t b = rows[0] / block_rows_, e = (rows[0] + sel.size() - 1) / block_rows_; b <= e; ++b)
+        begun.Begin(b, 0, block_rows_);
     } else {
       size_t lo = 1, hi = 0;  // the block last begun: rows [lo, hi)
       for (size_t i = 0, n = sel.size(); i < n; ++i) {
@@ -898,9 +925,8 @@ int TableShard::StripeOf(Key key) const {
 void TableShard::Split(const Key* keys, uint64_t n, std::vector<RowSelection>* out) const {
   out->assign(num_stripes(), RowSelection());
   if (num_stripes() == 1) {
-    auto& p = (*out)[0].positions;
-    p.resize(n);
-    for (uint64_t i = 0; i < n; ++i) p[i] = static_cast<uint32_t>(i);
+    (*out)[0].all_keys = true;
+    (*out)[0].num_keys = n;
     return;
   }
   for (uint64_t i = 0; i < n; ++i) (*out)[StripeOf(keys[i])].positions.push_back(static_cast<uint32_t>(i));

@@ -33,13 +33,17 @@
 namespace pushpull {
 
 // Rows of one message that fall in one stripe: either a contiguous range of global rows whose
-// values start at message row `first_pos`, or an explicit list of message positions (keyed).
+// values start at message row `first_pos`, or a list of message positions (keyed): every key of
+// the message in order (`all_keys`, when one stripe holds them all), or those listed.
 struct RowSelection {
   bool is_range = false;
+  bool all_keys = false;
   uint64_t range_begin = 0, range_end = 0;  // global row ids, range
   uint64_t first_pos = 0;                   // message row index of range_begin
-  std::vector<uint32_t> positions;          // keyed: indexes into the message's keys
-  size_t size() const { return is_range ? range_end - range_begin : positions.size(); }
+  uint64_t num_keys = 0;                    // all_keys: the message's
+  std::vector<uint32_t> positions;          // keyed, not all_keys: indexes into the message's keys
+  size_t size() const { return is_range ? range_end - range_begin : all_keys ? num_keys : positions.size(); }
+  uint64_t pos(size_t i) const { return all_keys ? i : positions[i]; }  // keyed: the i-th row's message position
 };
 
 // Bytes under a limit, taken and given back by several threads.
@@ -210,7 +214,8 @@ class Stripe {
   uint32_t LocalRow(Key key);
   // Sparse: the local row of each of a keyed selection's keys, in selection order, creating rows
   // on first touch (every row a write will touch exists before it starts); valid until the next
-  // call. nullptr for ranges and dense keys (their rows are arithmetic). Key lists recur: a
+  // call; rows_one_run_ then says whether they are consecutive (row i is the first's + i). nullptr
+  // for ranges and dense keys (their rows are arithmetic). Key lists recur: a
   // worker pushes gradients for the keys it pulled, and a recurring key set is pushed and pulled
   // every step. A list of kMinReusedKeys to kMaxReusedKeys keys is kept with its rows (the last
   // kReusedLists such lists), and the same list again is matched key by key, sequentially,
@@ -309,8 +314,10 @@ class Stripe {
   struct KeyList {  // LocalRows: a recent key list and its rows
     std::vector<Key> keys;
     std::vector<uint32_t> rows;
+    bool one_run = false;  // rows are consecutive (a key set made in the order it recurs)
     uint64_t last_use = 0;
   };
+  bool rows_one_run_ = false;  // LocalRows' last rows are consecutive
   std::vector<KeyList> key_lists_;
   uint64_t key_list_uses_ = 0;
   std::vector<uint32_t> rows_scratch_;  // LocalRows of a list not kept

@@ -477,6 +477,43 @@ TEST(Shard, RecurringKeyListsAreMatchedKeyByKey) {
   check("after restoring");
 }
 
+// A recurring key set whose rows are consecutive (made in the order it recurs) is walked as one
+// run without looking at each row (Stripe::ForEachRun), yet a row that another push stepped
+// further still gets its own step (lazy Adam's bias correction): the same as pushing every key
+// on its own.
+TEST(Shard, ARecurringKeySetsRowsKeepTheirOwnSteps) {
+  const TableSpec spec = AdamSparse();
+  const TableInfo info = TableInfo::Make(0, spec, 1);
+  TableShard listed(info, 0, 1), alone(info, 0, 1);
+  opt::StepContext ctx;
+  ctx.lr = 0.1f;
+  auto push = [&](TableShard& t, const std::vector<Key>& keys, float g) {
+    std::vector<RowSelection> sel;
+    t.Split(keys.data(), keys.size(), &sel);
+    const std::vector<float> grads(keys.size() * spec.dim, g);
+    t.stripe(0).ApplyPush(sel[0], keys.data(), grads.data(), ctx);
+  };
+  std::vector<Key> set;
+  for (Key k = 0; k < 300; ++k) set.push_back(1000 + 7 * k);
+  for (int round = 0; round < 3; ++round) {
+    const float g = 0.5f + round;
+    push(listed, set, g);  // (kept list from the second round on: one run)
+    for (Key k : set) push(alone, {k}, g);
+    for (Key k : {set[5], set[6], set[299]}) {  // these rows a step ahead of the others
+      push(listed, {k}, -1.0f);
+      push(alone, {k}, -1.0f);
+    }
+  }
+  std::vector<float> a(set.size() * spec.dim), b(a.size());
+  std::vector<RowSelection> sel;
+  listed.Split(set.data(), set.size(), &sel);
+  listed.stripe(0).Read(sel[0], set.data(), -1, a.data());
+  alone.Split(set.data(), set.size(), &sel);
+  alone.stripe(0).Read(sel[0], set.data(), -1, b.data());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_FLOAT_EQ(a[i], b[i]) << "row " << i / spec.dim;
+  EXPECT_NE(a[5 * spec.dim], a[4 * spec.dim]);  // the steps made a difference
+}
+
 // A sparse stripe keeps its parameters in blocks of TableInfo::KeyedBlockRows rows, in the
 // order rows were first touched, and copies on write a block at a time: a write to blocks no
 // pull reply holds is in place, one to a held block moves that block only (its rows not written
