@@ -294,8 +294,9 @@ class Stripe {
   static constexpr uint32_t kSpareIdleWrites = 8;
   static constexpr size_t kPrefetchAhead = 16;  // LocalRows: index slots asked for ahead
   // Kept lists: at most kReusedLists, of kMaxReusedKeys keys in all (a recurring key set sent
-  // in requests of a block each makes one list per block).
-  static constexpr size_t kMinReusedKeys = 128, kMaxReusedKeys = size_t(1) << 20, kReusedLists = 64;
+  // in requests of a block each makes one list per block: up to 64 a call, and workers with key
+  // sets of their own make their own).
+  static constexpr size_t kMinReusedKeys = 128, kMaxReusedKeys = size_t(1) << 20, kReusedLists = 256;
   const std::shared_ptr<CopyOnWriteBudget> budget_;
   const std::shared_ptr<ByteBudget> memory_;  // the server's tables' memory limit
   size_t charged_ = 0;                        // what this stripe's arrays and index took of it
