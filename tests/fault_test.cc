@@ -1421,6 +1421,37 @@ TEST(ConnectionFailure, AnswersLostForEveryBlockOfALargeCallAreGivenAgainNotRunT
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// The same for a large sparse call: a request per block's keys (TableInfo::KeysPerRequest), each
+// answered from the server's record when sent again, none applied twice; rows land in place.
+TEST(ConnectionFailure, AnswersLostForEveryRequestOfALargeSparseCallAreGivenAgainNotRunTwice) {
+  ProxiedDataJob job;
+  ASSERT_TRUE(job.t.ok()) << job.t.status().ToString();
+  LocalCluster& cluster = job.cluster;
+  Client& c = cluster.client(0);
+  TableSpec spec = AspZeros("sparse", 0);
+  spec.sparse = true;  // dim 4: 65536 keys a request
+  auto t = c.CreateTable(spec);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  std::vector<Key> keys(3 * 65536 + 5);  // 4 requests
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = SplitMix64(i + 1);
+  const size_t n = keys.size() * spec.dim;
+  std::vector<float> g(n), v(n, 7.0f);
+  for (size_t i = 0; i < n; ++i) g[i] = float(i % 17);
+  job.proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
+  Future push = c.Push(*t, keys, g);
+  Future pull = c.Pull(*t, keys, v.data());
+  const Server& server = cluster.server(0);
+  EXPECT_TRUE(Eventually([&] { return server.stats().pushes == 4 && server.stats().pulls == 4; }, 5000));
+  job.proxy.Cut();  // the answers held are lost
+  ASSERT_TRUE(push.WaitFor(10000).ok());
+  ASSERT_TRUE(pull.WaitFor(10000).ok());
+  for (size_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(v[i], -0.1f * g[i]) << i;
+  EXPECT_EQ(server.stats().pushes, 4u);
+  EXPECT_GE(server.stats().duplicates, 4u);  // every request's push, answered from the record
+  EXPECT_EQ(server.stats().rejected, 0u);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 // Options no job can run with are refused when a node is made, naming the option, before it
 // contacts anyone (the binaries exit 2 on them: not restarted).
 TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
