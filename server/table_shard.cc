@@ -217,6 +217,8 @@ size_t Stripe::WriteBudgetBytes() const {
 const float* Stripe::BeginWrite(size_t b, uint64_t keep_begin, uint64_t keep_end, std::shared_ptr<ParamArray>* held_array) {
   Block& k = blocks_[b];
   std::shared_ptr<ParamArray>& cur = k.params;
+  // Room to list the block's spare first: nothing after the budget is taken may throw.
+  if (!k.spared && spared_.size() == spared_.capacity()) spared_.reserve(std::max<size_t>(8, 2 * spared_.size()));
   // Another array: the spare when no reply holds it any more (warm: a fresh array of 64 MB or
   // more is a fresh mmap that page-faults on every touch), else a new one if the budget allows
   // the held array to stay beside it; else wait for a reply to let go of one of them.
@@ -383,15 +385,13 @@ const uint32_t* Stripe::LocalRows(const RowSelection& sel, const Key* keys) {
       key_lists_.emplace_back();
       list = &key_lists_.back();
     }
-    if (!list) list = least_used(nullptr);
-    if (list) {
-      kept -= list->keys.size();
-      while (kept > kMaxReusedKeys) {
-        KeyList* old = least_used(list);
-        if (!old) break;
-        kept -= old->keys.size();
-        *old = KeyList();
-      }
+    if (!list) list = least_used(nullptr);  // (the lists are full, so none is empty)
+    kept -= list->keys.size();
+    while (kept > kMaxReusedKeys) {
+      KeyList* old = least_used(list);
+      if (!old) break;
+      kept -= old->keys.size();
+      *old = KeyList();
     }
     list->last_use = ++key_list_uses_;
     rows = &list->rows;
@@ -482,8 +482,17 @@ Stripe::BlockWrites::BlockWrites(Stripe* stripe) : s(stripe) {
   s->write_in_.resize(s->blocks_.size(), nullptr);
   s->write_held_.resize(s->blocks_.size());
   s->written_blocks_.reserve(s->blocks_.size());
-  // A write to the stripe: spares of blocks no write needed for a while go.
   ++s->writes_;
+}
+
+Stripe::BlockWrites::~BlockWrites() {
+  for (uint32_t b : s->written_blocks_) {
+    s->write_in_[b] = nullptr;
+    s->write_held_[b].reset();
+  }
+  s->written_blocks_.clear();
+  // Spares of blocks no write needed for a while go (after the write: a spare it used or made
+  // was needed now).
   const uint64_t idle = kSpareIdleWrites * std::max<size_t>(1, s->spared_.size());
   size_t kept = 0;
   for (uint32_t b : s->spared_) {
@@ -496,14 +505,6 @@ Stripe::BlockWrites::BlockWrites(Stripe* stripe) : s(stripe) {
     }
   }
   s->spared_.resize(kept);
-}
-
-Stripe::BlockWrites::~BlockWrites() {
-  for (uint32_t b : s->written_blocks_) {
-    s->write_in_[b] = nullptr;
-    s->write_held_[b].reset();
-  }
-  s->written_blocks_.clear();
 }
 
 void Stripe::BlockWrites::Begin(size_t b, uint64_t keep_begin, uint64_t keep_end) {
@@ -667,6 +668,7 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
     }
   } catch (...) {
     begun.Undo();
+    bsp_.erase(it);  // (the clock is not applied here: its sum is of no more use)
     throw;
   }
   float* slot_ptrs[8];

@@ -147,8 +147,11 @@ class Stripe {
 
   // The calls below that may add sparse rows (every keyed one) throw TableMemoryExhausted, or
   // std::bad_alloc for the rows, before they change anything: no gradient applied, no row read,
-  // the rows they added taken away again. (The machine out of memory later in a call, say for a
-  // BSP sum, may leave it part done.)
+  // the rows they added taken away again. A write out of memory for a block's copy-on-write
+  // array (ApplyPush, ApplyAccumulated) applies nothing either, but keeps the rows it added, at
+  // their initial values (as a pull of them would have made them); a BSP clock that fails so is
+  // dropped. (The machine out of memory later in a call, say for a BSP sum, may leave it part
+  // done.)
 
   // Applies gradients now (SSP/ASP). grads holds dim floats per message row.
   void ApplyPush(const RowSelection& sel, const Key* keys, const float* grads,
@@ -257,11 +260,13 @@ class Stripe {
   void TruncateRows(size_t rows);
   // The blocks a write (ApplyPush, ApplyAccumulated) writes, each made writable (BeginWrite) before
   // any is written: out of memory for one then leaves the stripe as it was (Undo gives the blocks
-  // begun their rows back). Counts a write to the stripe, and drops the spares of blocks no write
-  // needed in the last kSpareIdleWrites writes per block that has one.
+  // begun their rows back). Counts a write to the stripe, and after it drops the spares of blocks
+  // no write needed in the last kSpareIdleWrites writes per block that has one.
   struct BlockWrites {
     explicit BlockWrites(Stripe* stripe);
-    ~BlockWrites();  // lets go of the held arrays
+    BlockWrites(const BlockWrites&) = delete;
+    BlockWrites& operator=(const BlockWrites&) = delete;
+    ~BlockWrites();  // lets go of the held arrays, then ages the spares
     void Begin(size_t b, uint64_t keep_begin, uint64_t keep_end);  // BeginWrite, once a block
     const float* in(size_t b) const { return s->write_in_[b]; }   // where block b's rows are read from
     void Undo();                                                   // after a Begin threw
