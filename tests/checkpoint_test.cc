@@ -206,6 +206,32 @@ TEST(Checkpoint, FileRoundTripsAShardAcrossStripings) {
     EXPECT_EQ(std::memcmp(n.data.data(), want.data(), n.data.size()), 0);
   }
 
+  // A sparse stripe of several blocks (TableInfo::KeyedBlockRows: 4 rows of 256 KB each) is
+  // written a block at a time, in row order, and restored into 1 stripe (cut into blocks again)
+  // or 3 (rows to the stripes their keys hash to).
+  {
+    TableSpec wide = Spec("sparse_blocks", true, opt::Kind::kAdam);
+    wide.dim = 1 << 16;
+    ASSERT_EQ(TableInfo::KeyedBlockRows(wide.dim), 4u);
+    const TableInfo info = TableInfo::Make(3, wide, 1);
+    TableShard written(info, 0, 1);
+    std::vector<Key> keys;
+    for (Key k = 0; k < 11; ++k) keys.push_back(k * 977 + 5);  // rows 0 to 10: blocks of 4, 4, 3
+    PushSome(written, keys, 1.0f);
+    PushSome(written, {keys[0], keys[4], keys[10]}, -2.0f);
+    ASSERT_TRUE(WriteServerCheckpoint(dir.path(), 0, 1, 6, {&written}, nullptr).ok());
+    for (int threads : {1, 3}) {
+      auto back = ReadServerCheckpoint(dir.path(), 0, 1, 6, /*in_blocks=*/true);
+      ASSERT_TRUE(back.ok()) << back.status().ToString();
+      TableShard restored(info, 0, threads);
+      ASSERT_TRUE(restored.Restore(std::move((*back)["sparse_blocks"].rows)).ok());
+      EXPECT_EQ(Dump(written, keys), Dump(restored, keys)) << threads << " update threads";
+      if (threads == 1) {
+        EXPECT_EQ(restored.stripe(0).row_params(5), restored.stripe(0).row_params(4) + wide.dim);
+      }
+    }
+  }
+
   // Rows that do not fit the shard are refused, naming the table.
   auto again = ReadServerCheckpoint(dir.path(), 1, 2, 17);
   ASSERT_TRUE(again.ok());
