@@ -102,6 +102,10 @@ struct TableInfo {
   // Owner of a row id; the caller has checked a dense id is < rows.
   int OwnerOf(Key key) const;
   static uint32_t BucketOf(Key key) { return static_cast<uint32_t>(SplitMix64(key) % kBuckets); }
+  // Sparse: the stripe of a server's shard of `stripes` that holds `key` (server/table_shard.h).
+  static int SparseStripeOf(Key key, int stripes) {
+    return stripes <= 1 ? 0 : static_cast<int>((SplitMix64(key) >> 32) % uint64_t(stripes));
+  }
 };
 
 struct ServerAddress {

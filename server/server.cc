@@ -440,7 +440,12 @@ void ServerImpl::ExecuteOrThrow(Request* r, int i) {
     case Request::kRead:
       if (r->out) s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get());
       else if (sel->is_range) r->shared[i] = s.ShareRows(sel->range_begin);
-      else r->shared[i] = s.ReadOrShare(*sel, r->msg.key_data(), &r->out);  // one stripe: see PreparePull
+      else if (r->sel.size() == 1) r->shared[i] = s.ReadOrShare(*sel, r->msg.key_data(), &r->out);  // see PreparePull
+      else {  // this stripe's rows gathered on their own when not one run (stripes run in parallel)
+        std::shared_ptr<float[]> own;
+        r->shared[i] = s.ReadOrShare(*sel, r->msg.key_data(), &own);
+        if (!r->shared[i]) r->shared[i] = std::shared_ptr<const float>(own, own.get());
+      }
       break;
     case Request::kApplyBsp:
       s.ApplyAccumulated(r->clock, r->ctx);
@@ -842,15 +847,14 @@ void ServerImpl::PreparePull(Request* r, int64_t min_live) {
   r->staleness = static_cast<int32_t>(s);
   // A dense pull of parameters is sent from the parameters themselves, a values frame per
   // stripe, without a copy (copy-on-write: the pull still sees exactly the updates applied
-  // before it). So is a keyed pull whose rows one stripe holds as one run, which its update
-  // thread finds out (Stripe::ReadOrShare; else it gathers them). Other keyed pulls and optimizer
-  // slots are gathered into one buffer, and so are small pulls that span stripes (one small
-  // copied frame rather than several).
+  // before it). So is each stripe's part of a keyed pull whose rows that stripe holds as one run,
+  // which its update thread finds out (Stripe::ReadOrShare; else it gathers them, in parallel
+  // with the other stripes); over several stripes the reply holds each stripe's rows in turn
+  // (kFlagByStripe), and the client places them. Optimizer slots are gathered into one buffer,
+  // and so are small pulls that span stripes (one small copied frame rather than several).
   int stripes = 0;
   for (const RowSelection& sel : r->sel) stripes += sel.size() > 0;
-  const bool range = h.flags & kFlagRange;
-  const bool in_place = h.slot < 0 && (range ? (stripes <= 1 || h.row_count() * h.dim * sizeof(float) > kInlineBytes)
-                                             : stripes == 1);
+  const bool in_place = h.slot < 0 && (stripes <= 1 || h.row_count() * h.dim * sizeof(float) > kInlineBytes);
   if (in_place) r->shared.resize(r->sel.size());
   else r->out = NewFloatBuffer(h.row_count() * h.dim);
 }
@@ -981,6 +985,10 @@ void ServerImpl::Reply(Request* r) {
         zmq::message_t f = ZeroCopyFrame(r->shared[k].get(), r->sel[k].size() * row_bytes, r->shared[k]);
         if (frames == 1) values = std::move(f);  // one stripe: the plain three-frame reply
         else split.push_back(std::move(f));
+      }
+      if (frames > 1 && !(h.flags & kFlagRange)) {  // keyed: each stripe's rows in turn
+        out.flags |= kFlagByStripe;
+        out.row_begin = r->shared.size();
       }
     }
   }

@@ -852,22 +852,23 @@ std::shared_ptr<const float> Stripe::ReadOrShare(const RowSelection& sel, const 
                                                  std::shared_ptr<float[]>* out) {
   size_t runs = 0;
   uint32_t first_row = 0;
-  uint64_t first_pos = 0;
   size_t first_len = 0;
+  size_t at = 0;  // the selection index of the run's first row (runs come in selection order)
   const size_t row_floats = dim_;
   const uint32_t* rows = LocalRows(sel, keys);  // may add rows, which may move the arrays
-  ForEachRun(sel, keys, rows, false, [&](uint32_t r, uint64_t pos, size_t len) {
+  ForEachRun(sel, keys, rows, false, [&](uint32_t r, uint64_t, size_t len) {
     if (runs++ == 0) {  // maybe the only one: copied only once a second run shows up
       first_row = r;
-      first_pos = pos;
       first_len = len;
+      at = len;
       return;
     }
     if (runs == 2) {
       *out = NewFloatBuffer(sel.size() * row_floats);
-      std::memcpy(out->get() + first_pos * row_floats, Row(first_row), first_len * row_floats * sizeof(float));
+      std::memcpy(out->get(), Row(first_row), first_len * row_floats * sizeof(float));
     }
-    std::memcpy(out->get() + pos * row_floats, Row(r), len * row_floats * sizeof(float));
+    std::memcpy(out->get() + at * row_floats, Row(r), len * row_floats * sizeof(float));
+    at += len;
   });
   ReleaseRows();
   if (runs == 1) return Lend(first_row / block_rows_, Row(first_row));
@@ -919,7 +920,7 @@ bool TableShard::Owns(Key key) const {
 int TableShard::StripeOf(Key key) const {
   int n = num_stripes();
   if (n == 1) return 0;
-  if (info_.spec.sparse) return static_cast<int>((SplitMix64(key) >> 32) % n);
+  if (info_.spec.sparse) return TableInfo::SparseStripeOf(key, n);
   auto it = std::upper_bound(stripe_offsets_.begin(), stripe_offsets_.end(), key);
   return static_cast<int>(it - stripe_offsets_.begin()) - 1;
 }

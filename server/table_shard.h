@@ -167,10 +167,11 @@ class Stripe {
   void DropAccumulated(int64_t clock, int worker);
   // Copies rows (parameters, or optimizer slot `slot` >= 0) into out (dim floats per message row).
   void Read(const RowSelection& sel, const Key* keys, int slot, float* out);
-  // A keyed pull of parameters: when its rows are consecutive local rows in message order (one
-  // run: a recurring key set pulled in the order its rows were made, or ascending dense rows),
-  // those rows in place, as ShareRows gives them; otherwise nullptr, and the rows gathered into
-  // *out (allocated here, dim floats per message row). Each key is looked up once either way.
+  // A keyed pull of parameters: when its rows are consecutive local rows in the selection's order
+  // (one run: a recurring key set pulled in the order its rows were made, or ascending dense
+  // rows), those rows in place, as ShareRows gives them; otherwise nullptr, and the rows gathered
+  // into *out (allocated here, dim floats per row of the selection, in its order). Each key is
+  // looked up once either way.
   std::shared_ptr<const float> ReadOrShare(const RowSelection& sel, const Key* keys, std::shared_ptr<float[]>* out);
   // The parameters from global row `row` on, in place, for a pull reply to send without a copy:
   // the returned reference keeps this version of the array alive and unchanged (the next write

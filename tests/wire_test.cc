@@ -1450,7 +1450,8 @@ TEST(Stripes, LargeDenseCallsGoABlockARequest) {
 // A sparse call sends each server's part as requests of at most a block's keys
 // (TableInfo::KeysPerRequest: KeyedBlockRows, more when that would make over kMaxBlocks), in call
 // order, so that a recurring key set's rows are made and copied on write block by block; keys
-// in server order go zero-copy, others gathered, and every row lands in its place either way.
+// in server order go zero-copy, others gathered, and every row lands in its place either way,
+// also from replies that hold each stripe's rows in turn (two update threads).
 TEST(Stripes, LargeSparseCallsGoABlockARequest) {
   const TableSpec sp = AspSparse("sparse_blocks", 16384);  // 64 KB rows: 16 to a block
   const TableInfo info = TableInfo::Make(0, sp, 2);
@@ -1490,6 +1491,18 @@ TEST(Stripes, LargeSparseCallsGoABlockARequest) {
   std::vector<float> copied(g.size());
   view.CopyTo(copied.data());
   EXPECT_EQ(copied, out);
+  // Two update threads: a reply holds each stripe's rows in turn, a frame each, sent in place
+  // (kFlagByStripe), and the client places them by key.
+  EXPECT_GT(view.num_parts(), requests[0] + requests[1]);
+  // A key twice in one pull: its stripe's rows are gathered (not one run), and both places get it.
+  std::vector<Key> twice = keys;
+  twice.insert(twice.begin() + 3, keys[40]);
+  std::vector<float> out2(twice.size() * sp.dim);
+  ASSERT_TRUE(c.Pull(*t, twice, out2.data()).Wait().ok());
+  for (size_t i = 0; i < twice.size(); ++i) {
+    const size_t at = i < 3 ? i : i == 3 ? 40 : i - 1;
+    ASSERT_EQ(std::memcmp(&out2[i * sp.dim], &out[at * sp.dim], sp.dim * sizeof(float)), 0) << i;
+  }
   for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(view.row(i)[sp.dim - 1], out[i * sp.dim + sp.dim - 1]) << i;
   // The keys in the order drawn (each server's gathered): the same rows, in their places.
   std::vector<float> mixed(g.size());

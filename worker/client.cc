@@ -108,6 +108,9 @@ struct PulledParts {
   // Keyed: [server part] the key index of each row it holds; empty: consecutive key indices from
   // first_row[part] (keys in server order, GroupByServer).
   std::vector<std::vector<uint32_t>> positions;
+  // Keyed: [server part] which of its keys each reply row is, for a reply of several stripes
+  // (kFlagByStripe); empty: in key order.
+  std::vector<std::vector<uint32_t>> key_of_row;
   bool keyed = false;
   size_t rows = 0;
   uint32_t dim = 0;
@@ -160,8 +163,10 @@ struct PulledParts {
         for (const zmq::message_t& f : frames[s]) {
           const float* src = static_cast<const float*>(f.data());
           const size_t n = dim ? f.size() / sizeof(float) / dim : 0;
-          for (size_t k = 0; k < n; ++k, ++j)
-            rows_[positions[s].empty() ? first_row[s] + j : positions[s][j]] = src + k * dim;
+          for (size_t k = 0; k < n; ++k, ++j) {
+            const size_t key = key_of_row[s].empty() ? j : key_of_row[s][j];
+            rows_[positions[s].empty() ? first_row[s] + key : positions[s][key]] = src + k * dim;
+          }
         }
       }
     });
@@ -1043,6 +1048,27 @@ struct KeysByServer {
   std::vector<size_t> first, count;
   bool grouped = true;
 };
+// A keyed pull's reply of several stripes (kFlagByStripe): each stripe's rows in turn, each in
+// the request's key order. Which of the request's keys each reply row is.
+Status KeysOfStripeRows(const Header& h, const Part& part, std::vector<uint32_t>* key_of_row) {
+  const size_t n = part.sent_keys.size() / sizeof(Key);
+  if ((h.flags & kFlagRange) || n != part.rows || h.row_begin < 2 || h.row_begin > kMaxValueFrames)
+    return Status::Corruption("pull reply by stripe of " + std::to_string(h.row_begin) + " stripes does not fit its request");
+  const int stripes = static_cast<int>(h.row_begin);
+  const char* keys = static_cast<const char*>(part.sent_keys.data());  // (a small frame may sit unaligned)
+  std::vector<uint8_t> stripe_of(n);
+  std::vector<uint32_t> first(stripes + 1, 0);
+  for (size_t j = 0; j < n; ++j) {
+    Key k;
+    std::memcpy(&k, keys + j * sizeof(Key), sizeof(Key));
+    ++first[(stripe_of[j] = static_cast<uint8_t>(TableInfo::SparseStripeOf(k, stripes))) + 1];
+  }
+  for (int s = 0; s < stripes; ++s) first[s + 1] += first[s];
+  key_of_row->resize(n);
+  for (size_t j = 0; j < n; ++j) (*key_of_row)[first[stripe_of[j]]++] = static_cast<uint32_t>(j);
+  return Status::OK();
+}
+
 KeysByServer SplitByServer(const TableInfo& info, const std::vector<Key>& keys, int S) {
   KeysByServer k;
   k.first.assign(S, 0);
@@ -1253,6 +1279,7 @@ Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out
         parts->frames.emplace_back();
         parts->first_row.push_back(at);
         parts->positions.push_back(std::move(c->part.positions));
+        parts->key_of_row.emplace_back();
       }
       cmds.push_back(std::move(c));
     }
@@ -1865,6 +1892,15 @@ void ClientImpl::HandleReply(Message& m, int from) {
       return;
     }
     const size_t nbytes = m.value_bytes();
+    // A keyed reply of several stripes: which of the request's keys each reply row is.
+    std::vector<uint32_t> key_of_row;
+    if (h.flags & kFlagByStripe) {
+      Status st = KeysOfStripeRows(h, part, &key_of_row);
+      if (!st.ok()) {
+        part.fs->Complete(part.target, st);
+        return;
+      }
+    }
     {
       std::lock_guard<std::mutex> l(part.fs->mu);
       if (!part.fs->abandoned) {
@@ -1873,22 +1909,25 @@ void ClientImpl::HandleReply(Message& m, int from) {
           std::vector<zmq::message_t>& keep = part.view->frames[part.view_index];
           keep.clear();
           for (size_t fi = 0; fi < m.num_value_frames(); ++fi) keep.push_back(std::move(m.value_frame(fi)));
+          if (part.view->keyed) part.view->key_of_row[part.view_index] = std::move(key_of_row);
           part.view->landed.fetch_add(1, std::memory_order_acq_rel);
         } else {
-          // Row i of the reply (counted over its frames, each whole rows) goes to
-          // out + positions[i] * dim, or out + i * dim.
+          // Row i of the reply (counted over its frames, each whole rows) is key k = i, or
+          // key_of_row[i], of the request: it goes to out + positions[k] * dim, or out + k * dim.
           const size_t row_floats = part.dim;
           size_t i = 0;
           for (size_t fi = 0; fi < m.num_value_frames(); ++fi) {
             const zmq::message_t& f = m.value_frame(fi);
             const float* src = static_cast<const float*>(f.data());
             const size_t rows = row_floats ? f.size() / sizeof(float) / row_floats : 0;
-            if (part.positions.empty()) {
+            if (part.positions.empty() && key_of_row.empty()) {
               std::memcpy(part.out + i * row_floats, src, f.size());
             } else {
-              for (size_t j = 0; j < rows; ++j)
-                std::memcpy(part.out + size_t(part.positions[i + j]) * row_floats, src + j * row_floats,
-                            row_floats * sizeof(float));
+              for (size_t j = 0; j < rows; ++j) {
+                const size_t k = key_of_row.empty() ? i + j : key_of_row[i + j];
+                const size_t to = part.positions.empty() ? k : part.positions[k];
+                std::memcpy(part.out + to * row_floats, src + j * row_floats, row_floats * sizeof(float));
+              }
             }
             i += rows;
           }

@@ -561,6 +561,7 @@ class TransportBench {
     for (const Shape& sh : cfg_.shapes) RunShape(sh);
     RunSplitPull();
     RunStripedPull();
+    RunStripedSparsePull();
     RunSsp();
     SetLogLevel(LogLevel::kInfo);
     std::fprintf(stderr, "transport bench: %.1f s\n", Now() - t0);
@@ -624,6 +625,8 @@ class TransportBench {
         std::fprintf(stderr, "  %-52s %.2f x (%s)\n", "16 MB dense pull, 2 servers beat 1", r, r > 1.0 ? "met" : "not met");
       if (f.name == "pull_3stripes/16MB/1s1w")
         std::fprintf(stderr, "  %-52s %.2f x raw (zero-copy: a frame per stripe)\n", "16 MB dense pull, 3 update threads", r);
+      if (f.name == "sparse_pull_3stripes/16MB/1s1w")
+        std::fprintf(stderr, "  %-52s %.2f x raw (zero-copy: a frame per stripe a request)\n", "16 MB sparse pull, 3 update threads", r);
       if (f.name.rfind("server_rss_adam/", 0) == 0 && f.name != "server_rss_adam/16M") {
         // The same goal without choosing the fixed part: what each float more costs, between
         // this N and 16M floats (the overhead, whatever it is, drops out).
@@ -922,6 +925,45 @@ class TransportBench {
           "dense 16MB PullDenseView from 1 server with " + std::to_string(K) +
               " update threads (a zero-copy values frame per stripe) vs raw ZeroMQ, pipelined depth " +
               std::to_string(plan.depth) + ", alternating, best of " + std::to_string(cfg_.reps));
+  }
+
+  // The same for a sparse table (dim 64, 65536 random keys, PullView): a request per block's keys,
+  // each answered with a frame per stripe, each stripe's rows in place (kFlagByStripe), against
+  // raw ZeroMQ sending the keys and moving the same bytes.
+  void RunStripedSparsePull() {
+    const size_t bytes = 16 * kMB;
+    const int K = 3;
+    const uint32_t dim = 64;
+    const std::string name = "sparse_pull_3stripes/16MB/1s1w";
+    LocalCluster cl(BenchCluster(1, 1, K));
+    Status st = cl.Start();
+    Result<Table> t = st.ok() ? cl.client(0).CreateTable(MakeSpec("striped_sparse", true, 0, dim, opt::Kind::kSgd, Asp()))
+                              : Result<Table>(st);
+    if (!t.ok()) {
+      Add(name, "GB/s", NAN, 0.0, "FAILED: " + t.status().ToString());
+      return;
+    }
+    auto keys = std::make_shared<std::vector<Key>>();
+    for (uint64_t i = 0; i < bytes / 4 / dim; ++i) keys->push_back(SplitMix64(i * 0x9E3779B97F4A7C15ull + 7));
+    const Plan plan = ThroughputPlan(cfg_, bytes);
+    double best[2] = {0, 0};  // pushpull, raw
+    std::string error;
+    {
+      RawServer server(bytes + keys->size() * sizeof(Key) + 4096);
+      RawClient raw(std::vector<std::string>{server.address()});
+      PushPullDriver pp(cl.client(0), t.value(), bytes / 4, keys, plan.depth, kWaitMs);
+      RawDriver rw(raw, {bytes / 4}, {keys->size() * sizeof(Key)}, kWaitMs);
+      error = BestOfAlternatingPulls(pp, rw, plan, bytes, cfg_.reps, best);
+    }
+    st = cl.FinishAndJoin();
+    if (!st.ok()) std::fprintf(stderr, "transport: striped sparse pull cluster finish: %s\n", st.ToString().c_str());
+    if (!error.empty())
+      Add(name, "GB/s", NAN, 0.0, "FAILED: " + error);
+    else
+      Add(name, "GB/s", best[0], best[1],
+          "sparse 16MB PullView (dim 64, " + std::to_string(keys->size()) + " random keys) from 1 server with " +
+              std::to_string(K) + " update threads (a zero-copy values frame per stripe a request) vs raw ZeroMQ, "
+              "pipelined depth " + std::to_string(plan.depth) + ", alternating, best of " + std::to_string(cfg_.reps));
   }
 
   // Starts `cl` and creates a dense SGD table of `bytes` (rows of 1024 floats) on it.
