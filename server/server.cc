@@ -851,10 +851,14 @@ void ServerImpl::PreparePull(Request* r, int64_t min_live) {
   // which its update thread finds out (Stripe::ReadOrShare; else it gathers them, in parallel
   // with the other stripes); over several stripes the reply holds each stripe's rows in turn
   // (kFlagByStripe), and the client places them. Optimizer slots are gathered into one buffer,
-  // and so are small pulls that span stripes (one small copied frame rather than several).
+  // and so are small pulls that span stripes (one small copied frame rather than several) and
+  // keyed pulls of a dense table that span stripes.
   int stripes = 0;
   for (const RowSelection& sel : r->sel) stripes += sel.size() > 0;
-  const bool in_place = h.slot < 0 && (stripes <= 1 || h.row_count() * h.dim * sizeof(float) > kInlineBytes);
+  const bool large = h.row_count() * h.dim * sizeof(float) > kInlineBytes;
+  const bool range = h.flags & kFlagRange;
+  // (A client places a reply's stripes by a key's hash: sparse tables only.)
+  const bool in_place = h.slot < 0 && (stripes <= 1 || (large && (range || r->shard->spec().sparse)));
   if (in_place) r->shared.resize(r->sel.size());
   else r->out = NewFloatBuffer(h.row_count() * h.dim);
 }

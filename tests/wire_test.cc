@@ -1526,6 +1526,41 @@ TEST(Stripes, LargeSparseCallsGoABlockARequest) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// Keyed pulls of a dense table over several stripes (rows by range, not by hash) are gathered
+// in the keys' order, whatever their size; a sparse table's are sent a stripe a frame.
+TEST(Stripes, KeyedPullsOverStripesLandInTheirPlaces) {
+  LocalCluster cluster(Striped(1, 3));
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  const uint64_t rows = 3000;
+  const uint32_t dim = 64;
+  auto dense = c.CreateTable(AspTable("dense_keyed", rows, dim));
+  auto sparse = c.CreateTable(AspSparse("sparse_keyed", dim));
+  ASSERT_TRUE(dense.ok() && sparse.ok());
+  std::vector<Key> keys;
+  for (Key k = 0; k < rows; ++k) keys.push_back((k * 7919) % rows);  // every row, shuffled
+  std::vector<float> g(keys.size() * dim);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = float(i % 1009);
+  for (const Table& t : {*dense, *sparse}) {
+    ASSERT_TRUE(c.Push(t, keys, g).Wait().ok()) << t.name;
+    std::vector<float> out(g.size());
+    ASSERT_TRUE(c.Pull(t, keys, out.data()).Wait().ok()) << t.name;
+    for (size_t i = 0; i < keys.size(); i += 97) {  // against pulls of one key (one small frame)
+      std::vector<float> one(dim);
+      ASSERT_TRUE(c.Pull(t, {keys[i]}, one.data()).Wait().ok());
+      ASSERT_EQ(std::memcmp(one.data(), &out[i * dim], dim * sizeof(float)), 0) << t.name << " " << i;
+    }
+    PulledRows view;
+    ASSERT_TRUE(c.PullView(t, std::make_shared<const std::vector<Key>>(keys), &view).Wait().ok()) << t.name;
+    for (size_t i = 0; i < keys.size(); i += 97)
+      ASSERT_EQ(std::memcmp(view.row(i), &out[i * dim], dim * sizeof(float)), 0) << t.name << " " << i;
+    if (t.sparse) {
+      EXPECT_EQ(view.num_parts(), 3u) << "a frame per stripe";
+    }
+  }
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 // The learning-rate schedule steps once a push a server receives, not once a request: a call
 // split into a request per block (dense) or per block's keys (sparse) takes one step, on its
 // first request (kFlagContinues on the others).
