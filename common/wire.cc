@@ -395,6 +395,11 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
                               std::to_string(int(h.status)) + "; only replies carry one");
   if (!(h.push_norm == -1.0f || (std::isfinite(h.push_norm) && h.push_norm >= 0.0f)))
     return Status::Corruption("push norm " + std::to_string(h.push_norm) + " is neither -1 nor a finite norm");
+  const uint8_t flags_known = kFlagRange | (h.type == MsgType::kPush ? kFlagContinues : 0) |
+                              (h.type == MsgType::kPullReply && !(h.flags & kFlagRange) ? kFlagByStripe : 0);
+  if (h.flags & ~flags_known)
+    return Status::Corruption(std::string(MsgTypeName(h.type)) + " carries flags " + std::to_string(int(h.flags)) +
+                              " it cannot have");
   out->keys = std::move((*frames)[1]);
   out->values = std::move((*frames)[2]);
   out->more_values.clear();

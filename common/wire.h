@@ -24,12 +24,14 @@
 namespace pushpull {
 
 constexpr uint32_t kWireMagic = 0x50505348;  // "PPSH"
-constexpr uint16_t kWireVersion = 7;  // 2: pull replies may split their values over frames; 3: checkpoints;
+constexpr uint16_t kWireVersion = 8;  // 2: pull replies may split their values over frames; 3: checkpoints;
                                       // 4: heartbeats carry the membership version, RegisterReply whether the job checkpoints;
                                       // 5: pushes split over servers carry the whole push's norm (clip_norm);
                                       // 6: checkpoints keep the run's description (Client::Checkpoint(run));
                                       // 7: nodes heartbeat while they wait for the job to start (the scheduler
-                                      //    gives a silent one's slot back)
+                                      //    gives a silent one's slot back);
+                                      // 8: header flags kFlagContinues (a push's later requests) and
+                                      //    kFlagByStripe (a keyed pull reply a stripe a frame)
 // A RegisterReply lists every server's address (up to kMaxNodes of at most 256 bytes): 1.1 MB
 // at most; data-message headers are a few dozen bytes.
 constexpr uint32_t kMaxNodes = 4096;
@@ -123,7 +125,8 @@ struct Header {
 
 // A received message. For a ROUTER socket `identity` names the peer to reply to. keys and
 // values are the frames as received: read in place, never copied. A pull reply's values may go
-// on in more_values (each frame whole rows, in row order); every other message has one values
+// on in more_values (each frame whole rows, in row order, or for kFlagByStripe each stripe's
+// rows in turn); every other message has one values
 // frame and more_values empty.
 struct Message {
   zmq::message_t identity;
@@ -135,6 +138,7 @@ struct Message {
   // The values frames in order: values, then more_values.
   size_t num_value_frames() const { return 1 + more_values.size(); }
   zmq::message_t& value_frame(size_t i) { return i == 0 ? values : more_values[i - 1]; }
+  const zmq::message_t& value_frame(size_t i) const { return i == 0 ? values : more_values[i - 1]; }
   size_t value_bytes() const {
     size_t n = values.size();
     for (const zmq::message_t& f : more_values) n += f.size();

@@ -45,8 +45,8 @@ struct Request {
   int64_t clock = 0;                // kAccumulate / kApplyBsp / kDropWorker
   int worker = -1;                  // kDropWorker: whose sum for `clock` to drop
   std::shared_ptr<float[]> out;     // kRead: reply values (uninitialised, then filled) ...
-  // ... or, for a dense pull of parameters, each stripe's rows in place (Stripe::ShareRows):
-  // shared[k] for stripe k, sent as one values frame each.
+  // ... or, for a pull of parameters sent a stripe a frame, shared[k] for stripe k: its rows in
+  // place (Stripe::ShareRows, ReadOrShare) or, for a keyed part not one run, gathered.
   std::vector<std::shared_ptr<const float>> shared;
   int32_t staleness = 0;
   std::atomic<int> pending{0};
@@ -969,7 +969,7 @@ void ServerImpl::Reply(Request* r) {
   zmq::message_t values;
   std::vector<zmq::message_t> split;  // in-place dense pull: a frame per stripe
   if (r->op == Request::kRead) {
-    out.flags = h.flags;
+    out.flags = h.flags & kFlagRange;  // (and kFlagByStripe below)
     out.num_keys = h.num_keys;
     out.row_begin = h.row_begin;
     out.num_rows = h.num_rows;

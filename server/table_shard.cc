@@ -436,12 +436,16 @@ const uint32_t* Stripe::LocalRows(const RowSelection& sel, const Key* keys) {
 // consecutive in the message too (and, when match_steps, share a step count) and in one block:
 // one optimizer call per run keeps a dense update a single vectorised pass, and a sparse one
 // over keys whose rows were created in the same order (a recurring key set) too.
+// by_selection: runs need be consecutive in the selection only, not in the message (a caller
+// that places rows by selection index; message_pos is then not the run's place).
 template <typename F>
-void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, const uint32_t* rows, bool match_steps, F&& f) {
+void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, const uint32_t* rows, bool match_steps, F&& f,
+                        bool by_selection) {
   const size_t n = sel.size();
-  // Every key of the message, in order, on consecutive rows (a recurring key set): runs end only
-  // at blocks' ends and where step counts differ, found without looking at each row's.
-  if (rows && rows_one_run_ && sel.all_keys) {
+  // Every key of the selection on consecutive rows, in order (a recurring key set), and every
+  // key of the message or placed by selection: runs end only at blocks' ends and where step
+  // counts differ, found without looking at each row's.
+  if (rows && rows_one_run_ && (sel.all_keys || by_selection)) {
     for (size_t i = 0; i < n;) {
       const uint32_t r = static_cast<uint32_t>(rows[0] + i);
       const uint64_t block_end = (r / block_rows_ + 1) * block_rows_;
@@ -470,7 +474,9 @@ void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, const uint32_t
     while (i + len < n) {
       const uint64_t pos2 = sel.is_range ? sel.first_pos + i + len : sel.pos(i + len);
       const uint32_t r2 = row_at(i + len);
-      if (pos2 != pos + len || r2 != r + len || r2 >= block_end || (match_steps && steps_[r2] != steps_[r])) break;
+      if ((pos2 != pos + len && !by_selection) || r2 != r + len || r2 >= block_end ||
+          (match_steps && steps_[r2] != steps_[r]))
+        break;
       ++len;
     }
     f(r, pos, len);
@@ -869,7 +875,7 @@ std::shared_ptr<const float> Stripe::ReadOrShare(const RowSelection& sel, const 
     }
     std::memcpy(out->get() + at * row_floats, Row(r), len * row_floats * sizeof(float));
     at += len;
-  });
+  }, /*by_selection=*/true);
   ReleaseRows();
   if (runs == 1) return Lend(first_row / block_rows_, Row(first_row));
   if (runs == 0) *out = NewFloatBuffer(0);

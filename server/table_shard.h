@@ -283,7 +283,8 @@ class Stripe {
   void Uncharge(size_t bytes);  // gives back what a Charge took (its allocation failed)
   // rows: LocalRows(sel, keys) (nullptr: computed from the range or dense keys).
   template <typename F>
-  void ForEachRun(const RowSelection& sel, const Key* keys, const uint32_t* rows, bool match_steps, F&& f);
+  void ForEachRun(const RowSelection& sel, const Key* keys, const uint32_t* rows, bool match_steps, F&& f,
+                  bool by_selection = false);
 
   const TableSpec spec_;
   const opt::Optimizer* const optimizer_;

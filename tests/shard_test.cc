@@ -621,6 +621,50 @@ TEST(Shard, RandomWritesBesideHeldRepliesMatchAPlainModel) {
   pull(list1, "after every reply let go of");
 }
 
+// A keyed pull over several stripes reads each stripe's part on its own (Stripe::ReadOrShare):
+// in place when its rows are one run in the selection's order, wherever the message holds its
+// keys (a recurring key set's rows, made in the order it is pulled); else gathered in the
+// selection's order (a key twice).
+TEST(Shard, EachStripesPartOfAKeyedPullIsReadInPlaceOrInItsOrder) {
+  TableSpec spec;
+  spec.name = "over_stripes";
+  spec.sparse = true;
+  spec.dim = 2;
+  spec.optimizer.kind = opt::Kind::kSgd;
+  TableShard t(TableInfo::Make(0, spec, 1), 0, 3);
+  ASSERT_EQ(t.num_stripes(), 3);
+  std::vector<Key> keys;
+  for (Key k = 0; k < 300; ++k) keys.push_back(k * 104729 + 11);
+  std::vector<RowSelection> sel;
+  t.Split(keys.data(), keys.size(), &sel);
+  std::vector<std::vector<float>> want(3);  // each stripe's rows, in its selection's order
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_GT(sel[i].size(), 50u);
+    ASSERT_GT(sel[i].pos(sel[i].size() - 1) - sel[i].pos(0) + 1, sel[i].size()) << "positions scattered through the message";
+    std::vector<float> all(keys.size() * spec.dim, NAN);
+    t.stripe(i).Read(sel[i], keys.data(), -1, all.data());  // (makes the rows, in this order)
+    for (size_t j = 0; j < sel[i].size(); ++j)
+      for (uint32_t c = 0; c < spec.dim; ++c) want[i].push_back(all[sel[i].pos(j) * spec.dim + c]);
+  }
+  for (int i = 0; i < 3; ++i) {
+    std::shared_ptr<float[]> copied;
+    std::shared_ptr<const float> in_place = t.stripe(i).ReadOrShare(sel[i], keys.data(), &copied);
+    ASSERT_NE(in_place, nullptr) << "stripe " << i << ": one run, sent in place";
+    EXPECT_EQ(std::vector<float>(in_place.get(), in_place.get() + want[i].size()), want[i]) << "stripe " << i;
+  }
+  // The first key of stripe 0 twice, at both ends of the message: gathered, in order.
+  std::vector<Key> twice = keys;
+  twice.push_back(keys[sel[0].pos(0)]);
+  t.Split(twice.data(), twice.size(), &sel);
+  std::shared_ptr<float[]> copied;
+  EXPECT_EQ(t.stripe(0).ReadOrShare(sel[0], twice.data(), &copied), nullptr);
+  ASSERT_NE(copied, nullptr);
+  std::vector<float> w = want[0];
+  w.push_back(want[0][0]);
+  w.push_back(want[0][1]);
+  EXPECT_EQ(std::vector<float>(copied.get(), copied.get() + w.size()), w);
+}
+
 // A sparse stripe keeps its parameters in blocks of TableInfo::KeyedBlockRows rows, in the
 // order rows were first touched, and copies on write a block at a time: a write to blocks no
 // pull reply holds is in place, one to a held block moves that block only (its rows not written

@@ -1494,13 +1494,15 @@ TEST(Stripes, LargeSparseCallsGoABlockARequest) {
   // Two update threads: a reply holds each stripe's rows in turn, a frame each, sent in place
   // (kFlagByStripe), and the client places them by key.
   EXPECT_GT(view.num_parts(), requests[0] + requests[1]);
-  // A key twice in one pull: its stripe's rows are gathered (not one run), and both places get it.
+  // A key twice in one request (keys[5] again at 3, both in server 0's first request): its
+  // stripe's rows are gathered (not one run), and both places get it.
+  ASSERT_EQ(info.OwnerOf(keys[5]), 0);
   std::vector<Key> twice = keys;
-  twice.insert(twice.begin() + 3, keys[40]);
+  twice.insert(twice.begin() + 3, keys[5]);
   std::vector<float> out2(twice.size() * sp.dim);
   ASSERT_TRUE(c.Pull(*t, twice, out2.data()).Wait().ok());
   for (size_t i = 0; i < twice.size(); ++i) {
-    const size_t at = i < 3 ? i : i == 3 ? 40 : i - 1;
+    const size_t at = i < 3 ? i : i == 3 ? 5 : i - 1;
     ASSERT_EQ(std::memcmp(&out2[i * sp.dim], &out[at * sp.dim], sp.dim * sizeof(float)), 0) << i;
   }
   for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(view.row(i)[sp.dim - 1], out[i * sp.dim + sp.dim - 1]) << i;

@@ -101,7 +101,8 @@ struct FutureState {
 
 // The received value frames of a PullDenseView or PullView: per request ("server part": a
 // server's part of the pull; of a dense one a block, of a sparse one up to a block's keys), in
-// row order, the frames of its reply (one per stripe of its rows, in row order).
+// row order, the frames of its reply (one per stripe of its rows: of a dense pull in row order,
+// of a keyed one over several stripes each stripe's rows in turn, see key_of_row).
 struct PulledParts {
   std::vector<std::vector<zmq::message_t>> frames;  // [server part][frame]
   std::vector<uint64_t> first_row;                  // [server part] its first row (see positions)
@@ -326,6 +327,7 @@ struct Part {
   std::vector<uint32_t> positions; // ... out + positions[i]*dim, or out + i*dim when empty
   uint64_t rows = 0;
   uint32_t dim = 0;
+  bool sparse = false;             // a keyed pull of a sparse table (may be answered by stripe)
   // Server requests: the frames as sent (sharing their buffers), to send again when a connection
   // to the server drops before the answer came (the server answers a repeat once).
   zmq::message_t sent_header, sent_keys, sent_values;
@@ -1050,10 +1052,14 @@ struct KeysByServer {
 };
 // A keyed pull's reply of several stripes (kFlagByStripe): each stripe's rows in turn, each in
 // the request's key order. Which of the request's keys each reply row is.
-Status KeysOfStripeRows(const Header& h, const Part& part, std::vector<uint32_t>* key_of_row) {
+Status KeysOfStripeRows(const Message& m, const Part& part, std::vector<uint32_t>* key_of_row) {
+  const Header& h = m.header;
   const size_t n = part.sent_keys.size() / sizeof(Key);
-  if ((h.flags & kFlagRange) || n != part.rows || h.row_begin < 2 || h.row_begin > kMaxValueFrames)
-    return Status::Corruption("pull reply by stripe of " + std::to_string(h.row_begin) + " stripes does not fit its request");
+  auto unfit = [&](const std::string& why) {
+    return Status::Corruption("pull reply by stripe of " + std::to_string(h.row_begin) + " stripes does not fit its request: " + why);
+  };
+  if (!part.sparse || (h.flags & kFlagRange) || n != part.rows || h.row_begin < 2 || h.row_begin > kMaxValueFrames)
+    return unfit("not a keyed pull of a sparse table, or no such stripe count");
   const int stripes = static_cast<int>(h.row_begin);
   const char* keys = static_cast<const char*>(part.sent_keys.data());  // (a small frame may sit unaligned)
   std::vector<uint8_t> stripe_of(n);
@@ -1063,6 +1069,15 @@ Status KeysOfStripeRows(const Header& h, const Part& part, std::vector<uint32_t>
     std::memcpy(&k, keys + j * sizeof(Key), sizeof(Key));
     ++first[(stripe_of[j] = static_cast<uint8_t>(TableInfo::SparseStripeOf(k, stripes))) + 1];
   }
+  // A frame a stripe with rows, in stripe order, each of its rows.
+  size_t frame = 0;
+  for (int s = 0; s < stripes; ++s) {
+    if (first[s + 1] == 0) continue;
+    if (frame >= m.num_value_frames() || m.value_frame(frame).size() != first[s + 1] * size_t(part.dim) * sizeof(float))
+      return unfit("its frames are not the stripes' rows");
+    ++frame;
+  }
+  if (frame != m.num_value_frames()) return unfit("more frames than stripes with rows");
   for (int s = 0; s < stripes; ++s) first[s + 1] += first[s];
   key_of_row->resize(n);
   for (size_t j = 0; j < n; ++j) (*key_of_row)[first[stripe_of[j]]++] = static_cast<uint32_t>(j);
@@ -1272,6 +1287,7 @@ Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out
       c->part.out = out ? out + at * dim : nullptr;
       c->part.rows = m;
       c->part.dim = dim;
+      c->part.sparse = info->spec.sparse;
       if (!pos[s].empty()) c->part.positions.assign(pos[s].begin() + j, pos[s].begin() + j + m);
       if (parts) {
         c->part.view = parts;
@@ -1895,7 +1911,7 @@ void ClientImpl::HandleReply(Message& m, int from) {
     // A keyed reply of several stripes: which of the request's keys each reply row is.
     std::vector<uint32_t> key_of_row;
     if (h.flags & kFlagByStripe) {
-      Status st = KeysOfStripeRows(h, part, &key_of_row);
+      Status st = KeysOfStripeRows(m, part, &key_of_row);
       if (!st.ok()) {
         part.fs->Complete(part.target, st);
         return;

@@ -95,7 +95,8 @@ class PulledRows {
   void CopyTo(float* out) const;
 
   // Dense pulls. (A keyed pull's parts are the frames of its servers' replies, part_first_row
-  // counting rows within each reply; use row(i).)
+  // counting rows within each reply, and a reply over several stripes holds each stripe's rows
+  // in turn, not in key order; use row(i).)
   size_t num_parts() const;
   const float* part(size_t i) const;
   size_t part_floats(size_t i) const;
