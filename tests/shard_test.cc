@@ -20,6 +20,17 @@
 namespace pushpull {
 namespace {
 
+// A sparse SGD table of `dim` floats a row.
+TableSpec SgdSparse(const std::string& name, uint32_t dim, InitKind init = InitKind::kZeros) {
+  TableSpec s;
+  s.name = name;
+  s.sparse = true;
+  s.dim = dim;
+  s.init = init;
+  s.optimizer.kind = opt::Kind::kSgd;
+  return s;
+}
+
 TableSpec AdamSparse() {
   TableSpec s;
   s.name = "emb";
@@ -520,12 +531,7 @@ TEST(Shard, ARecurringKeySetsRowsKeepTheirOwnSteps) {
 // plain model holds, and every held reply keeps reading what it was sent (copy-on-write a block
 // at a time, spares reused and aged), whatever blocks the pushes touch.
 TEST(Shard, RandomWritesBesideHeldRepliesMatchAPlainModel) {
-  TableSpec spec;
-  spec.name = "random";
-  spec.sparse = true;
-  spec.dim = 1 << 14;  // 64 KB rows: 16 to a block
-  spec.init = InitKind::kZeros;
-  spec.optimizer.kind = opt::Kind::kSgd;
+  const TableSpec spec = SgdSparse("random", 1 << 14);  // 64 KB rows: 16 to a block
   const uint32_t dim = spec.dim;
   auto budget = std::make_shared<CopyOnWriteBudget>();
   TableShard t(TableInfo::Make(0, spec, 1), 0, 1, true, budget);
@@ -626,11 +632,7 @@ TEST(Shard, RandomWritesBesideHeldRepliesMatchAPlainModel) {
 // keys (a recurring key set's rows, made in the order it is pulled); else gathered in the
 // selection's order (a key twice).
 TEST(Shard, EachStripesPartOfAKeyedPullIsReadInPlaceOrInItsOrder) {
-  TableSpec spec;
-  spec.name = "over_stripes";
-  spec.sparse = true;
-  spec.dim = 2;
-  spec.optimizer.kind = opt::Kind::kSgd;
+  const TableSpec spec = SgdSparse("over_stripes", 2, InitKind::kUniform);
   TableShard t(TableInfo::Make(0, spec, 1), 0, 3);
   ASSERT_EQ(t.num_stripes(), 3);
   std::vector<Key> keys;
@@ -670,12 +672,7 @@ TEST(Shard, EachStripesPartOfAKeyedPullIsReadInPlaceOrInItsOrder) {
 // pull reply holds is in place, one to a held block moves that block only (its rows not written
 // copied), and the reply keeps reading the version it was sent. A restore cuts rows into blocks.
 TEST(Shard, SparseRowsAreCopiedOnWriteABlockAtATime) {
-  TableSpec spec;
-  spec.name = "blocks";
-  spec.sparse = true;
-  spec.dim = 1 << 16;  // 256 KB rows: 4 to a block
-  spec.init = InitKind::kZeros;
-  spec.optimizer.kind = opt::Kind::kSgd;
+  const TableSpec spec = SgdSparse("blocks", 1 << 16);  // 256 KB rows: 4 to a block
   const uint32_t dim = spec.dim;
   const size_t block_bytes = 4 * size_t(dim) * sizeof(float);
   ASSERT_EQ(TableInfo::KeyedBlockRows(dim), 4u);
