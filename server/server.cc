@@ -440,8 +440,7 @@ void ServerImpl::ExecuteOrThrow(Request* r, int i) {
     case Request::kRead:
       if (r->out) s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get());
       else if (sel->is_range) r->shared[i] = s.ShareRows(sel->range_begin);
-      else if (r->sel.size() == 1) r->shared[i] = s.ReadOrShare(*sel, r->msg.key_data(), &r->out);  // see PreparePull
-      else {  // this stripe's rows gathered on their own when not one run (stripes run in parallel)
+      else {  // in place, or this stripe's rows gathered on their own (stripes run in parallel)
         std::shared_ptr<float[]> own;
         r->shared[i] = s.ReadOrShare(*sel, r->msg.key_data(), &own);
         if (!r->shared[i]) r->shared[i] = std::shared_ptr<const float>(own, own.get());
@@ -967,7 +966,7 @@ void ServerImpl::Reply(Request* r) {
   out.table = h.table;
   out.clock = h.clock;
   zmq::message_t values;
-  std::vector<zmq::message_t> split;  // in-place dense pull: a frame per stripe
+  std::vector<zmq::message_t> split;  // a pull a frame per stripe
   if (r->op == Request::kRead) {
     out.flags = h.flags & kFlagRange;  // (and kFlagByStripe below)
     out.num_keys = h.num_keys;

@@ -519,6 +519,21 @@ void Stripe::BlockWrites::Begin(size_t b, uint64_t keep_begin, uint64_t keep_end
   s->written_blocks_.push_back(static_cast<uint32_t>(b));
 }
 
+void Stripe::BlockWrites::BeginRows(const uint32_t* rows, size_t n, uint64_t keep_begin, uint64_t keep_end) {
+  try {
+    for (size_t i = 0; i < n;) {
+      const size_t b = rows ? rows[i] / s->block_rows_ : 0;
+      const uint64_t first = b * s->block_rows_, last = first + s->block_rows_;
+      Begin(b, std::clamp(keep_begin, first, last) - first, std::clamp(keep_end, first, last) - first);
+      if (!rows) break;
+      while (i < n && rows[i] >= first && rows[i] < last) ++i;  // (this block's)
+    }
+  } catch (...) {
+    Undo();
+    throw;
+  }
+}
+
 void Stripe::BlockWrites::Undo() {
   // Nothing is written yet: a block moved to another array gets all its rows from the held one.
   for (uint32_t b : s->written_blocks_) {
@@ -541,33 +556,11 @@ void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* gr
   if (!sel.is_range && AnyHeld()) written.assign((num_rows() + 63) / 64, 0);
   // Every block the push writes is made writable before any is written: out of memory for one
   // then leaves the stripe as it was.
+  // A range keeps the rows it writes (the others copied now); keys keep every row (the rows not
+  // written are copied below).
   BlockWrites begun(this);
-  try {
-    if (sel.is_range) {  // (dense: one block)
-      for (size_t b = (sel.range_begin - row_begin_) / block_rows_; b * block_rows_ < sel.range_end - row_begin_; ++b) {
-        const uint64_t first = b * block_rows_, last = first + block_rows_;
-        begun.Begin(b, std::clamp<uint64_t>(sel.range_begin - row_begin_, first, last) - first,
-                    std::clamp<uint64_t>(sel.range_end - row_begin_, first, last) - first);
-      }
-    } else if (!rows) {  // dense keys: one block, kept whole (rows not written: below)
-      begun.Begin(0, 0, block_rows_);
-    } else if (rows_one_run_ && sel.size() > 0) {  // consecutive rows: their blocks
-      for (size_t b = rows[0] / block_rows_, e = (rows[0] + sel.size() - 1) / block_rows_; b <= e; ++b)
-        begun.Begin(b, 0, block_rows_);
-    } else {
-      size_t lo = 1, hi = 0;  // the block last begun: rows [lo, hi)
-      for (size_t i = 0, n = sel.size(); i < n; ++i) {
-        if (rows[i] >= lo && rows[i] < hi) continue;
-        const size_t b = rows[i] / block_rows_;
-        lo = b * block_rows_;
-        hi = lo + block_rows_;
-        begun.Begin(b, 0, block_rows_);
-      }
-    }
-  } catch (...) {
-    begun.Undo();
-    throw;
-  }
+  if (sel.is_range) begun.BeginRows(nullptr, sel.size(), sel.range_begin - row_begin_, sel.range_end - row_begin_);
+  else begun.BeginRows(rows, sel.size(), 0, num_rows());
   auto is_written = [&](size_t r) { return (written[r >> 6] >> (r & 63)) & 1; };
   float* slot_ptrs[8];
   ForEachRun(sel, keys, rows, true, [&](uint32_t r, uint64_t pos, size_t len) {
@@ -664,16 +657,8 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
   const uint64_t lo = rows.empty() ? 0 : rows.front(), hi = rows.empty() ? 0 : uint64_t(rows.back()) + 1;
   BlockWrites begun(this);
   try {
-    for (size_t i = 0, first = 1, last = 0; i < rows.size(); ++i) {
-      if (rows[i] >= first && rows[i] < last) continue;  // (in the block last begun)
-      const size_t b = rows[i] / block_rows_;
-      first = b * block_rows_;
-      last = first + block_rows_;
-      begun.Begin(b, contiguous ? std::clamp<uint64_t>(lo, first, last) - first : 0,
-                  contiguous ? std::clamp<uint64_t>(hi, first, last) - first : 0);
-    }
+    begun.BeginRows(rows.data(), rows.size(), contiguous ? lo : 0, contiguous ? hi : 0);
   } catch (...) {
-    begun.Undo();
     bsp_.erase(it);  // (the clock is not applied here: its sum is of no more use)
     throw;
   }

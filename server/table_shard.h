@@ -269,6 +269,9 @@ class Stripe {
     BlockWrites& operator=(const BlockWrites&) = delete;
     ~BlockWrites();  // lets go of the held arrays, then ages the spares
     void Begin(size_t b, uint64_t keep_begin, uint64_t keep_end);  // BeginWrite, once a block
+    // Begins the block of each of rows[0, n) (null: a dense stripe's one block), each keeping
+    // the stripe's rows [keep_begin, keep_end) that it holds; a throw undoes them first.
+    void BeginRows(const uint32_t* rows, size_t n, uint64_t keep_begin, uint64_t keep_end);
     const float* in(size_t b) const { return s->write_in_[b]; }   // where block b's rows are read from
     void Undo();                                                   // after a Begin threw
     Stripe* const s;
