@@ -348,6 +348,18 @@ uint32_t Stripe::LocalRow(Key key) {
   return r;
 }
 
+size_t Stripe::kept_lists() const {
+  size_t n = 0;
+  for (const KeyList& l : key_lists_) n += !l.keys.empty();
+  return n;
+}
+
+size_t Stripe::kept_list_keys() const {
+  size_t n = 0;
+  for (const KeyList& l : key_lists_) n += l.keys.size();
+  return n;
+}
+
 const uint32_t* Stripe::LocalRows(const RowSelection& sel, const Key* keys) {
   if (!spec_.sparse || sel.is_range) return nullptr;
   const size_t n = sel.size();

@@ -192,6 +192,10 @@ class Stripe {
   size_t WriteBudgetBytes() const;
 
   size_t num_rows() const { return steps_.size(); }
+  // The key lists LocalRows keeps (at most kReusedLists), and their keys in all (at most
+  // kMaxReusedKeys).
+  size_t kept_lists() const;
+  size_t kept_list_keys() const;
   size_t bytes() const;
   // One row's parameters, optimizer slots and step count. The memory limit is charged what a
   // stripe allocates for them (the arrays' capacity, which grows geometrically) and for its key

@@ -16,6 +16,7 @@
 #include "common/time.h"
 #include "server/table_shard.h"
 #include "deploy/local_cluster.h"
+#include "tests/alloc_fault.h"
 
 namespace pushpull {
 namespace {
@@ -816,6 +817,130 @@ TEST(Shard, SparseRowsAreCopiedOnWriteABlockAtATime) {
   EXPECT_EQ(budget->used(), block_bytes) << "7 writes to another block";
   push2({108});
   EXPECT_EQ(budget->used(), 0u) << "the 8th";
+}
+
+// Out of memory for a block's copy-on-write array part way through a push (replies hold the
+// blocks it writes): the blocks it began are undone, so no row is written and the replies keep
+// their values; a row the push added stays, at its initial value; the next push goes through.
+TEST(Shard, OutOfMemoryForACopyOnWriteArrayWritesNoRow) {
+  const TableSpec spec = SgdSparse("oom", 1 << 16);  // 256 KB rows: 4 to a block
+  const uint32_t dim = spec.dim;
+  const size_t block_bytes = 4 * size_t(dim) * sizeof(float);
+  TableShard t(TableInfo::Make(0, spec, 1), 0, 1, true, std::make_shared<CopyOnWriteBudget>());
+  Stripe& s = t.stripe(0);
+  opt::StepContext ctx;
+  ctx.lr = 1.0f;
+  auto sel = [&](const std::vector<Key>& keys) {
+    std::vector<RowSelection> v;
+    t.Split(keys.data(), keys.size(), &v);
+    return v[0];
+  };
+  auto push = [&](const std::vector<Key>& keys) {  // SGD, lr 1: each row += 1
+    const std::vector<float> g(keys.size() * dim, -1.0f);
+    s.ApplyPush(sel(keys), keys.data(), g.data(), ctx);
+  };
+  auto expect_rows = [&](const std::vector<float>& want, const std::string& when) {
+    ASSERT_EQ(s.num_rows(), want.size()) << when;
+    for (size_t r = 0; r < want.size(); ++r)
+      for (size_t i : {size_t(0), size_t(dim) - 1}) EXPECT_EQ(s.row_params(r)[i], want[r]) << when << ": row " << r;
+  };
+  push({100, 101, 102, 103, 104, 105, 106, 107, 108, 109});  // rows 0 to 9: blocks {0-3} {4-7} {8, 9}
+  std::shared_ptr<float[]> copied;
+  const std::vector<Key> block0 = {100, 101, 102, 103}, block1 = {104, 105, 106, 107};
+  std::shared_ptr<const float> v0 = s.ReadOrShare(sel(block0), block0.data(), &copied);
+  std::shared_ptr<const float> v1 = s.ReadOrShare(sel(block1), block1.data(), &copied);
+  ASSERT_NE(v0, nullptr);
+  ASSERT_NE(v1, nullptr);
+  {
+    // Rows 1 (block 0), 10 (new, block 2) and 5 (block 1): block 0 gets its new array, block 1's
+    // allocation fails.
+    fault::FailAllocation fail(block_bytes, 1);
+    EXPECT_THROW(push({101, 110, 105}), std::bad_alloc);
+    EXPECT_TRUE(fail.fired());
+  }
+  expect_rows({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0}, "after the failed push");
+  for (const auto& v : {v0, v1})
+    for (size_t r = 0; r < 4; ++r) EXPECT_EQ(v.get()[r * dim + dim - 1], 1.0f) << "a reply's row " << r;
+  push({101, 110, 105});
+  expect_rows({1, 2, 1, 1, 1, 2, 1, 1, 1, 1, 1}, "after the next push");
+  EXPECT_EQ(v1.get()[dim], 1.0f);
+  v0.reset();
+  v1.reset();
+  push({101, 105});
+  expect_rows({1, 3, 1, 1, 1, 3, 1, 1, 1, 1, 1}, "after the replies are sent");
+
+  // A BSP clock out of memory the same way: nothing written, and the clock dropped. Block 0
+  // moves to its spare (no allocation); block 2, which has none, cannot get a new array.
+  const std::vector<Key> block2 = {108, 109, 110};
+  v0 = s.ReadOrShare(sel(block0), block0.data(), &copied);
+  std::shared_ptr<const float> v2 = s.ReadOrShare(sel(block2), block2.data(), &copied);
+  ASSERT_NE(v0, nullptr);
+  ASSERT_NE(v2, nullptr);
+  const std::vector<Key> rows_1_9 = {101, 109};
+  const std::vector<float> g(2 * dim, -1.0f);
+  s.Accumulate(0, 0, sel(rows_1_9), rows_1_9.data(), g.data(), 1.0f);
+  {
+    fault::FailAllocation fail(3 * size_t(dim) * sizeof(float), 0);
+    EXPECT_THROW(s.ApplyAccumulated(0, ctx), std::bad_alloc);
+    EXPECT_TRUE(fail.fired());
+  }
+  expect_rows({1, 3, 1, 1, 1, 3, 1, 1, 1, 1, 1}, "after the failed clock");
+  s.ApplyAccumulated(0, ctx);
+  expect_rows({1, 3, 1, 1, 1, 3, 1, 1, 1, 1, 1}, "the failed clock applied again");
+  s.Accumulate(1, 0, sel(rows_1_9), rows_1_9.data(), g.data(), 1.0f);
+  s.ApplyAccumulated(1, ctx);
+  expect_rows({1, 4, 1, 1, 1, 3, 1, 1, 1, 2, 1}, "the next clock");
+  EXPECT_EQ(v0.get()[dim], 3.0f);
+  EXPECT_EQ(v2.get()[dim], 1.0f);
+}
+
+// The key lists a stripe keeps, to match recurring key sets instead of looking their keys up,
+// stay under their bounds (256 lists, 2^20 keys in all): the least recently used go first. Rows
+// come out right whichever lists were kept.
+TEST(Shard, KeptKeyListsStayUnderTheirBounds) {
+  const TableSpec spec = SgdSparse("lists", 1);
+  TableShard t(TableInfo::Make(0, spec, 1), 0, 1, true, std::make_shared<CopyOnWriteBudget>());
+  Stripe& s = t.stripe(0);
+  opt::StepContext ctx;
+  ctx.lr = 1.0f;
+  std::map<Key, float> want;
+  auto push = [&](Key first, size_t n) {  // keys first to first + n, in a shuffled order
+    std::vector<Key> keys(n);
+    for (size_t i = 0; i < n; ++i) keys[i] = first + (i * 7919) % n;
+    std::vector<RowSelection> v;
+    t.Split(keys.data(), keys.size(), &v);
+    const std::vector<float> g(n, -1.0f);
+    s.ApplyPush(v[0], keys.data(), g.data(), ctx);
+    for (Key k : keys) want[k] += 1.0f;
+  };
+  const size_t big = (size_t(1) << 18) + 1;  // four such lists are over the bound
+  const Key kBig = Key(1) << 40;
+  push(0 * kBig, big);
+  push(1 * kBig, big);
+  push(2 * kBig, big);
+  EXPECT_EQ(s.kept_list_keys(), 3 * big);
+  push(0 * kBig, big);  // list 0 used again: list 1 is now the least recently used
+  push(3 * kBig, big);
+  EXPECT_EQ(s.kept_lists(), 3u);
+  EXPECT_EQ(s.kept_list_keys(), 3 * big);
+  push(1 * kBig, big);  // made again: one more goes
+  EXPECT_EQ(s.kept_list_keys(), 3 * big);
+  for (int i = 0; i < 300; ++i) push(Key(100 + i) << 20, 128);  // the smallest lists kept
+  EXPECT_EQ(s.kept_lists(), 256u);
+  EXPECT_EQ(s.kept_list_keys(), 256u * 128u);
+  push(Key(100) << 20, 128);
+  push(Key(399) << 20, 128);
+  EXPECT_EQ(s.kept_lists(), 256u);
+  // Every row, looked up by its key.
+  std::vector<Key> keys;
+  for (const auto& [k, v] : want) keys.push_back(k);
+  std::vector<RowSelection> v;
+  t.Split(keys.data(), keys.size(), &v);
+  std::vector<float> got(keys.size());
+  s.Read(v[0], keys.data(), -1, got.data());
+  size_t wrong = 0;
+  for (size_t i = 0; i < keys.size(); ++i) wrong += got[i] != want[keys[i]];
+  EXPECT_EQ(wrong, 0u) << "of " << keys.size() << " rows";
 }
 
 // Through a running server: Adam's m and v are readable, and a row touched later gets its own

@@ -1,0 +1,35 @@
+#include "tests/alloc_fault.h"
+
+#include <cstdlib>
+#include <new>
+
+namespace pushpull::fault {
+namespace {
+// This thread's armed failure (plain values: usable from operator new at any time).
+thread_local size_t armed_bytes = 0;  // 0: none
+thread_local int armed_skip = 0;
+thread_local bool armed_fired = false;
+}  // namespace
+
+FailAllocation::FailAllocation(size_t bytes, int nth) {
+  armed_bytes = bytes;
+  armed_skip = nth;
+  armed_fired = false;
+}
+FailAllocation::~FailAllocation() { armed_bytes = 0; }
+bool FailAllocation::fired() const { return armed_fired; }
+
+}  // namespace pushpull::fault
+
+void* operator new(std::size_t n) {
+  using namespace pushpull::fault;
+  if (armed_bytes != 0 && n == armed_bytes && armed_skip-- == 0) {
+    armed_bytes = 0;
+    armed_fired = true;
+    throw std::bad_alloc();
+  }
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
