@@ -499,6 +499,7 @@ void Stripe::ForEachRun(const RowSelection& sel, const Key* keys, const uint32_t
 Stripe::BlockWrites::BlockWrites(Stripe* stripe) : s(stripe) {
   s->write_in_.resize(s->blocks_.size(), nullptr);
   s->write_held_.resize(s->blocks_.size());
+  s->write_bits_at_.resize(s->blocks_.size());
   s->written_blocks_.reserve(s->blocks_.size());
   ++s->writes_;
 }
@@ -546,6 +547,76 @@ void Stripe::BlockWrites::BeginRows(const uint32_t* rows, size_t n, uint64_t kee
   }
 }
 
+namespace {
+// Bit arrays: bits [b, e) of w, a word at a time.
+template <typename F>
+void ForEachWordOf(size_t b, size_t e, F&& f) {  // f(word index, mask of its bits in [b, e))
+  while (b < e) {
+    const size_t i = b >> 6, lo = b & 63, hi = std::min<size_t>(64, lo + (e - b));
+    f(i, (hi == 64 ? ~uint64_t(0) : (uint64_t(1) << hi) - 1) & (~uint64_t(0) << lo));
+    b += hi - lo;
+  }
+}
+// The first bit in [b, e) that is `set`, else e.
+size_t FindBit(const uint64_t* w, size_t b, size_t e, bool set) {
+  while (b < e) {
+    const size_t i = b >> 6;
+    const uint64_t x = (set ? w[i] : ~w[i]) & (~uint64_t(0) << (b & 63));
+    if (x) return std::min(e, (i << 6) + size_t(__builtin_ctzll(x)));
+    b = (i + 1) << 6;
+  }
+  return e;
+}
+}  // namespace
+
+void Stripe::BlockWrites::TrackRows() {
+  const size_t words = (s->block_rows_ + 63) / 64;
+  size_t moved = 0;
+  for (uint32_t b : s->written_blocks_)
+    if (s->write_in_[b] != s->blocks_[b].params->data()) s->write_bits_at_[b] = moved++ * words;
+  try {
+    s->write_bits_.assign(moved * words, 0);
+  } catch (...) {
+    Undo();
+    throw;
+  }
+}
+
+bool Stripe::BlockWrites::MarkWritten(size_t r, size_t len) {
+  const size_t b = r / s->block_rows_, first = b * s->block_rows_, dim = s->dim_;
+  uint64_t* w = &s->write_bits_[s->write_bits_at_[b]];
+  const size_t lo = r - first, hi = lo + len;
+  bool again = false;
+  ForEachWordOf(lo, hi, [&](size_t i, uint64_t mask) { again |= (w[i] & mask) != 0; });
+  if (again) {
+    float* const out = s->blocks_[b].params->data();
+    const float* in = s->write_in_[b];
+    for (size_t x = FindBit(w, lo, hi, false); x < hi;) {
+      const size_t y = FindBit(w, x, hi, true);
+      std::memcpy(out + x * dim, in + x * dim, (y - x) * dim * sizeof(float));
+      x = FindBit(w, y, hi, false);
+    }
+  }
+  ForEachWordOf(lo, hi, [&](size_t i, uint64_t mask) { w[i] |= mask; });
+  return again;
+}
+
+void Stripe::BlockWrites::CopyUnwritten() {
+  const size_t dim = s->dim_;
+  for (uint32_t b : s->written_blocks_) {
+    const float* in = s->write_in_[b];
+    float* const out = s->blocks_[b].params->data();
+    if (in == out) continue;
+    const uint64_t* w = &s->write_bits_[s->write_bits_at_[b]];
+    const size_t n = s->BlockSize(b);
+    for (size_t x = FindBit(w, 0, n, false); x < n;) {
+      const size_t y = FindBit(w, x, n, true);
+      std::memcpy(out + x * dim, in + x * dim, (y - x) * dim * sizeof(float));
+      x = FindBit(w, y, n, false);
+    }
+  }
+}
+
 void Stripe::BlockWrites::Undo() {
   // Nothing is written yet: a block moved to another array gets all its rows from the held one.
   for (uint32_t b : s->written_blocks_) {
@@ -561,19 +632,17 @@ void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* gr
   // from the held array, written to the new one: no extra pass) and its others copied: a
   // range's by BeginWrite, keyed rows' below, once it is known which were written. Blocks the
   // push does not write stay where they are.
-  // Keyed, out of place: a bit per local row written. A key given twice in one push is applied
-  // twice, the second time to the first's result, as in place. Allocated before any array
-  // moves (which leaves the rows to write uncopied): out of memory here changes nothing.
-  std::vector<uint64_t> written;
-  if (!sel.is_range && AnyHeld()) written.assign((num_rows() + 63) / 64, 0);
   // Every block the push writes is made writable before any is written: out of memory for one
   // then leaves the stripe as it was.
   // A range keeps the rows it writes (the others copied now); keys keep every row (the rows not
   // written are copied below).
   BlockWrites begun(this);
-  if (sel.is_range) begun.BeginRows(nullptr, sel.size(), sel.range_begin - row_begin_, sel.range_end - row_begin_);
-  else begun.BeginRows(rows, sel.size(), 0, num_rows());
-  auto is_written = [&](size_t r) { return (written[r >> 6] >> (r & 63)) & 1; };
+  if (sel.is_range) {
+    begun.BeginRows(nullptr, sel.size(), sel.range_begin - row_begin_, sel.range_end - row_begin_);
+  } else {
+    begun.BeginRows(rows, sel.size(), 0, num_rows());
+    begun.TrackRows();
+  }
   float* slot_ptrs[8];
   ForEachRun(sel, keys, rows, true, [&](uint32_t r, uint64_t pos, size_t len) {
     const size_t b = r / block_rows_, at = (r % block_rows_) * dim_;
@@ -585,36 +654,12 @@ void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* gr
     for (size_t s = 0; s < slots_.size(); ++s) slot_ptrs[s] = &slots_[s][size_t(r) * dim_];
     float* out = base + at;
     const float* src = in + at;
-    if (in != base && !sel.is_range) {
-      if (written.empty()) written.assign((num_rows() + 63) / 64, 0);  // (not expected)
-      bool again = false;
-      for (size_t k = 0; k < len && !again; ++k) again = is_written(r + k);
-      if (again) {  // rows of this run: the updated ones from `out`, the others brought over first
-        for (size_t k = 0; k < len; ++k)
-          if (!is_written(r + k)) std::memcpy(out + k * dim_, src + k * dim_, dim_ * sizeof(float));
-        src = out;
-      }
-      for (size_t k = 0; k < len; ++k) written[(r + k) >> 6] |= uint64_t(1) << ((r + k) & 63);
-    }
+    // Keyed, out of place: a key given twice in one push is applied twice, the second time to
+    // the first's result, as in place; this run's rows not yet written are brought over first.
+    if (in != base && !sel.is_range && begun.MarkWritten(r, len)) src = out;
     optimizer_->ApplyTo(src, out, slot_ptrs, grads + pos * dim_, len * dim_, ctx);
   });
-  // Keyed: rows of the blocks written out of place that the push did not write, in runs.
-  for (size_t i = 0; !sel.is_range && i < written_blocks_.size(); ++i) {
-    const size_t b = written_blocks_[i], first = b * block_rows_, n = first + BlockSize(b);
-    const float* in = begun.in(b);
-    float* const base = blocks_[b].params->data();
-    if (in == base) continue;
-    for (size_t r = first; r < n;) {
-      if (is_written(r)) {
-        ++r;
-        continue;
-      }
-      size_t e = r + 1;
-      while (e < n && !is_written(e)) ++e;
-      std::memcpy(base + (r - first) * dim_, in + (r - first) * dim_, (e - r) * dim_ * sizeof(float));
-      r = e;
-    }
-  }
+  if (!sel.is_range) begun.CopyUnwritten();
   ReleaseRows();
 }
 

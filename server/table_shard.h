@@ -278,6 +278,15 @@ class Stripe {
     void BeginRows(const uint32_t* rows, size_t n, uint64_t keep_begin, uint64_t keep_end);
     const float* in(size_t b) const { return s->write_in_[b]; }   // where block b's rows are read from
     void Undo();                                                   // after a Begin threw
+    // Keyed writes, after BeginRows: which rows of each block moved to another array were
+    // written, so that its others are brought over once (CopyUnwritten). Out of memory for that
+    // undoes the blocks begun.
+    void TrackRows();
+    // Rows [r, r + len) of one block moved to another array are written now: returns whether
+    // any of them was before (a key given twice), and then first brings over the others of them,
+    // so that the run can be read from the new array.
+    bool MarkWritten(size_t r, size_t len);
+    void CopyUnwritten();  // the rows of the moved blocks that were not written, from the held arrays
     Stripe* const s;
   };
   std::shared_ptr<ParamArray> NewParams(size_t n) const;  // counted against this stripe's budget when not current
@@ -323,6 +332,8 @@ class Stripe {
   std::vector<const float*> write_in_;
   std::vector<std::shared_ptr<ParamArray>> write_held_;
   std::vector<uint32_t> written_blocks_;
+  std::vector<uint64_t> write_bits_;      // BlockWrites::TrackRows: a bit per row of each moved block
+  std::vector<size_t> write_bits_at_;     // per block: where its bits start in write_bits_
   std::vector<std::vector<float>> slots_;
   std::vector<uint32_t> steps_;            // per row: updates applied (lazy Adam bias correction)
   RowIndex index_;  // sparse: id -> local row
