@@ -689,6 +689,14 @@ void Stripe::Accumulate(int64_t clock, int worker, const RowSelection& sel, cons
 void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
   auto it = bsp_.find(clock);
   if (it == bsp_.end()) return;
+  // The clock's sums go however this ends: applied, or, out of memory before any row is written
+  // (for the sum or a block's copy-on-write array), not applied here at all (found in review:
+  // out of memory for the sum kept them for ever).
+  struct DropClock {
+    Stripe* s;
+    decltype(bsp_)::iterator it;
+    ~DropClock() { s->bsp_.erase(it); }
+  } drop{this, it};
   // Rows any worker touched, ascending; then the sum in worker order (deterministic).
   std::vector<uint32_t> rows;
   for (auto& [w, acc] : it->second) rows.insert(rows.end(), acc.rows.begin(), acc.rows.end());
@@ -713,12 +721,7 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
   // one leaves the stripe as it was).
   const uint64_t lo = rows.empty() ? 0 : rows.front(), hi = rows.empty() ? 0 : uint64_t(rows.back()) + 1;
   BlockWrites begun(this);
-  try {
-    begun.BeginRows(rows.data(), rows.size(), contiguous ? lo : 0, contiguous ? hi : 0);
-  } catch (...) {
-    bsp_.erase(it);  // (the clock is not applied here: its sum is of no more use)
-    throw;
-  }
+  begun.BeginRows(rows.data(), rows.size(), contiguous ? lo : 0, contiguous ? hi : 0);
   float* slot_ptrs[8];
   size_t n = rows.size(), i = 0;
   while (i < n) {
@@ -738,7 +741,6 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
     optimizer_->ApplyTo(contiguous ? in + at : out, out, slot_ptrs, &total[i * dim_], len * dim_, ctx);
     i += len;
   }
-  bsp_.erase(it);
 }
 
 void Stripe::DropAccumulated(int64_t clock, int worker) {

@@ -821,7 +821,8 @@ TEST(Shard, SparseRowsAreCopiedOnWriteABlockAtATime) {
 
 // Out of memory for a block's copy-on-write array part way through a push (replies hold the
 // blocks it writes): the blocks it began are undone, so no row is written and the replies keep
-// their values; a row the push added stays, at its initial value; the next push goes through.
+// their values; a row the push added stays, at its initial value; the next push goes through. A
+// BSP clock out of memory for a block's array or for its sum is not applied, and dropped.
 TEST(Shard, OutOfMemoryForACopyOnWriteArrayWritesNoRow) {
   const TableSpec spec = SgdSparse("oom", 1 << 16);  // 256 KB rows: 4 to a block
   const uint32_t dim = spec.dim;
@@ -892,6 +893,15 @@ TEST(Shard, OutOfMemoryForACopyOnWriteArrayWritesNoRow) {
   expect_rows({1, 4, 1, 1, 1, 3, 1, 1, 1, 2, 1}, "the next clock");
   EXPECT_EQ(v0.get()[dim], 3.0f);
   EXPECT_EQ(v2.get()[dim], 1.0f);
+  // Out of memory for a clock's sum: the same.
+  s.Accumulate(2, 0, sel(rows_1_9), rows_1_9.data(), g.data(), 1.0f);
+  {
+    fault::FailAllocation fail(2 * size_t(dim) * sizeof(float), 0);
+    EXPECT_THROW(s.ApplyAccumulated(2, ctx), std::bad_alloc);
+    EXPECT_TRUE(fail.fired());
+  }
+  s.ApplyAccumulated(2, ctx);
+  expect_rows({1, 4, 1, 1, 1, 3, 1, 1, 1, 2, 1}, "a clock whose sum could not be made");
 }
 
 // The key lists a stripe keeps, to match recurring key sets instead of looking their keys up,
