@@ -442,6 +442,16 @@ class ClientImpl final : public Client, private internal::Receiver {
     stop_ = true;
     if (io_.joinable()) io_.join();
     FailAll(Status::Aborted("client closed"));
+    // Calls the I/O thread did not get to send (the scheduler's, or any under send_latency_ms)
+    // fail too, rather than wait out their deadlines (found in review).
+    auto fail = [](std::unique_ptr<Command> c) { c->part.fs->Complete(c->part.target, Status::Aborted("client closed")); };
+    for (auto& d : delayed_) fail(std::move(d.second));
+    delayed_.clear();
+    for (zmq::message_t m; cmd_in_.recv(m, zmq::recv_flags::dontwait);) {
+      Command* raw;
+      std::memcpy(&raw, m.data(), sizeof(raw));
+      fail(std::unique_ptr<Command>(raw));
+    }
   }
 
   Status Start() {
@@ -653,9 +663,10 @@ class ClientImpl final : public Client, private internal::Receiver {
   // Posts commands to the I/O thread, assigning request ids in posting order.
   void Post(std::vector<std::unique_ptr<Command>> cmds);
   // Waits until the commands' payload fits under max_unanswered_mb (or nothing is unanswered) and
-  // no server they go to would have more than kMaxUnansweredRequests unanswered, at most
-  // request_timeout_ms, receiving replies meanwhile; DeadlineExceeded names what it waited for.
-  Status WaitForRoom(const std::vector<std::unique_ptr<Command>>& cmds);
+  // no server they go to would have more than kMaxUnansweredRequests unanswered, until `deadline`
+  // (request_timeout_ms after the call), receiving replies meanwhile; DeadlineExceeded names what
+  // it waited for.
+  Status WaitForRoom(const std::vector<std::unique_ptr<Command>>& cmds, const Deadline& deadline);
   // Whether the commands fit now (WaitForRoom's test), and if not, what is short and the oldest
   // request whose answer would make room.
   struct Room {
@@ -717,7 +728,8 @@ class ClientImpl final : public Client, private internal::Receiver {
   struct RxState {
     bool dropped = false;
     bool resend = false;         // back after a drop: requests below `below` to be sent again ...
-    int64_t recheck_at_ms = -1;  // ... and those still unanswered then once more
+    int64_t recheck_at_ms = -1;  // ... and those still unanswered then once more, up to the ones
+    int64_t mark_at_ms = -1;     // sent until half way there (`below` is moved on then)
     uint64_t below = 0;
   };
   std::vector<RxState> rx_state_;  // I/O thread
@@ -816,10 +828,19 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
   // threads a push sent after a Clock() carries the new clock (the server refuses stale ones).
   // Room is looked at again under it: every request is registered while it is held, so two
   // threads cannot both take the last of a server's room (found in review).
+  // The wait for room has one deadline, however often other threads take the room first.
+  // Each call's Future learns where replies are received before any of its requests is sent
+  // (found in review: set as each was sent, a waiter on the first read it while it was written).
+  for (const auto& c : cmds) {
+    if (c->part.target == kScheduler || c->part.fs->receiver) continue;
+    std::lock_guard<std::mutex> l(c->part.fs->mu);
+    c->part.fs->receiver = receiver_;
+  }
+  const Deadline room_deadline = Deadline::In(options_.request_timeout_ms);
   std::unique_lock<std::mutex> send_lock(send_mu_);
   while (!CheckRoom(cmds).fits) {
     send_lock.unlock();  // (not held while waiting: other threads' calls that fit go on)
-    if (Status room = WaitForRoom(cmds); !room.ok()) {
+    if (Status room = WaitForRoom(cmds, room_deadline); !room.ok()) {
       // Sticky: a push never sent must not be followed by a Clock() that says its step is done
       // (under BSP the clock would close without it); the job fails, and restarts from a checkpoint.
       {
@@ -853,7 +874,6 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
     {
       std::lock_guard<std::mutex> l(c->part.fs->mu);  // another thread may wait on it (Finish)
       ++c->part.fs->waiting_on[t == kScheduler ? c->part.fs->waiting_on.size() - 1 : t];
-      if (t != kScheduler) c->part.fs->receiver = receiver_;  // before the Future is returned
     }
     if (t != kScheduler && options_.send_latency_ms == 0) {
       SendToServer(std::move(c));  // straight from the calling thread
@@ -896,10 +916,9 @@ ClientImpl::Room ClientImpl::CheckRoom(const std::vector<std::unique_ptr<Command
   return room;
 }
 
-Status ClientImpl::WaitForRoom(const std::vector<std::unique_ptr<Command>>& cmds) {
+Status ClientImpl::WaitForRoom(const std::vector<std::unique_ptr<Command>>& cmds, const Deadline& deadline) {
   Room room = CheckRoom(cmds);
   if (room.fits) return Status::OK();
-  const Deadline deadline = Deadline::In(options_.request_timeout_ms);
   bool counted = false;
   for (; !room.fits; room = CheckRoom(cmds)) {
     {
@@ -1560,9 +1579,11 @@ void ClientImpl::IoLoop() {
 // A connection to a server that dropped may have lost requests on their way and answers on theirs.
 // Requests: tx_[s] is replaced (ReplaceDueTx) and every unanswered request to s is sent on the
 // new socket again, oldest first, before anything sent later (callers wait on send_mu_). Answers:
-// once rx_ is connected to s again, the requests to s still unanswered are sent again, and those
-// still unanswered kRecheckMs later once more. The server answers a repeat once and never runs it
-// twice (server/request_record.h).
+// once rx_ is connected to s again, the requests to s still unanswered are sent again, and
+// kRecheckMs later those still unanswered once more, the ones sent in the first half of that
+// while included: the server may answer on the old connection until its socket has taken the
+// new one (found in review). The server answers a repeat once and never runs it twice
+// (server/request_record.h).
 void ClientImpl::OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollitem_t& rx_item) {
   auto next_event = [](zmq::socket_t& monitor, uint16_t* event, std::string* endpoint) {
     zmq::message_t a, b;
@@ -1610,7 +1631,7 @@ void ClientImpl::OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollit
       } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && rx.dropped) {
         rx.dropped = false;
         rx.resend = true;
-        rx.recheck_at_ms = -1;
+        rx.recheck_at_ms = rx.mark_at_ms = -1;
         std::lock_guard<std::mutex> l(mu_);
         rx.below = next_request_id_;  // what is sent from now on is answered on the new connection
       }
@@ -1619,6 +1640,11 @@ void ClientImpl::OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollit
   if (stop_) return;
   for (size_t s = 0; s < rx_state_.size(); ++s) {
     RxState& rx = rx_state_[s];
+    if (rx.mark_at_ms >= 0 && rx.mark_at_ms <= now) {
+      std::lock_guard<std::mutex> l(mu_);
+      rx.below = next_request_id_;
+      rx.mark_at_ms = -1;
+    }
     const bool recheck = rx.recheck_at_ms >= 0 && rx.recheck_at_ms <= now;
     if (!rx.resend && !recheck) continue;
     std::unique_lock<std::mutex> send_lock(send_mu_, std::try_to_lock);
@@ -1627,6 +1653,7 @@ void ClientImpl::OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollit
                                             : "answers still missing a while after its connection for answers came back",
              rx.below);
     rx.recheck_at_ms = rx.resend ? now + kRecheckMs : -1;
+    rx.mark_at_ms = rx.resend ? now + kRecheckMs / 2 : -1;
     rx.resend = false;
   }
 }

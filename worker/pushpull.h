@@ -124,7 +124,8 @@ class Future {
   // are in its destination once this returns OK. A WaitFor that expires gives the call up: a
   // pull writes nothing more into its destination, and the Future never turns OK afterwards; a
   // push given up on may still be applied, or, when its connection drops, is not sent again (a
-  // Clock() after it closes the step without it: the caller decides whether to go on).
+  // Clock() after it closes the step without it: the caller decides whether to go on); a large
+  // push, which goes as several requests, may so be applied in part.
   // (A timeout beyond Deadline::Never()'s, such as INT64_MAX, waits without end.)
   Status Wait();
   Status WaitFor(int64_t timeout_ms);
