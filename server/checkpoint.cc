@@ -27,10 +27,32 @@ constexpr size_t kIoChunk = 4 << 20;
 
 std::string ErrnoText() { return std::strerror(errno); }
 
+// A file this process may not read or write (its permissions, a read-only filesystem) is a setup
+// error, InvalidArgument, whose words say so: a restart meets it again, and a checkpoint that
+// cannot be read is not damaged (found in review: one was reported missing, and a restore went
+// on from an older one, throwing training away).
+bool IsPermissionError(int err) { return err == EACCES || err == EPERM || err == EROFS; }
+Status PermissionError(int err, const std::string& what) {
+  return Status::InvalidArgument(what + ": " + std::strerror(err) +
+                                 " (fix its permissions, or run as a user that may use it)");
+}
+
+// Opens a text file of a checkpoint for reading; `missing` is what a file that is not there is.
+Status OpenText(std::ifstream& in, const std::string& path, Status missing) {
+  errno = 0;
+  in.open(path);
+  if (in) return Status::OK();
+  const int err = errno;
+  if (IsPermissionError(err)) return PermissionError(err, "cannot read " + path);
+  return missing;
+}
+
 // A file that cannot be written: the disk full is ResourceExhausted, which a restart would meet
-// again (a worker exits 2 on it and pushpull-launch does not restart the job); else Unavailable.
+// again (a worker exits 2 on it and pushpull-launch does not restart the job); one this process
+// may not write, InvalidArgument (the same); else Unavailable.
 Status WriteError(int err, const std::string& what) {
   if (err == ENOSPC || err == EDQUOT) return Status::ResourceExhausted(what + " (free space, or another --checkpoint_dir)");
+  if (IsPermissionError(err)) return PermissionError(err, what);
   return Status::Unavailable(what);
 }
 
@@ -47,6 +69,7 @@ void SyncDir(const std::string& dir) {
 Status MakeDirs(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
+  if (ec && IsPermissionError(ec.value())) return PermissionError(ec.value(), "cannot create checkpoint directory " + dir);
   if (ec) return Status::Unavailable("cannot create checkpoint directory " + dir + ": " + ec.message());
   return Status::OK();
 }
@@ -134,7 +157,9 @@ class FileReader {
   Status Open(const std::string& path) {
     path_ = path;
     f_ = std::fopen(path.c_str(), "rb");
-    if (!f_) return Status::NotFound("cannot open checkpoint file " + path + ": " + ErrnoText());
+    const int err = errno;
+    if (!f_ && IsPermissionError(err)) return PermissionError(err, "cannot read checkpoint file " + path);
+    if (!f_) return Status::NotFound("cannot open checkpoint file " + path + ": " + std::strerror(err));
     std::error_code ec;
     const uint64_t size = fs::file_size(path, ec);
     if (ec || size < sizeof(kMagic) + kTrailerBytes) return Bad("shorter than its header and trailer");
@@ -435,8 +460,8 @@ Result<CheckpointManifest> ReadManifest(const std::string& dir) {
   CheckpointManifest m;
   m.dir = dir;
   const std::string manifest = (fs::path(dir) / "MANIFEST").string();
-  std::ifstream mf(manifest);
-  if (!mf) return Status::NotFound("checkpoint " + dir + " has no MANIFEST (incomplete)");
+  std::ifstream mf;
+  PP_RETURN_IF_ERROR(OpenText(mf, manifest, Status::NotFound("checkpoint " + dir + " has no MANIFEST (incomplete)")));
   std::string title, key;
   std::getline(mf, title);
   bool have[3] = {false, false, false};
@@ -464,8 +489,8 @@ Result<CheckpointManifest> ReadManifest(const std::string& dir) {
 
 Result<CheckpointManifest> ReadLatestCheckpoint(const std::string& root) {
   const std::string latest = (fs::path(root) / "LATEST").string();
-  std::ifstream in(latest);
-  if (!in) return Status::NotFound("no checkpoint under " + root + " (" + latest + " is missing)");
+  std::ifstream in;
+  PP_RETURN_IF_ERROR(OpenText(in, latest, Status::NotFound("no checkpoint under " + root + " (" + latest + " is missing)")));
   std::string name;
   std::getline(in, name);
   if (name.rfind("ckpt-", 0) != 0 || name.size() > 64 || name.find('/') != std::string::npos)
@@ -499,12 +524,15 @@ Status VerifyCheckpointFiles(const CheckpointManifest& m) {
 }
 
 Result<CheckpointManifest> NewestIntactCheckpoint(const std::string& root, std::vector<std::string>* skipped) {
+  // A checkpoint this process may not read is no damage to pass over (InvalidArgument: the
+  // permissions are wrong, and would be for the older ones too).
   auto latest = ReadLatestCheckpoint(root);
+  if (latest.status().code() == Code::kInvalidArgument) return latest;
   std::string newest_name;  // LATEST's directory: the candidates are it and those before it
   if (latest.ok()) {
     newest_name = fs::path(latest->dir).filename().string();
     Status st = VerifyCheckpointFiles(*latest);
-    if (st.ok()) return latest;
+    if (st.ok() || st.code() == Code::kInvalidArgument) return st.ok() ? latest : Result<CheckpointManifest>(st);
     latest = st;
   } else if (latest.status().code() == Code::kNotFound && latest.status().message().rfind("no checkpoint", 0) == 0) {
     return latest;  // no LATEST: nothing was ever committed here
@@ -527,6 +555,7 @@ Result<CheckpointManifest> NewestIntactCheckpoint(const std::string& root, std::
   for (const std::string& n : older) {
     auto m = ReadManifest((fs::path(root) / n).string());
     Status st = m.ok() ? VerifyCheckpointFiles(*m) : m.status();
+    if (st.code() == Code::kInvalidArgument) return st;
     if (st.ok() && run && m->run != *run)
       st = Status::FailedPrecondition("another run's (\"" + m->run + "\", not \"" + *run + "\")");
     if (st.ok()) return m;

@@ -3,7 +3,9 @@
 #include <gflags/gflags.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -33,13 +35,20 @@ Status WriteNpy(const std::string& path, const char* descr, uint64_t rows, uint6
   dict.append((64 - unpadded % 64) % 64, ' ');
   dict += '\n';
   std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return Status::Unavailable("cannot create " + path);
+  if (!f) return Status::InvalidArgument("cannot create --out " + path + ": " + std::strerror(errno));
   const uint16_t len = static_cast<uint16_t>(dict.size());
   bool ok = std::fwrite("\x93NUMPY\x01\x00", 1, 8, f) == 8 && std::fwrite(&len, 2, 1, f) == 1 &&
             std::fwrite(dict.data(), 1, dict.size(), f) == dict.size() &&
             (bytes == 0 || std::fwrite(data, 1, bytes, f) == bytes);
   ok = std::fclose(f) == 0 && ok;
-  return ok ? Status::OK() : Status::Unavailable("writing " + path + " failed");
+  return ok ? Status::OK() : Status::Unavailable("writing " + path + " failed: " + std::strerror(errno));
+}
+
+// docs/ERRORS.md: 2 for what a second try would meet again (a bad flag, a missing or unreadable
+// checkpoint, a table it does not hold), else 1.
+int Fail(const Status& st) {
+  std::fprintf(stderr, "pushpull-checkpoint: %s\n", st.ToString().c_str());
+  return pushpull::IsSetupError(st.code()) ? 2 : 1;
 }
 
 }  // namespace
@@ -58,6 +67,10 @@ int main(int argc, char** argv) {
   }
   if (!FLAGS_export_table.empty() && FLAGS_out.empty()) {
     std::fprintf(stderr, "pushpull-checkpoint: --export_table needs --out\n");
+    return 2;
+  }
+  if (FLAGS_export_table.empty() && (!FLAGS_out.empty() || FLAGS_slot != -1)) {
+    std::fprintf(stderr, "pushpull-checkpoint: --out and --slot go with --export_table=NAME (see --help)\n");
     return 2;
   }
   // A root: every checkpoint under it first, each read whole for its checksums (which one to
@@ -87,16 +100,10 @@ int main(int argc, char** argv) {
       m = pushpull::Status::NotFound(FLAGS_dir + " is neither a root of checkpoints (" + m.status().message() +
                                      ") nor one checkpoint (" + one.status().message() + ")");
   }
-  if (!m.ok()) {
-    std::fprintf(stderr, "pushpull-checkpoint: %s\n", m.status().ToString().c_str());
-    return 1;
-  }
+  if (!m.ok()) return Fail(m.status());
   // Every server's rows of every table, gathered as one server would own them all.
   auto tables = pushpull::ReadCheckpointForServer(m->dir, 0, 1);
-  if (!tables.ok()) {
-    std::fprintf(stderr, "pushpull-checkpoint: %s\n", tables.status().ToString().c_str());
-    return 1;
-  }
+  if (!tables.ok()) return Fail(tables.status());
   if (FLAGS_export_table.empty()) {
     std::printf("%s: clock %lld, written by %d servers and %d workers; checksums verified\n", m->dir.c_str(),
                 static_cast<long long>(m->clock), m->servers, m->workers);
@@ -109,8 +116,10 @@ int main(int argc, char** argv) {
   }
   auto it = tables->find(FLAGS_export_table);
   if (it == tables->end()) {
-    std::fprintf(stderr, "pushpull-checkpoint: no table '%s' in %s\n", FLAGS_export_table.c_str(), m->dir.c_str());
-    return 1;
+    std::string names;
+    for (const auto& [name, t] : *tables) names += (names.empty() ? "" : ", ") + name;
+    return Fail(Status::NotFound("no table '" + FLAGS_export_table + "' in " + m->dir + " (its tables: " +
+                                 (names.empty() ? "none" : names) + ")"));
   }
   const pushpull::TableCheckpoint& t = it->second;
   if (FLAGS_slot < -1 || FLAGS_slot >= static_cast<int>(t.rows.slots.size())) {
@@ -123,10 +132,7 @@ int main(int argc, char** argv) {
   Status st = WriteNpy(FLAGS_out, "<f4", rows, dim, values, rows * dim * sizeof(float));
   if (st.ok() && t.info.spec.sparse)
     st = WriteNpy(FLAGS_out + ".keys.npy", "<u8", rows, 0, t.rows.keys.data(), rows * sizeof(uint64_t));
-  if (!st.ok()) {
-    std::fprintf(stderr, "pushpull-checkpoint: %s\n", st.ToString().c_str());
-    return 1;
-  }
+  if (!st.ok()) return Fail(st);
   std::printf("wrote %s: %llu x %llu float32 (%s of '%s' at clock %lld)%s\n", FLAGS_out.c_str(),
               static_cast<unsigned long long>(rows), static_cast<unsigned long long>(dim),
               FLAGS_slot < 0 ? "parameters" : ("slot " + std::to_string(FLAGS_slot)).c_str(),

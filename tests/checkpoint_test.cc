@@ -3,12 +3,14 @@
 // the checkpointed one was (BSP: bit for bit); the collective's misuses get clear errors.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "apps/fmnist_mlp.h"
@@ -248,6 +250,76 @@ TEST(Checkpoint, FileRoundTripsAShardAcrossStripings) {
   EXPECT_NE(st.message().find("twice"), std::string::npos) << st.ToString();
 }
 
+// Runs `check` as a user other than root, for whom file permissions bite: in a child process
+// that becomes nobody when this one is root. Its exit code (0: every expectation held), or -1
+// when it could not be run so or did not end within 30 s.
+int AsUnprivileged(const std::function<int()>& check) {
+  if (geteuid() != 0) return check();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(100);
+    _exit(check());
+  }
+  if (pid < 0) return -1;
+  int status = 0;
+  for (int i = 0; i < 3000; ++i) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+// A checkpoint this process may not read is a setup error that says so (InvalidArgument, exit 2),
+// not a missing or damaged one: a restore does not pass over it to an older one. A checkpoint
+// directory it may not write in fails a checkpoint the same way.
+TEST(Checkpoint, FilesThisProcessMayNotReadOrWriteAreASetupErrorNotDamage) {
+  TempDir root;
+  TableInfo info = TableInfo::Make(0, Spec("w", false, opt::Kind::kSgd), 1);
+  TableShard t(info, 0, 1);
+  for (int64_t c : {2, 4}) {
+    CheckpointManifest m = Manifest(root.path(), c, 1, 1);
+    ASSERT_TRUE(WriteServerCheckpoint(m.dir, 0, 1, c, {&t}, nullptr).ok());
+    ASSERT_TRUE(CommitCheckpoint(root.path(), m, 2).ok());
+  }
+  using fs::perms;
+  const perms dir_rx = perms::owner_all | perms::group_read | perms::group_exec | perms::others_read | perms::others_exec;
+  const perms file_r = perms::owner_read | perms::owner_write | perms::group_read | perms::others_read;
+  fs::permissions(root.path(), dir_rx);
+  for (int64_t c : {2, 4}) {
+    fs::permissions(CheckpointDir(root.path(), c), dir_rx);
+    fs::permissions(ServerCheckpointFile(CheckpointDir(root.path(), c), 0), file_r);
+    fs::permissions(fs::path(CheckpointDir(root.path(), c)) / "MANIFEST", file_r);
+  }
+  const std::string latest = (fs::path(root.path()) / "LATEST").string();
+  auto unreadable = [](const Status& st) {
+    return st.code() == Code::kInvalidArgument && st.message().find("Permission denied") != std::string::npos;
+  };
+  auto newest_is_refused = [&] {
+    std::vector<std::string> skipped;
+    auto m = NewestIntactCheckpoint(root.path(), &skipped);
+    return unreadable(m.status()) && skipped.empty();
+  };
+  fs::permissions(latest, perms::none);
+  EXPECT_EQ(AsUnprivileged([&] {
+              if (!unreadable(ReadLatestCheckpoint(root.path()).status())) return 1;
+              return newest_is_refused() ? 0 : 2;
+            }),
+            0)
+      << "LATEST unreadable";
+  fs::permissions(latest, file_r);
+  fs::permissions(ServerCheckpointFile(CheckpointDir(root.path(), 4), 0), perms::none);
+  EXPECT_EQ(AsUnprivileged([&] { return newest_is_refused() ? 0 : 1; }), 0) << "the newest's file unreadable";
+  fs::permissions(ServerCheckpointFile(CheckpointDir(root.path(), 4), 0), file_r);
+  EXPECT_EQ(AsUnprivileged([&] { return newest_is_refused() ? 1 : 0; }), 0) << "all readable again";
+  EXPECT_EQ(AsUnprivileged([&] {
+              return unreadable(WriteServerCheckpoint(CheckpointDir(root.path(), 6), 0, 1, 6, {&t}, nullptr)) ? 0 : 1;
+            }),
+            0)
+      << "a checkpoint directory it may not write in";
+}
+
 TEST(Checkpoint, DamagedOrForeignFilesAreRefused) {
   TempDir dir;
   TableInfo info = TableInfo::Make(0, Spec("w", false, opt::Kind::kSgd), 1);
@@ -469,8 +541,12 @@ TEST(Checkpoint, ToolListsTablesAndExportsThemAsNpy) {
     EXPECT_EQ(std::memcmp(&v.data[i * 16], &slot[4], 16), 0) << "key " << key;
   }
 
-  EXPECT_NE(RunCommand(tool + " --export_table=nope --out=" + npy, 30, &out), 0);
+  // Setup errors exit 2 (docs/ERRORS.md): a table it does not hold (naming those it does), an
+  // --out without a table.
+  EXPECT_EQ(RunCommand(tool + " --export_table=nope --out=" + npy, 30, &out), 2) << out;
   EXPECT_NE(out.find("no table 'nope'"), std::string::npos) << out;
+  EXPECT_NE(out.find("its tables: dense, sparse"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(tool + " --out=" + npy, 30, &out), 2) << out;
 
   // A server's file gone: the tool says which (not only that the root holds no MANIFEST).
   std::filesystem::remove(ServerCheckpointFile(m.dir, 1));
