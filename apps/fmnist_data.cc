@@ -32,6 +32,7 @@ Result<GzFile> Open(const std::string& path) {
     const int err = errno;
     const std::string why = err != 0 ? std::strerror(err) : "gzopen failed";
     if (err == ENOENT) return Status::NotFound("cannot open " + path + ": " + why + kDataDirHint);
+    if (err == EACCES || err == EPERM) return Status::InvalidArgument("cannot read " + path + ": " + why);
     // Not a missing file (out of descriptors, an I/O error, ...): may not fail again.
     return Status::Unavailable("cannot open " + path + ": " + why);
   }
@@ -153,11 +154,25 @@ Result<std::vector<uint8_t>> LoadIdxLabels(const std::string& path) {
   return labels;
 }
 
+namespace {
+std::string SetPath(const std::string& dir, bool train, bool images) {
+  return (dir.empty() ? std::string(".") : dir) + "/" + (train ? "train" : "t10k") +
+         (images ? "-images-idx3-ubyte.gz" : "-labels-idx1-ubyte.gz");
+}
+}  // namespace
+
+Status CheckFashionMnistFiles(const std::string& dir) {
+  for (bool train : {true, false})
+    for (bool images : {true, false}) {
+      auto f = Open(SetPath(dir, train, images));
+      if (!f.ok()) return f.status();
+    }
+  return Status::OK();
+}
+
 Result<Dataset> LoadFashionMnist(const std::string& dir, bool train) {
-  const std::string prefix = (dir.empty() ? std::string(".") : dir) + "/" +
-                             (train ? "train" : "t10k");
-  const std::string images_path = prefix + "-images-idx3-ubyte.gz";
-  const std::string labels_path = prefix + "-labels-idx1-ubyte.gz";
+  const std::string images_path = SetPath(dir, train, true);
+  const std::string labels_path = SetPath(dir, train, false);
   auto images = LoadIdxImages(images_path);
   if (!images.ok()) return images.status();
   auto labels = LoadIdxLabels(labels_path);

@@ -147,19 +147,20 @@ void CheckArgs(FlagCheck* fc, const std::vector<std::string>& args, const std::s
   }
 }
 
-void RefuseBadFlags(int argc, char** argv) {
+void RefuseBadFlags(int argc, char** argv, const char* hint) {
   FlagCheck fc{argv[0], {}, {}};
   CheckArgs(&fc, std::vector<std::string>(argv + 1, argv + argc), "", 0);
   for (const auto& [name, written] : fc.unknown) {
     if (fc.undefok.count(name) || (name.rfind("no", 0) == 0 && fc.undefok.count(name.substr(2)))) continue;
-    Refuse(argv[0], "unknown flag " + written);
+    Refuse(argv[0], "unknown flag " + written + (*hint ? std::string("; ") + hint : std::string()));
   }
 }
 
 }  // namespace
 
-void ParseFlagsOrHelp(int* argc, char*** argv, const char* usage, const char* flag_file, bool remove_flags) {
-  RefuseBadFlags(*argc, *argv);
+void ParseFlagsOrHelp(int* argc, char*** argv, const char* usage, const char* flag_file, bool remove_flags,
+                      const char* unknown_flag_hint) {
+  RefuseBadFlags(*argc, *argv, unknown_flag_hint);
   gflags::SetUsageMessage(usage);
   gflags::ParseCommandLineNonHelpFlags(argc, argv, remove_flags);
   if (FLAGS_help || FLAGS_helpshort) {

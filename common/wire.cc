@@ -574,6 +574,8 @@ Result<std::string> BindTcp(zmq::socket_t& sock, const std::string& bind_host, i
   try {
     sock.bind(ep);
   } catch (const zmq::error_t& e) {
+    if (e.num() == EADDRINUSE)
+      return Status::Unavailable("bind " + ep + ": " + e.what() + " (another process listens there: another --port, or 0 for any free one)");
     return Status::Unavailable("bind " + ep + ": " + e.what());
   }
   std::string last = sock.get(zmq::sockopt::last_endpoint);  // tcp://0.0.0.0:41234

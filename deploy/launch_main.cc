@@ -182,10 +182,11 @@ int main(int argc, char** argv) {
   pushpull::ParseFlagsOrHelp(&argc, &argv,
                             
       "runs a pushpull job on this machine.\n"
-      "usage: pushpull-launch --servers=S --workers=W [--consistency=bsp|ssp:K|asp]\n"
+      "usage: pushpull-launch [--servers=S] [--workers=W] [--consistency=bsp|ssp:K|asp]\n"
       "       [--checkpoint_dir=DIR] [--restore_from=DIR] [--max_restarts=N] -- <worker flags>\n"
       "example: pushpull-launch --servers=2 --workers=3 --consistency=ssp:1 -- --app=linreg",
-                            "launch_main");  // leaves what follows "--" in argv
+                            "launch_main", true,  // leaves what follows "--" in argv
+                            "flags for the workers (--app=..., see pushpull-worker --help) go after \"--\"");
   std::vector<std::string> worker_args(argv + 1, argv + argc);
   if (FLAGS_servers < 1 || FLAGS_workers < 1) {
     std::fprintf(stderr, "pushpull-launch: --servers and --workers must be >= 1\n");

@@ -1069,7 +1069,8 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& opt
     return Status::InvalidArgument("need at least one server and one worker");
   if (options.num_servers > 4096 || options.num_workers > 4096)
     return Status::InvalidArgument("at most 4096 servers and 4096 workers");
-  if (options.port < 0 || options.port > 65535) return Status::InvalidArgument("port must be in [0, 65535]");
+  if (options.port < 0 || options.port > 65535)
+    return Status::InvalidArgument("port " + std::to_string(options.port) + " must be in [0, 65535] (0: any free port)");
   for (auto [name, ms] : {std::pair<const char*, int>{"heartbeat_timeout_ms", options.heartbeat_timeout_ms},
                           {"register_timeout_ms", options.register_timeout_ms},
                           {"request_timeout_ms (--table_timeout_ms)", options.request_timeout_ms},

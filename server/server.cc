@@ -1437,7 +1437,8 @@ Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   if (options.update_threads < 1 || options.update_threads > static_cast<int>(kMaxValueFrames))
     return Status::InvalidArgument("update_threads must be in [1, " + std::to_string(kMaxValueFrames) + "]");
   if (options.port < 0 || options.port > 65535 || options.advertise_port < 0 || options.advertise_port > 65535)
-    return Status::InvalidArgument("port and advertise_port must be in [0, 65535]");
+    return Status::InvalidArgument("port " + std::to_string(options.port) + " and advertise_port " +
+                                   std::to_string(options.advertise_port) + " must be in [0, 65535] (0: any free port)");
   PP_RETURN_IF_ERROR(options.control.Validate());
   auto s = std::make_unique<ServerImpl>(options);
   PP_RETURN_IF_ERROR(s->Init());

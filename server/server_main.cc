@@ -20,8 +20,8 @@ DEFINE_int32(advertise_port, 0,
              "0: the port it listens on)");
 DEFINE_int32(update_threads, 0, "update threads, at most 64, each owning stripes of every table (a large dense table has a stripe per 1 MB block); 0: the cores this process may use (CPU affinity, cgroup quota) left after the I/O thread");
 DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this server is alive");
-DEFINE_int32(scheduler_timeout_ms, 15000, "exit when the scheduler is silent this long");
-DEFINE_int32(register_timeout_ms, 120000, "how long to wait for the whole job to register");
+DEFINE_int32(scheduler_timeout_ms, 15000, "exit when the scheduler is silent this long, once registered");
+DEFINE_int32(register_timeout_ms, 120000, "how long to wait for the whole job to register, a scheduler not (yet) listening included");
 DEFINE_int32(max_message_mb, 2048, "larger messages are dropped (0 or less: no limit)");
 DEFINE_int32(rank, -1, "ask the scheduler for this rank (-1: any free one)");
 DEFINE_int32(stats_every_s, 30, "log a line of rates (pushes, pulls, MB/s), the slowest worker's clock, parked pulls and memory this often (0: never)");
@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
     std::string host = FLAGS_scheduler;
     if (host.rfind("tcp://", 0) == 0) host.erase(0, 6);
     if (const size_t colon = host.rfind(':'); colon != std::string::npos) host.resize(colon);
-    if (!host.empty() && !loopback(host) && loopback(FLAGS_advertise_host))
+    const bool tcp = FLAGS_scheduler.rfind("tcp://", 0) == 0 && FLAGS_scheduler.rfind(':') > 5;  // (else refused below)
+    if (tcp && !host.empty() && !loopback(host) && loopback(FLAGS_advertise_host))
       PP_LOG(Warning) << "the scheduler is at " << FLAGS_scheduler << " but this server advertises "
                       << FLAGS_advertise_host << ": workers on other hosts cannot reach it (give --advertise_host="
                       << "this host's name or IP)";
@@ -71,9 +72,9 @@ int main(int argc, char** argv) {
   o.advertise_host = FLAGS_advertise_host;
   o.port = FLAGS_port;
   o.advertise_port = FLAGS_advertise_port;
-  if (FLAGS_update_threads < 0) {
-    PP_LOG(Error) << "--update_threads must be >= 0 (0: one per core left after the I/O thread), not "
-                  << FLAGS_update_threads;
+  if (FLAGS_update_threads < 0 || FLAGS_update_threads > static_cast<int>(pushpull::kMaxValueFrames)) {
+    PP_LOG(Error) << "--update_threads must be in [0, " << pushpull::kMaxValueFrames
+                  << "] (0: one per core left after the I/O thread), not " << FLAGS_update_threads;
     return 2;
   }
   const int cores = pushpull::UsableCores();  // (affinity and cgroup quota: a container's CPUs, not the node's)

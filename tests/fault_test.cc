@@ -1518,7 +1518,9 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
   // that tried to join would wait out --register_timeout_ms (here 60 s, over the 30 s allowed).
   for (const char* flags : {"--app=linreg2", "--app=linreg --epochs=0", "--app=linreg --optimizer=rmsprop",
                             "--app=linreg --consistency=sspp", "--app=fmnist_mlp --device=tpu",
-                            "--app=fmnist_mlp --layers=784,x,10"}) {
+                            "--app=fmnist_mlp --layers=784,x,10", "--app=linreg --lr=nan", "--app=linreg --rank=-7",
+                            "--app=linreg --dim=0", "--app=linreg --metrics_out=/nonexistent/m.jsonl",
+                            "--app=fmnist_mlp --data_dir=/nonexistent"}) {
     EXPECT_EQ(RunCommand(BinDir() + "/pushpull-worker --scheduler=tcp://127.0.0.1:1 --register_timeout_ms=60000 " +
                              flags, 30, &out), 2) << flags << ": " << out;
     EXPECT_NE(out.find("see --help"), std::string::npos) << flags << ": " << out;
@@ -1526,6 +1528,9 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-server --scheduler=tcp://127.0.0.1:1 --update_threads=-3", 30, &out), 2)
       << out;
   EXPECT_NE(out.find("--update_threads"), std::string::npos) << out;
+  // pushpull-launch: worker flags before "--" are unknown to it, and it says where they go.
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --app=linreg", 30, &out), 2) << out;
+  EXPECT_NE(out.find("go after \"--\""), std::string::npos) << out;
   // Unknown flags are bad flags (gflags' own exit is 1, which the launcher restarts); values given
   // apart, negative ones too, and --noBOOL are no flags of their own.
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-server --bogus=1", 30, &out), 2) << out;
@@ -1824,8 +1829,11 @@ TEST(MultiProcess, LauncherDoesNotRestartAJobMissingItsData) {
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("/nonexistent"), std::string::npos) << out;
   EXPECT_EQ(out.find("restart"), std::string::npos) << out;
-  // The workers say why as they stop: the job ends naming it, not a heartbeat timeout later.
-  EXPECT_NE(out.find(" stopped: NotFound: worker "), std::string::npos) << out;
+  // The worker looks for its data before it joins the job: it says why at once, and the job ends
+  // then, not a heartbeat timeout later.
+  EXPECT_NE(out.find("NotFound: cannot open /nonexistent/train-images-idx3-ubyte.gz"), std::string::npos) << out;
+  EXPECT_EQ(out.find("registering with the scheduler at"), out.rfind("registering with the scheduler at")) << out
+      << "(only the server registers)";
   EXPECT_EQ(out.find("sent no heartbeat"), std::string::npos) << out;
 }
 
