@@ -1739,9 +1739,8 @@ size_t ClientImpl::SendPending(int s, bool unsent_only, uint64_t below, size_t* 
     went.push_back(a.id);
     bytes += b;
   }
-  held_[s] = i < again.size();
-  if (held_[s]) any_held_ = true;
   std::vector<std::shared_ptr<FutureState>> failed;
+  bool held = false;
   {
     std::lock_guard<std::mutex> l(pending_mu_);
     for (uint64_t id : went) {
@@ -1758,7 +1757,12 @@ size_t ClientImpl::SendPending(int s, bool unsent_only, uint64_t below, size_t* 
       failed.push_back(it->second.fs);
       pending_.erase(it);
     }
+    // Held: whatever to s is still unsent, these or any past `below` (found in review: only these
+    // were looked at, so a resend below an id could let later held requests be overtaken).
+    for (const auto& [id, p] : pending_) held |= p.target == s && p.unsent;
   }
+  held_[s] = held;
+  if (held) any_held_ = true;
   for (auto& fs : failed) fs->Complete(s, Status::DeadlineExceeded("given up on by its caller before it was answered"));
   std::lock_guard<std::mutex> l(mu_);
   if (!unsent_only) stats_.resent += went.size();
