@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
@@ -535,7 +536,9 @@ TEST(Shard, RandomWritesBesideHeldRepliesMatchAPlainModel) {
   const TableSpec spec = SgdSparse("random", 1 << 14);  // 64 KB rows: 16 to a block
   const uint32_t dim = spec.dim;
   auto budget = std::make_shared<CopyOnWriteBudget>();
-  TableShard t(TableInfo::Make(0, spec, 1), 0, 1, true, budget);
+  // A memory limit that new rows reach part way (the lists' 320 rows take about 21 MB).
+  auto memory = std::make_shared<ByteBudget>(size_t(24) << 20);
+  TableShard t(TableInfo::Make(0, spec, 1), 0, 1, true, budget, memory);
   Stripe& s = t.stripe(0);
   ASSERT_EQ(s.block_rows(), 16u);
   opt::StepContext ctx;
@@ -548,13 +551,13 @@ TEST(Shard, RandomWritesBesideHeldRepliesMatchAPlainModel) {
     return v[0];
   };
   auto push = [&](const std::vector<Key>& keys) {
-    std::vector<float> g(keys.size() * dim);
+    std::vector<float> g(keys.size() * dim), add(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
-      const float add = float(int(rng() % 19) - 9);
-      std::fill(g.begin() + i * dim, g.begin() + (i + 1) * dim, -add);
-      model[keys[i]] += add;
+      add[i] = float(int(rng() % 19) - 9);
+      std::fill(g.begin() + i * dim, g.begin() + (i + 1) * dim, -add[i]);
     }
     s.ApplyPush(sel_of(keys), keys.data(), g.data(), ctx);
+    for (size_t i = 0; i < keys.size(); ++i) model[keys[i]] += add[i];
   };
   struct Held {
     std::shared_ptr<const float> rows;
@@ -588,28 +591,52 @@ TEST(Shard, RandomWritesBesideHeldRepliesMatchAPlainModel) {
   }
   push(list1);
   push(list2);
-  int shared = 0;
-  for (int step = 0; step < 600; ++step) {
+  auto some_keys = [&] {  // a few keys of the lists and new ones, some twice
+    std::vector<Key> keys;
+    for (int i = 0, n = 1 + int(rng() % 20); i < n; ++i) {
+      const uint64_t r = rng() % 3;
+      keys.push_back(r == 0 ? list1[rng() % 160] : r == 1 ? list2[rng() % 160] : 9000 + rng() % 200);
+    }
+    return keys;
+  };
+  auto run_of = [&](size_t max_len) {  // consecutive keys of a list (rows in one block or two)
+    const std::vector<Key>& l = rng() % 2 ? list1 : list2;
+    const size_t n = 1 + rng() % max_len, a = rng() % (160 - n + 1);
+    return std::vector<Key>(l.begin() + a, l.begin() + a + n);
+  };
+  // A write that may fail: out of memory for a block's new array (or for new rows), or past the
+  // memory limit (new rows). Then it changed nothing.
+  int failed = 0;
+  auto write_or_fail = [&](const std::function<void()>& write, const std::function<void()>& on_success) {
+    fault::FailAllocation fail(16 * size_t(dim) * sizeof(float), int(rng() % 3));
+    try {
+      write();
+      EXPECT_FALSE(fail.fired());
+      on_success();
+    } catch (const std::bad_alloc&) {
+      EXPECT_TRUE(fail.fired());
+      ++failed;
+    } catch (const TableMemoryExhausted&) {
+      ++failed;
+    }
+  };
+  int shared = 0, clocks = 0;
+  for (int step = 0; step < 900; ++step) {
     const std::string when = "step " + std::to_string(step);
-    switch (rng() % 6) {
+    switch (rng() % 9) {
       case 0: push(list1); break;
       case 1: push(list2); break;
-      case 2: {  // a few keys of the lists and new ones, some twice
-        std::vector<Key> keys;
-        for (int i = 0, n = 1 + int(rng() % 20); i < n; ++i) {
-          const uint64_t r = rng() % 3;
-          keys.push_back(r == 0 ? list1[rng() % 160] : r == 1 ? list2[rng() % 160] : 9000 + rng() % 200);
+      case 2: {  // a few keys of the lists and new ones, some twice (past the memory limit: refused)
+        const std::vector<Key> keys = some_keys();
+        try {
+          push(keys);
+        } catch (const TableMemoryExhausted&) {
+          ++failed;
         }
-        push(keys);
         break;
       }
       case 3: pull(rng() % 2 ? list1 : list2, when); ++shared; break;
-      case 4: {  // a run inside a list (in place when it stays in one block), or scattered keys
-        const std::vector<Key>& l = rng() % 2 ? list1 : list2;
-        const size_t a = rng() % 150, n = 1 + rng() % 10;
-        pull(std::vector<Key>(l.begin() + a, l.begin() + a + n), when);
-        break;
-      }
+      case 4: pull(run_of(10), when); break;  // a run inside a list (in place when it stays in one block)
       case 5:
         if (!held.empty()) {
           const size_t i = rng() % held.size();
@@ -617,6 +644,37 @@ TEST(Shard, RandomWritesBesideHeldRepliesMatchAPlainModel) {
           held.erase(held.begin() + i);
         }
         break;
+      case 6:
+      case 7: {  // a BSP clock: up to 3 workers' sums (runs of a list, or scattered keys), applied once
+        std::map<Key, float> sum;
+        for (int w = 0, workers = 1 + int(rng() % 3); w < workers; ++w) {
+          const std::vector<Key> keys = rng() % 2 ? run_of(40) : some_keys();
+          std::vector<float> g(keys.size() * dim);
+          std::map<Key, float> mine;
+          for (size_t i = 0; i < keys.size(); ++i) {
+            const float add = float(int(rng() % 19) - 9);
+            std::fill(g.begin() + i * dim, g.begin() + (i + 1) * dim, -add);
+            mine[keys[i]] += add;
+          }
+          try {
+            s.Accumulate(clocks, w, sel_of(keys), keys.data(), g.data(), 1.0f);
+          } catch (const TableMemoryExhausted&) {
+            continue;  // (this worker's push refused: its sum is not there)
+          }
+          for (auto [k, v] : mine) sum[k] += v;
+        }
+        write_or_fail([&] { s.ApplyAccumulated(clocks, ctx); },
+                      [&] {
+                        for (auto [k, v] : sum) model[k] += v;
+                      });
+        s.ApplyAccumulated(clocks++, ctx);  // (applied or dropped: nothing more)
+        break;
+      }
+      case 8: {
+        const std::vector<Key> keys = rng() % 2 ? run_of(40) : some_keys();
+        write_or_fail([&] { push(keys); }, [] {});
+        break;
+      }
     }
     if (step % 50 == 0)
       for (const Held& h : held) check_held(h, when);
@@ -624,8 +682,11 @@ TEST(Shard, RandomWritesBesideHeldRepliesMatchAPlainModel) {
   for (const Held& h : held) check_held(h, "at the end");
   held.clear();
   EXPECT_GT(shared, 50);
+  EXPECT_GT(clocks, 100);
+  EXPECT_GT(failed, 20);
   EXPECT_EQ(budget->overdrafts, 0u);
   pull(list1, "after every reply let go of");
+  pull(list2, "after every reply let go of");
 }
 
 // A keyed pull over several stripes reads each stripe's part on its own (Stripe::ReadOrShare):
