@@ -115,7 +115,7 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
                  << " " << wall << "s";
     PP_RETURN_IF_ERROR(metrics.Write({{"epoch", epoch}, {"clock", double(client.clock())},
                                       {"wall_s", wall}, {"train_loss", loss},
-                                      {"samples_per_s", samples / std::max(wall, 1e-3)}}));
+                                      {"samples_per_s", samples / std::max(wall, 1e-3)}, {"worker", rank}}));
     PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, epoch, "linreg", run));
   }
   result->samples_per_s = samples / std::max(1e-3, (NowMs() - start) / 1000.0);
