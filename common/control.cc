@@ -1,10 +1,30 @@
 #include "common/control.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
 
 #include "common/log.h"
 #include "common/time.h"
 
 namespace pushpull {
+namespace {
+
+// For "tcp://HOST:PORT": what to say when HOST does not resolve (a typo in the name, not a
+// scheduler yet to start), else "".
+std::string UnresolvedHostNote(const std::string& address) {
+  if (address.rfind("tcp://", 0) != 0) return "";
+  std::string host = address.substr(6, address.rfind(':') - 6);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty() || host == "*") return "";
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int err = getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (found) freeaddrinfo(found);
+  return err == 0 ? "" : "; " + host + " does not resolve (" + gai_strerror(err) + "): is the name right?";
+}
+
+}  // namespace
 
 Status ControlOptions::Validate() const {
   if (heartbeat_interval_ms < 1)
@@ -63,7 +83,7 @@ Status ControlChannel::Register(const std::string& address) {
     }
     if (NowMs() >= next_note) {  // (the scheduler answers once every node of the job has registered)
       PP_LOG(Info) << "still waiting for the scheduler at " << options_.scheduler << " to answer registration ("
-                   << deadline.RemainingMs() / 1000 << " s left)";
+                   << deadline.RemainingMs() / 1000 << " s left" << UnresolvedHostNote(options_.scheduler) << ")";
       next_note = NowMs() + 10000;
     }
     zmq::pollitem_t item{static_cast<void*>(sock_), 0, ZMQ_POLLIN, 0};
@@ -89,9 +109,11 @@ Status ControlChannel::Register(const std::string& address) {
     next_heartbeat_ms_ = last_heard_ms_ + options_.heartbeat_interval_ms;
     return Status::OK();
   }
+  const std::string unresolved = UnresolvedHostNote(options_.scheduler);
   return Status::DeadlineExceeded("waited " + std::to_string(options_.register_timeout_ms) +
-                                  " ms for the scheduler at " + options_.scheduler +
-                                  " to answer registration (is it running, and have all nodes started?)");
+                                  " ms for the scheduler at " + options_.scheduler + " to answer registration (" +
+                                  (unresolved.empty() ? "is it running, and have all nodes started?" : unresolved.substr(2)) +
+                                  ")");
 }
 
 bool ControlChannel::ApplyMembership(const Membership& m) {

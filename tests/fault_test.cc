@@ -488,6 +488,20 @@ TEST(ServerFailure, RegistrationThatTimesOutSaysWhoIsMissing) {
   EXPECT_NE(st.message().find("0/1 workers"), std::string::npos) << st.ToString();
 }
 
+// A scheduler address whose host does not resolve: the registration's deadline says so, rather
+// than asking whether the scheduler runs. (.invalid never resolves, RFC 6761.)
+TEST(ServerFailure, ASchedulerNameThatDoesNotResolveIsNamed) {
+  ServerOptions o;
+  o.bind_host = "127.0.0.1";
+  o.control.scheduler = "tcp://nosuchhost.invalid:5555";
+  o.control.register_timeout_ms = 500;
+  auto srv = Server::Create(o);
+  ASSERT_TRUE(srv.ok()) << srv.status().ToString();
+  Status st = (*srv)->Run();
+  EXPECT_EQ(st.code(), Code::kDeadlineExceeded) << st.ToString();
+  EXPECT_NE(st.message().find("nosuchhost.invalid does not resolve"), std::string::npos) << st.ToString();
+}
+
 // A rank asked for outside the job (a deploy's task index and the job's size disagree, so the
 // node's data shard would be wrong) is refused at registration, naming both: exit 2, not restarted.
 TEST(ServerFailure, ARankOutsideTheJobIsRefused) {
