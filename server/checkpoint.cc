@@ -442,13 +442,18 @@ Status CommitCheckpoint(const std::string& root, const CheckpointManifest& m, in
   std::vector<std::string> complete;
   std::error_code ec;
   const std::string current = fs::path(m.dir).filename().string();
-  for (const auto& e : fs::directory_iterator(root, ec)) {
+  // (Error codes throughout: a directory that cannot be listed, or an entry gone meanwhile,
+  // leaves old ones behind; it must not throw out of the scheduler's loop.)
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::directory_entry& e = *it;
     const std::string name = e.path().filename().string();
     // Newer ones are another run's (a job restored from an older checkpoint, or a fresh job in
     // a used directory): left alone, and not counted against this run's `keep`.
-    if (!e.is_directory() || name.rfind("ckpt-", 0) != 0 || name >= current) continue;
-    if (fs::exists(e.path() / "MANIFEST", ec)) complete.push_back(e.path().string());
-    else fs::remove_all(e.path(), ec);
+    std::error_code dir_ec;
+    if (!e.is_directory(dir_ec) || name.rfind("ckpt-", 0) != 0 || name >= current) continue;
+    std::error_code file_ec;
+    if (fs::exists(e.path() / "MANIFEST", file_ec)) complete.push_back(e.path().string());
+    else fs::remove_all(e.path(), file_ec);
   }
   std::sort(complete.begin(), complete.end());
   const size_t others = static_cast<size_t>(std::max(keep, 1) - 1);  // the current one is kept

@@ -339,7 +339,14 @@ Status SchedulerImpl::Run() {
         PP_LOG(Warning) << "dropping malformed control message: " << st.ToString();
         continue;
       }
-      Handle(m);
+      try {
+        Handle(m);
+      } catch (const std::exception& e) {
+        // (Out of memory, or a bug: the job's state may be half changed. It ends, saying why,
+        // rather than the process ending with nothing said and the nodes waiting for it.)
+        End(Membership::kAborted, std::string("the scheduler failed handling a ") + MsgTypeName(m.header.type) +
+                                      " message: " + e.what());
+      }
     }
     if (!registered_ && NowMs() - start_ms_ > options_.register_timeout_ms) {
       int s = 0, w = 0;

@@ -545,10 +545,12 @@ bool ServerImpl::ReceiveRequest(int64_t wait_ms) {
   bool header_ok = false;
   Status st = Decode(&frames_, &m, &header_ok);
   if (!st.ok()) {
-    // Answer when the header decoded (the sender can match the reply); drop otherwise.
+    // Answer when the header decoded (the sender can match the reply); drop otherwise. Not
+    // recorded: it ran nothing, and its id may be a request's in progress, whose answer a
+    // repeat must get (found in review).
     if (header_ok && IsDataType(m.header.type) && !IsReply(m.header.type)) {
       CountBad(st, "malformed request answered with an error");
-      ReplyError(m, st);
+      ReplyError(m, st, /*record=*/false);
     } else {
       CountBad(st, "malformed message dropped");
     }

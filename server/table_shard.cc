@@ -333,6 +333,11 @@ uint32_t Stripe::LocalRow(Key key) {
   if (!spec_.sparse) return static_cast<uint32_t>(key - row_begin_);
   const uint32_t found = index_.Find(key);
   if (found != RowIndex::kNone) return found;
+  // Local rows are 32-bit, kNone excluded: a stripe holds fewer (found in review: the row after
+  // the last would have wrapped to 0, silently).
+  if (steps_.size() >= RowIndex::kNone)
+    throw TableMemoryExhausted("table '" + spec_.name + "': a stripe holds at most " +
+                               std::to_string(RowIndex::kNone) + " rows (more servers, or --update_threads)");
   uint32_t r = static_cast<uint32_t>(steps_.size());
   if (const size_t grow = index_.GrowthBytes(index_.size() + 1); grow > 0) {
     Charge(grow, "a larger key index");
@@ -761,6 +766,10 @@ void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out
 
 Status Stripe::Restore(std::vector<Key> keys, FloatArray params, std::vector<std::vector<float>> slots,
                        std::vector<uint32_t> steps) {
+  if (steps.size() >= RowIndex::kNone)
+    return Status::ResourceExhausted("table '" + spec_.name + "': " + std::to_string(steps.size()) +
+                                     " rows for one stripe, over its " + std::to_string(RowIndex::kNone) +
+                                     " (more servers, or --update_threads)");
   // What the restored rows hold, and an index with room for their keys.
   const size_t bytes = steps.size() * RowBytes(spec_, optimizer_->num_slots()) +
                        (spec_.sparse ? RowIndex().GrowthBytes(keys.size()) : 0);

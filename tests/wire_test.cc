@@ -592,6 +592,46 @@ TEST_F(PeersOfRankOne, AHelloFromAnotherClientStartsAWorkersRequestRecordOver) {
   EXPECT_EQ(Row2(), 2.0f);
 }
 
+// A malformed request whose header decodes is answered with its error, but not recorded: it ran
+// nothing, and its id may be that of a request in progress (here a parked pull), whose repeat
+// must get that request's own answer, not the malformed one's.
+TEST_F(PeersOfRankOne, AMalformedRequestIsAnsweredButNotRecorded) {
+  TableSpec bsp = AspLrOne("bsp");
+  bsp.consistency = {Consistency::kBsp, 0};
+  auto table = cluster_.client(0).CreateTable(bsp);
+  ASSERT_TRUE(table.ok());
+  auto p = Peer();
+  EXPECT_EQ(Hello(*p), MsgType::kHelloReply);
+  EXPECT_EQ(Tick(*p, 1, 1), Code::kOk);
+  Header pull = Of(MsgType::kPull, 1, 7);  // parked until worker 0 reaches clock 1
+  pull.table = table->id;
+  pull.num_keys = 1;
+  pull.dim = 4;
+  p->Send(pull, {2}, {});
+  EXPECT_TRUE(p->Silent(200));
+  Header h = Of(MsgType::kPush, 1, 7);  // id 7 too, with a keys frame of 3 bytes
+  h.table = table->id;
+  h.num_keys = 1;
+  h.dim = 4;
+  std::vector<zmq::message_t> f;
+  const std::string e = EncodeHeader(h);
+  f.emplace_back(e.data(), e.size());
+  f.emplace_back(3);
+  f.emplace_back(16);
+  p->SendRaw(std::move(f));
+  const Header bad = p->Reply();
+  EXPECT_EQ(bad.type, MsgType::kPushReply);
+  EXPECT_NE(bad.status, Code::kOk);
+  ASSERT_TRUE(cluster_.client(0).Clock().ok());
+  Header got = p->Reply();
+  EXPECT_EQ(got.type, MsgType::kPullReply);
+  EXPECT_EQ(got.status, Code::kOk);
+  p->Send(pull, {2}, {});  // asked again: served again, as any answered pull
+  got = p->Reply();
+  EXPECT_EQ(got.type, MsgType::kPullReply);
+  EXPECT_EQ(got.status, Code::kOk);
+}
+
 // A pull an earlier client of the rank left parked, answered after a new client said hello, is
 // not taken for the new client's request of the same id in the server's record: the new one's
 // pull, parked too and asked again (as after a lost connection), is still in progress and
