@@ -1073,6 +1073,18 @@ ServerImpl::Repeat ServerImpl::LookUpRepeat(const Message& m) {
   const RequestRecord::Answer* a = nullptr;
   switch (record.Look(h.request_id, &a)) {
     case RequestRecord::Seen::kNew:
+      // A worker's client never has more than kMaxUnansweredRequests unanswered here; a peer
+      // that leaves twice as many waiting (parked pulls, each holding its keys) is refused
+      // rather than let grow this server's memory without bound (found in review).
+      if (record.in_progress() >= 2 * kMaxUnansweredRequests) {
+        CountBad(Status::ResourceExhausted("too many requests in progress"), "request refused");
+        ReplyError(m, Status::ResourceExhausted("worker " + std::to_string(h.sender_rank) + " has " +
+                                                std::to_string(record.in_progress()) +
+                                                " requests unanswered on this server; a client keeps to " +
+                                                std::to_string(kMaxUnansweredRequests)),
+                   /*record=*/false);
+        return Repeat::kHandled;
+      }
       record.Begin(h.request_id);
       return Repeat::kNo;
     case RequestRecord::Seen::kInProgress:

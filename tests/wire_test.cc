@@ -632,6 +632,36 @@ TEST_F(PeersOfRankOne, AMalformedRequestIsAnsweredButNotRecorded) {
   EXPECT_EQ(got.status, Code::kOk);
 }
 
+// A peer that leaves more requests waiting than a client ever would (twice
+// kMaxUnansweredRequests) has the rest refused, not kept: a server's memory does not grow with
+// what a peer sends.
+TEST_F(PeersOfRankOne, RequestsInProgressPastTwiceAClientsBoundAreRefused) {
+  TableSpec bsp = AspLrOne("bsp");
+  bsp.consistency = {Consistency::kBsp, 0};
+  auto table = cluster_.client(0).CreateTable(bsp);
+  ASSERT_TRUE(table.ok());
+  auto p = Peer();
+  EXPECT_EQ(Hello(*p), MsgType::kHelloReply);
+  EXPECT_EQ(Tick(*p, 1, 1), Code::kOk);
+  const size_t bound = 2 * kMaxUnansweredRequests, extra = 20;
+  for (uint64_t id = 10; id < 10 + bound + extra; ++id) {  // parked until worker 0 reaches clock 1
+    Header pull = Of(MsgType::kPull, 1, id);
+    pull.table = table->id;
+    pull.num_keys = 1;
+    pull.dim = 4;
+    p->Send(pull, {2}, {});
+  }
+  size_t refused = 0;
+  for (Header h = p->Reply(2000); h.type != MsgType::kHeartbeat; h = p->Reply(500))
+    refused += h.type == MsgType::kPullReply && h.status == Code::kResourceExhausted;
+  EXPECT_EQ(refused, extra);
+  ASSERT_TRUE(cluster_.client(0).Clock().ok());
+  size_t served = 0;
+  for (Header h = p->Reply(5000); h.type != MsgType::kHeartbeat; h = p->Reply(500))
+    served += h.type == MsgType::kPullReply && h.status == Code::kOk;
+  EXPECT_EQ(served, bound);
+}
+
 // A pull an earlier client of the rank left parked, answered after a new client said hello, is
 // not taken for the new client's request of the same id in the server's record: the new one's
 // pull, parked too and asked again (as after a lost connection), is still in progress and
