@@ -33,6 +33,13 @@ TableSpec SgdSparse(const std::string& name, uint32_t dim, InitKind init = InitK
   return s;
 }
 
+// A one-stripe shard's selection of keys (its first stripe's part).
+RowSelection FirstStripeOf(TableShard& t, const std::vector<Key>& keys) {
+  std::vector<RowSelection> v;
+  t.Split(keys.data(), keys.size(), &v);
+  return v[0];
+}
+
 TableSpec AdamSparse() {
   TableSpec s;
   s.name = "emb";
@@ -449,11 +456,7 @@ TEST(Shard, RecurringKeyListsAreMatchedKeyByKey) {
   std::vector<Key> b = a;
   b.back() = 12345;  // the same list but its last key
   std::vector<Key> rev(a.rbegin(), a.rend());
-  auto sel_of = [&](const std::vector<Key>& keys) {
-    std::vector<RowSelection> sel;
-    t.Split(keys.data(), keys.size(), &sel);
-    return sel[0];
-  };
+  auto sel_of = [&](const std::vector<Key>& keys) { return FirstStripeOf(t, keys); };
   auto push = [&](const std::vector<Key>& keys, float g) {
     std::vector<float> grads(keys.size() * 2, -g);  // SGD, lr 1: adds g
     s.ApplyPush(sel_of(keys), keys.data(), grads.data(), ctx);
@@ -545,11 +548,7 @@ TEST(Shard, RandomWritesBesideHeldRepliesMatchAPlainModel) {
   ctx.lr = 1.0f;
   std::map<Key, float> model;  // every value of a row is alike
   std::mt19937_64 rng(12345);
-  auto sel_of = [&](const std::vector<Key>& keys) {
-    std::vector<RowSelection> v;
-    t.Split(keys.data(), keys.size(), &v);
-    return v[0];
-  };
+  auto sel_of = [&](const std::vector<Key>& keys) { return FirstStripeOf(t, keys); };
   auto push = [&](const std::vector<Key>& keys) {
     std::vector<float> g(keys.size() * dim), add(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -744,11 +743,7 @@ TEST(Shard, SparseRowsAreCopiedOnWriteABlockAtATime) {
   EXPECT_EQ(s.block_rows(), 4u);
   opt::StepContext ctx;
   ctx.lr = 1.0f;
-  auto sel = [&](const std::vector<Key>& keys) {
-    std::vector<RowSelection> v;
-    t.Split(keys.data(), keys.size(), &v);
-    return v[0];
-  };
+  auto sel = [&](const std::vector<Key>& keys) { return FirstStripeOf(t, keys); };
   auto push = [&](const std::vector<Key>& keys, float add) {  // SGD, lr 1: each row += add
     const std::vector<float> g(keys.size() * dim, -add);
     s.ApplyPush(sel(keys), keys.data(), g.data(), ctx);
@@ -892,11 +887,7 @@ TEST(Shard, OutOfMemoryForACopyOnWriteArrayWritesNoRow) {
   Stripe& s = t.stripe(0);
   opt::StepContext ctx;
   ctx.lr = 1.0f;
-  auto sel = [&](const std::vector<Key>& keys) {
-    std::vector<RowSelection> v;
-    t.Split(keys.data(), keys.size(), &v);
-    return v[0];
-  };
+  auto sel = [&](const std::vector<Key>& keys) { return FirstStripeOf(t, keys); };
   auto push = [&](const std::vector<Key>& keys) {  // SGD, lr 1: each row += 1
     const std::vector<float> g(keys.size() * dim, -1.0f);
     s.ApplyPush(sel(keys), keys.data(), g.data(), ctx);

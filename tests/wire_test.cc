@@ -557,6 +557,28 @@ class PeersOfRankOne : public ::testing::Test {
     p.Send(Of(MsgType::kClock, to_clock, request_id), {}, {});
     return p.Reply().status;
   }
+  // A BSP table of AspLrOne's shape, and a peer of rank 1 at clock 1: its pulls at clock 1 are
+  // parked until worker 0 reaches clock 1.
+  Table Bsp() {
+    TableSpec bsp = AspLrOne("bsp");
+    bsp.consistency = {Consistency::kBsp, 0};
+    auto table = cluster_.client(0).CreateTable(bsp);
+    EXPECT_TRUE(table.ok()) << table.status().ToString();
+    return table.ok() ? *table : Table{};
+  }
+  std::unique_ptr<RawPeer> PeerAtClockOne() {
+    auto p = Peer();
+    EXPECT_EQ(Hello(*p), MsgType::kHelloReply);
+    EXPECT_EQ(Tick(*p, 1, 1), Code::kOk);
+    return p;
+  }
+  static Header PullOfRow2(const Table& t, int64_t clock, uint64_t request_id) {
+    Header h = Of(MsgType::kPull, clock, request_id);
+    h.table = t.id;
+    h.num_keys = 1;
+    h.dim = 4;
+    return h;
+  }
   float Row2() {
     std::vector<float> v(4);
     EXPECT_TRUE(cluster_.client(0).Pull(table_, {2}, v.data()).Wait().ok());
@@ -596,21 +618,13 @@ TEST_F(PeersOfRankOne, AHelloFromAnotherClientStartsAWorkersRequestRecordOver) {
 // nothing, and its id may be that of a request in progress (here a parked pull), whose repeat
 // must get that request's own answer, not the malformed one's.
 TEST_F(PeersOfRankOne, AMalformedRequestIsAnsweredButNotRecorded) {
-  TableSpec bsp = AspLrOne("bsp");
-  bsp.consistency = {Consistency::kBsp, 0};
-  auto table = cluster_.client(0).CreateTable(bsp);
-  ASSERT_TRUE(table.ok());
-  auto p = Peer();
-  EXPECT_EQ(Hello(*p), MsgType::kHelloReply);
-  EXPECT_EQ(Tick(*p, 1, 1), Code::kOk);
-  Header pull = Of(MsgType::kPull, 1, 7);  // parked until worker 0 reaches clock 1
-  pull.table = table->id;
-  pull.num_keys = 1;
-  pull.dim = 4;
+  const Table table = Bsp();
+  auto p = PeerAtClockOne();
+  const Header pull = PullOfRow2(table, 1, 7);  // parked
   p->Send(pull, {2}, {});
   EXPECT_TRUE(p->Silent(200));
   Header h = Of(MsgType::kPush, 1, 7);  // id 7 too, with a keys frame of 3 bytes
-  h.table = table->id;
+  h.table = table.id;
   h.num_keys = 1;
   h.dim = 4;
   std::vector<zmq::message_t> f;
@@ -636,21 +650,10 @@ TEST_F(PeersOfRankOne, AMalformedRequestIsAnsweredButNotRecorded) {
 // kMaxUnansweredRequests) has the rest refused, not kept: a server's memory does not grow with
 // what a peer sends.
 TEST_F(PeersOfRankOne, RequestsInProgressPastTwiceAClientsBoundAreRefused) {
-  TableSpec bsp = AspLrOne("bsp");
-  bsp.consistency = {Consistency::kBsp, 0};
-  auto table = cluster_.client(0).CreateTable(bsp);
-  ASSERT_TRUE(table.ok());
-  auto p = Peer();
-  EXPECT_EQ(Hello(*p), MsgType::kHelloReply);
-  EXPECT_EQ(Tick(*p, 1, 1), Code::kOk);
+  const Table table = Bsp();
+  auto p = PeerAtClockOne();
   const size_t bound = 2 * kMaxUnansweredRequests, extra = 20;
-  for (uint64_t id = 10; id < 10 + bound + extra; ++id) {  // parked until worker 0 reaches clock 1
-    Header pull = Of(MsgType::kPull, 1, id);
-    pull.table = table->id;
-    pull.num_keys = 1;
-    pull.dim = 4;
-    p->Send(pull, {2}, {});
-  }
+  for (uint64_t id = 10; id < 10 + bound + extra; ++id) p->Send(PullOfRow2(table, 1, id), {2}, {});  // parked
   size_t refused = 0;
   for (Header h = p->Reply(2000); h.type != MsgType::kHeartbeat; h = p->Reply(500))
     refused += h.type == MsgType::kPullReply && h.status == Code::kResourceExhausted;
