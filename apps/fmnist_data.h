@@ -36,9 +36,10 @@ Result<std::vector<uint8_t>> LoadIdxLabels(const std::string& path);
 // Loads the training set (60000 images) or the test set (10000) from dir; checks 28x28 images,
 // labels in [0, 10) and matching counts.
 Result<Dataset> LoadFashionMnist(const std::string& dir, bool train);
-// Whether the four files are there and readable (what LoadFashionMnist would say if not), without
-// reading them: a worker checks before it joins a job.
-Status CheckFashionMnistFiles(const std::string& dir);
+// Whether the training set's files (and with test_set, the test set's) are there and readable
+// (what LoadFashionMnist would say if not), without reading them: a worker checks before it
+// joins a job.
+Status CheckFashionMnistFiles(const std::string& dir, bool test_set);
 
 // Worker `index` of `count`: the contiguous rows [n*index/count, n*(index+1)/count), so the
 // shards are disjoint, cover the set, and differ in size by at most one.

@@ -21,7 +21,8 @@ std::string UnresolvedHostNote(const std::string& address) {
   addrinfo* found = nullptr;
   const int err = getaddrinfo(host.c_str(), nullptr, &hints, &found);
   if (found) freeaddrinfo(found);
-  return err == 0 ? "" : "; " + host + " does not resolve (" + gai_strerror(err) + "): is the name right?";
+  // (Only a name the resolver says does not exist: a resolver that cannot answer now is no typo.)
+  return err == EAI_NONAME ? "; " + host + " does not resolve (" + gai_strerror(err) + "): is the name right?" : "";
 }
 
 }  // namespace

@@ -560,9 +560,9 @@ Result<CheckpointManifest> NewestIntactCheckpoint(const std::string& root, std::
   for (const std::string& n : older) {
     auto m = ReadManifest((fs::path(root) / n).string());
     Status st = m.ok() ? VerifyCheckpointFiles(*m) : m.status();
-    if (st.code() == Code::kInvalidArgument) return st;
-    if (st.ok() && run && m->run != *run)
+    if (m.ok() && run && m->run != *run)  // (first: another run's is passed over, readable or not)
       st = Status::FailedPrecondition("another run's (\"" + m->run + "\", not \"" + *run + "\")");
+    if (st.code() == Code::kInvalidArgument) return st;
     if (st.ok()) return m;
     skipped->push_back(n + ": " + st.ToString());
   }

@@ -35,13 +35,20 @@ Status WriteNpy(const std::string& path, const char* descr, uint64_t rows, uint6
   dict.append((64 - unpadded % 64) % 64, ' ');
   dict += '\n';
   std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return Status::InvalidArgument("cannot create --out " + path + ": " + std::strerror(errno));
+  if (!f) {
+    const int err = errno;
+    return Status::InvalidArgument("cannot create --out " + path + ": " + std::strerror(err));
+  }
   const uint16_t len = static_cast<uint16_t>(dict.size());
   bool ok = std::fwrite("\x93NUMPY\x01\x00", 1, 8, f) == 8 && std::fwrite(&len, 2, 1, f) == 1 &&
             std::fwrite(dict.data(), 1, dict.size(), f) == dict.size() &&
             (bytes == 0 || std::fwrite(data, 1, bytes, f) == bytes);
-  ok = std::fclose(f) == 0 && ok;
-  return ok ? Status::OK() : Status::Unavailable("writing " + path + " failed: " + std::strerror(errno));
+  int err = ok ? 0 : errno;
+  if (std::fclose(f) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  return ok ? Status::OK() : Status::Unavailable("writing " + path + " failed: " + std::strerror(err));
 }
 
 // docs/ERRORS.md: 2 for what a second try would meet again (a bad flag, a missing or unreadable

@@ -45,26 +45,17 @@ class RequestRecord {
     return Seen::kAnswered;
   }
   // A new request, or an answered pull served again: in progress.
-  void Begin(uint64_t id) {
-    auto [it, fresh] = entries_.try_emplace(id);
-    if (fresh || it->second.done) ++in_progress_;
-    it->second.done = false;
-  }
-  // Requests begun and not answered yet: a client never has more than kMaxUnansweredRequests
-  // unanswered here, so more is a peer that does not keep to it (the server refuses them).
-  size_t in_progress() const { return in_progress_; }
+  void Begin(uint64_t id) { entries_[id].done = false; }
   // The answer sent for a request in progress (others are left alone).
   void End(uint64_t id, Answer a) {
     auto it = entries_.find(id);
     if (it == entries_.end() || it->second.done) return;
     it->second.done = true;
-    --in_progress_;
     it->second.answer = std::move(a);
     // Oldest answers first; one still in progress stops the trim (the record grows past the
     // limit only while it waits), up to twice the limit (one that never got its answer).
     while (entries_.size() > kKept && (entries_.begin()->second.done || entries_.size() > 2 * kKept)) {
       forgotten_below_ = std::max(forgotten_below_, entries_.begin()->first + 1);  // (a pull served again may be older)
-      if (!entries_.begin()->second.done) --in_progress_;
       entries_.erase(entries_.begin());
     }
   }
@@ -77,7 +68,6 @@ class RequestRecord {
   };
   std::map<uint64_t, Entry> entries_;
   uint64_t forgotten_below_ = 0;
-  size_t in_progress_ = 0;
 };
 
 }  // namespace pushpull

@@ -344,8 +344,10 @@ Status SchedulerImpl::Run() {
       } catch (const std::exception& e) {
         // (Out of memory, or a bug: the job's state may be half changed. It ends, saying why,
         // rather than the process ending with nothing said and the nodes waiting for it.)
-        End(Membership::kAborted, std::string("the scheduler failed handling a ") + MsgTypeName(m.header.type) +
-                                      " message: " + e.what());
+        const std::string why =
+            std::string("the scheduler failed handling a ") + MsgTypeName(m.header.type) + " message: " + e.what();
+        PP_LOG(Error) << why;
+        End(Membership::kAborted, why);
       }
     }
     if (!registered_ && NowMs() - start_ms_ > options_.register_timeout_ms) {

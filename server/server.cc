@@ -173,6 +173,12 @@ class ServerImpl final : public Server {
   ClockVector clocks_;
   int64_t min_live_ = 0;
   std::vector<RequestRecord> requests_;              // per worker: requests asked again run once
+  // Per worker: its pulls in parked_. A client never has more than kMaxUnansweredRequests
+  // unanswered here; a peer that parks kMaxParked has the rest refused, rather than let the
+  // server's memory grow with what it sends (found in review). Generous: pulls a client gave up
+  // on may still be parked.
+  std::vector<uint32_t> parked_of_;
+  static constexpr uint32_t kMaxParked = 4 * kMaxUnansweredRequests;
   std::vector<std::string> sessions_;                // per worker: its client's receive socket (Hello)
   // Replacement workers (Membership::kWorkerReplacing): a rank declared dead, whose requests are
   // refused until a new client says hello for it; and per worker, the clock this server had for
@@ -255,6 +261,7 @@ Status ServerImpl::Run() {
   const int W = cluster.num_workers;
   clocks_.Reset(W, cluster.start_clock);
   requests_ = std::vector<RequestRecord>(W);
+  parked_of_.assign(W, 0);
   sessions_.assign(W, std::string());
   replacing_.assign(W, 0);
   hello_clock_.assign(W, cluster.start_clock);
@@ -395,6 +402,7 @@ Status ServerImpl::Run() {
     delete r;
   }
   parked_.clear();
+  std::fill(parked_of_.begin(), parked_of_.end(), 0);
   stats_.parked_now = 0;
   stats_.copy_on_write_waits = cow_budget_->waits.load();
   stats_.copy_on_write_overdrafts = cow_budget_->overdrafts.load();
@@ -819,9 +827,15 @@ void ServerImpl::HandleData(Message& m) {
       PreparePull(r, min_live_);
       owned.release();
       Dispatch(r);
+    } else if (parked_of_[rh.sender_rank] >= kMaxParked) {
+      CountBad(Status::ResourceExhausted("too many pulls parked"), "pull refused");
+      ReplyError(r->msg, Status::ResourceExhausted("worker " + std::to_string(rh.sender_rank) + " has " +
+                                                   std::to_string(kMaxParked) + " pulls waiting on this server; a "
+                                                   "client keeps to " + std::to_string(kMaxUnansweredRequests)));
     } else {
       parked_.emplace(PullReadyAt(rh.clock, bound), r);
       owned.release();
+      ++parked_of_[rh.sender_rank];
       ++stats_.parked_pulls;
       ++stats_.parked_now;
     }
@@ -1073,18 +1087,6 @@ ServerImpl::Repeat ServerImpl::LookUpRepeat(const Message& m) {
   const RequestRecord::Answer* a = nullptr;
   switch (record.Look(h.request_id, &a)) {
     case RequestRecord::Seen::kNew:
-      // A worker's client never has more than kMaxUnansweredRequests unanswered here; a peer
-      // that leaves twice as many waiting (parked pulls, each holding its keys) is refused
-      // rather than let grow this server's memory without bound (found in review).
-      if (record.in_progress() >= 2 * kMaxUnansweredRequests) {
-        CountBad(Status::ResourceExhausted("too many requests in progress"), "request refused");
-        ReplyError(m, Status::ResourceExhausted("worker " + std::to_string(h.sender_rank) + " has " +
-                                                std::to_string(record.in_progress()) +
-                                                " requests unanswered on this server; a client keeps to " +
-                                                std::to_string(kMaxUnansweredRequests)),
-                   /*record=*/false);
-        return Repeat::kHandled;
-      }
       record.Begin(h.request_id);
       return Repeat::kNo;
     case RequestRecord::Seen::kInProgress:
@@ -1178,6 +1180,7 @@ void ServerImpl::AdvanceMinClock() {
       // parked: out of memory for it leaves it there for the next pass.
       PreparePull(r, m);
       parked_.erase(parked_.begin());
+      --parked_of_[r->msg.header.sender_rank];
       --stats_.parked_now;
       Dispatch(r);
     }

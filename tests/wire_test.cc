@@ -646,13 +646,12 @@ TEST_F(PeersOfRankOne, AMalformedRequestIsAnsweredButNotRecorded) {
   EXPECT_EQ(got.status, Code::kOk);
 }
 
-// A peer that leaves more requests waiting than a client ever would (twice
-// kMaxUnansweredRequests) has the rest refused, not kept: a server's memory does not grow with
-// what a peer sends.
-TEST_F(PeersOfRankOne, RequestsInProgressPastTwiceAClientsBoundAreRefused) {
+// A peer that parks more pulls than a client ever would (four times kMaxUnansweredRequests) has
+// the rest refused, not kept: a server's memory does not grow with what a peer sends.
+TEST_F(PeersOfRankOne, PullsParkedPastFourTimesAClientsBoundAreRefused) {
   const Table table = Bsp();
   auto p = PeerAtClockOne();
-  const size_t bound = 2 * kMaxUnansweredRequests, extra = 20;
+  const size_t bound = 4 * kMaxUnansweredRequests, extra = 20;
   for (uint64_t id = 10; id < 10 + bound + extra; ++id) p->Send(PullOfRow2(table, 1, id), {2}, {});  // parked
   size_t refused = 0;
   for (Header h = p->Reply(2000); h.type != MsgType::kHeartbeat; h = p->Reply(500))

@@ -1644,6 +1644,8 @@ void ClientImpl::OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollit
       std::lock_guard<std::mutex> l(mu_);
       rx.below = next_request_id_;
       rx.mark_at_ms = -1;
+      // (A pass late past both: the requests just marked get their half of the while too.)
+      rx.recheck_at_ms = std::max(rx.recheck_at_ms, now + kRecheckMs / 2);
     }
     const bool recheck = rx.recheck_at_ms >= 0 && rx.recheck_at_ms <= now;
     if (!rx.resend && !recheck) continue;

@@ -140,8 +140,9 @@ pushpull::Status ParseAppOptions(pushpull::AppOptions* out) {
     if (FLAGS_gpu < -1) return pushpull::Status::InvalidArgument("--gpu must be >= -1, not " + std::to_string(FLAGS_gpu));
     PP_RETURN_IF_ERROR(at_least("train_limit", FLAGS_train_limit, 0));
     PP_RETURN_IF_ERROR(at_least("test_limit", FLAGS_test_limit, 0));
-    // The data, before the whole job registers (a missing dataset is news at once, not later).
-    PP_RETURN_IF_ERROR(pushpull::CheckFashionMnistFiles(FLAGS_data_dir));
+    // The data, before the whole job registers (a missing dataset is news at once, not later);
+    // the test set only where it is read (worker 0 evaluates).
+    PP_RETURN_IF_ERROR(pushpull::CheckFashionMnistFiles(FLAGS_data_dir, /*test_set=*/FLAGS_rank == 0));
   }
   if (FLAGS_eval_subset < 1)
     return pushpull::Status::InvalidArgument("--eval_subset must be >= 1, not " + std::to_string(FLAGS_eval_subset));
