@@ -205,13 +205,13 @@ TraceWriter::TraceWriter(const std::string& pattern, int rank) {
     status_ = Status::NotFound("cannot open --trace_out file '" + path + "': " + std::strerror(errno));
     return;
   }
-  std::fprintf(f_, "clock,wall_s,loss,metric,staleness\n");
+  std::fprintf(f_, "clock,wall_s,loss,metric,staleness,kind\n");
 }
 
-void TraceWriter::Row(int64_t clock, double wall_s, double loss, double metric, int32_t staleness) {
+void TraceWriter::Row(int64_t clock, double wall_s, double loss, double metric, int32_t staleness, bool eval) {
   if (!f_) return;
-  std::fprintf(f_, "%lld,%.4f,%.6g,%s,%d\n", static_cast<long long>(clock), wall_s, loss,
-               std::isfinite(metric) ? std::to_string(metric).c_str() : "", staleness);
+  std::fprintf(f_, "%lld,%.4f,%.6g,%s,%d,%s\n", static_cast<long long>(clock), wall_s, loss,
+               std::isfinite(metric) ? std::to_string(metric).c_str() : "", staleness, eval ? "eval" : "step");
 }
 
 TraceWriter::~TraceWriter() {

@@ -40,7 +40,7 @@ struct AppOptions {
   std::string metrics_out;        // append one JSON object per epoch when set
   double target = -1;             // loss (or accuracy) to reach; < 0: the app's default
   int progress_interval_s = 5;    // progress line period
-  std::string trace_out;          // CSV, one row per clock: clock,wall_s,loss,metric,staleness
+  std::string trace_out;          // CSV, a row per clock (and per evaluation): clock,wall_s,loss,metric,staleness,kind
   int eval_every = 0;             // worker 0 also evaluates on a test subset every this many clocks
   int eval_subset = 1000;
   bool staleness_aware = false;   // tables divide the step by the push's staleness (Zhang et al.)         // ... of this many examples (traced as the metric column)
@@ -98,7 +98,10 @@ class TraceWriter {
  public:
   // "%d" in path is replaced by the worker's rank (one file per worker).
   TraceWriter(const std::string& path, int rank);
-  void Row(int64_t clock, double wall_s, double loss, double metric, int32_t staleness);
+  // A clock's row ("step": its minibatch loss, the app's metric when measured, its pull's
+  // staleness), or with eval an epoch's evaluation by worker 0 ("eval": the test or held-out loss
+  // and the app's evaluation metric), so that the two are never mixed up.
+  void Row(int64_t clock, double wall_s, double loss, double metric, int32_t staleness, bool eval = false);
   bool enabled() const { return f_ != nullptr; }
   // NotFound when the file could not be opened: the app fails before it trains.
   const Status& status() const { return status_; }

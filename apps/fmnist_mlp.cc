@@ -203,7 +203,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
       float test_loss = 0;
       PP_RETURN_IF_ERROR(evaluate(&test_loss, &stale));
       test_acc = accuracy;
-      trace.Row(client.clock(), (NowMs() - start) / 1000.0, test_loss, test_acc, stale);
+      trace.Row(client.clock(), (NowMs() - start) / 1000.0, test_loss, test_acc, stale, /*eval=*/true);
     }
     double wall = (NowMs() - start) / 1000.0, secs = (NowMs() - epoch_start) / 1000.0;
     double rate = double(epoch_samples) / std::max(secs, 1e-3);

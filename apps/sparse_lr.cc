@@ -170,6 +170,10 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
     for (int64_t k = 0; k < first->skip && done < until; ++k)
       for (int64_t n = std::min<int64_t>(app.batch, until - done); n > 0; --n, ++done) gen->Next(&ex[0]);
   }
+  // What this run trains, and its rate, leave the skipped examples out (found in review: a resumed
+  // run reported them as trained, and its rate included the time to skip them).
+  const int64_t skipped = done;
+  start = NowMs();
   if (first->epoch > app.epochs && rank == 0) {  // restored after the last epoch
     PP_RETURN_IF_ERROR(evaluate(&logloss, &auc, o.heldout).Annotate("sparse_lr: evaluating the restored model"));
     PP_LOG(Info) << "sparse_lr restored model: held-out logloss " << logloss << " (optimal " << optimal << ", gap "
@@ -210,7 +214,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
       PP_RETURN_IF_ERROR(client.Clock());
       done += n;
       loss_sum += batch_loss;
-      progress.Update(client.clock(), batch_loss / n, done);
+      progress.Update(client.clock(), batch_loss / n, done - skipped);
       double metric = NAN;
       if (rank == 0 && app.eval_every > 0 && client.clock() % app.eval_every == 0) {
         double ll, a;
@@ -224,7 +228,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
     double train_loss = loss_sum / std::max<int64_t>(1, done - epoch_first);
     if (rank == 0) {
       PP_RETURN_IF_ERROR(evaluate(&logloss, &auc, o.heldout));
-      trace.Row(client.clock(), (NowMs() - start) / 1000.0, logloss, auc, 0);
+      trace.Row(client.clock(), (NowMs() - start) / 1000.0, logloss, auc, 0, /*eval=*/true);
       PP_LOG(Info) << "sparse_lr epoch " << epoch << "/" << app.epochs << ": " << done << " examples, train_loss "
                    << train_loss << " held-out logloss " << logloss << " (optimal " << optimal << ", gap "
                    << 100 * (logloss / optimal - 1) << "%) auc " << auc << " " << int64_t(rate) << " examples/s";
@@ -241,7 +245,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   }
   double gap = rank == 0 ? logloss / optimal - 1 : 0;
   const double target_gap = app.target > 0 ? app.target : 0.02;
-  result->samples_per_s = done / std::max(1e-3, (NowMs() - start) / 1000.0);
+  result->samples_per_s = (done - skipped) / std::max(1e-3, (NowMs() - start) / 1000.0);
   result->final_metric = logloss;
   result->reached_target = rank != 0 || gap <= target_gap;
   char buf[512];
@@ -250,7 +254,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
                   "sparse_lr summary: worker 0 consistency=%s workers=%d examples=%lld logloss=%.5f "
                   "optimal=%.5f gap=%.2f%% target_gap=%.1f%% auc=%.4f reached=%s max_staleness=%d "
                   "network_wait=%.0f%% wall=%.1fs",
-                  app.consistency.ToString().c_str(), W, static_cast<long long>(done), logloss, optimal,
+                  app.consistency.ToString().c_str(), W, static_cast<long long>(done - skipped), logloss, optimal,
                   100 * gap, 100 * target_gap, auc, result->reached_target ? "yes" : "NO",
                   result->max_staleness, 100 * wait_s / std::max(1e-3, (NowMs() - start) / 1000.0),
                   (NowMs() - start) / 1000.0);
@@ -258,7 +262,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
     std::snprintf(buf, sizeof(buf),
                   "sparse_lr summary: worker %d consistency=%s examples=%lld (worker 0 evaluates) "
                   "max_staleness=%d network_wait=%.0f%% wall=%.1fs",
-                  rank, app.consistency.ToString().c_str(), static_cast<long long>(done), result->max_staleness,
+                  rank, app.consistency.ToString().c_str(), static_cast<long long>(done - skipped), result->max_staleness,
                   100 * wait_s / std::max(1e-3, (NowMs() - start) / 1000.0), (NowMs() - start) / 1000.0);
   result->summary = buf;
   return Status::OK();

@@ -8,8 +8,9 @@ plots="$out/plots"
 mkdir -p "$plots"
 here=$(cd "$(dirname "$0")" && pwd)
 
-# Smoothed loss per run (moving average over 20 clocks), worker 0: clock,wall_s,loss
-smooth() { awk -F, 'NR > 1 { i = (NR - 2) % 20; s += $3 - b[i]; b[i] = $3; n = (NR - 1 < 20) ? NR - 1 : 20; print $1 "," $2 "," s / n }' "$1"; }
+# Smoothed training loss per run (moving average over 20 clocks), worker 0: clock,wall_s,loss
+# (clock rows only: not the epochs' evaluation rows, kind "eval")
+smooth() { awk -F, 'NR > 1 && $6 != "eval" { k++; i = (k - 1) % 20; s += $3 - b[i]; b[i] = $3; n = (k < 20) ? k : 20; print $1 "," $2 "," s / n }' "$1"; }
 
 if [ "$tiny" = 1 ]; then
   f=$(ls "$runs"/*.w0.csv | head -1)
@@ -76,7 +77,7 @@ GP
   # Histogram of observed staleness per model (all workers, stragglers on, seed 1).
   rm -f "$plots/${app}_hist.dat"
   for m in $models; do
-    cat "$runs/${app}_${m}_random_s1".w*.csv 2>/dev/null | awk -F, -v m=$m '$1 != "clock" { c[$5]++; n++ }
+    cat "$runs/${app}_${m}_random_s1".w*.csv 2>/dev/null | awk -F, -v m=$m '$1 != "clock" && $6 != "eval" { c[$5]++; n++ }
       END { for (s in c) printf "%s %d %.5f\n", m, s, c[s] / n }' | sort -k2 -n >> "$plots/${app}_hist.dat"
   done
   gnuplot <<GP
