@@ -146,7 +146,9 @@ Result<StartPoint> FirstEpochOf(int64_t c, int epochs, const std::function<int64
 std::string RunDescription(const char* app_name, const std::function<int64_t(int)>& clock_after,
                            const std::string& what) {
   // The first three epochs' ends, whatever --epochs is: a run resumed to train longer counts
-  // its clocks as the checkpointed one did.
+  // its clocks as the checkpointed one did. (fmnist_mlp's tables are another matter: its cosine
+  // schedule's length, from --epochs, is part of their spec, so a server refuses its restore
+  // with another --epochs, naming both specs.)
   std::string s = std::string(app_name) + ": epochs end at clocks ";
   for (int e = 1; e <= 3; ++e) s += (e > 1 ? ", " : "") + std::to_string(clock_after(e));
   return s + ", ... (" + what + ")";
