@@ -404,7 +404,10 @@ constexpr int64_t kTxConnectMs = 2000;
 constexpr int64_t kTxBackoffMinMs = 100, kTxBackoffMaxMs = 5000, kTxStableMs = 10000;
 // After the answer socket is back, the requests still unanswered are sent again once more this
 // much later: answers the server sent before it had attached the new connection were lost too.
-constexpr int64_t kRecheckMs = 1000;
+// A quarter second: far more than a server takes to attach a new connection (its socket does at
+// its next operation), and short enough that a worker sending thousands of requests a second has
+// not had the server's record of the lost answer pushed out by newer ones (it keeps 1024).
+constexpr int64_t kRecheckMs = 250;
 
 // "tcp://HOST:PORT" with HOST resolved to an IPv4 address, as ZeroMQ names a connection's
 // endpoint in its events once it has reconnected; unchanged when HOST does not resolve.
