@@ -1543,7 +1543,7 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
                             "--app=linreg --consistency=sspp", "--app=fmnist_mlp --device=tpu",
                             "--app=fmnist_mlp --layers=784,x,10", "--app=linreg --lr=nan", "--app=linreg --rank=-7",
                             "--app=linreg --dim=0", "--app=linreg --metrics_out=/nonexistent/m.jsonl",
-                            "--app=fmnist_mlp --data_dir=/nonexistent"}) {
+                            "--app=fmnist_mlp --data_dir=/nonexistent", "--app=linreg --straggler=1:2.5"}) {
     EXPECT_EQ(RunCommand(BinDir() + "/pushpull-worker --scheduler=tcp://127.0.0.1:1 --register_timeout_ms=60000 " +
                              flags, 30, &out), 2) << flags << ": " << out;
     EXPECT_NE(out.find("see --help"), std::string::npos) << flags << ": " << out;

@@ -166,7 +166,12 @@ pushpull::Status ParseAppOptions(pushpull::AppOptions* out) {
   app.checkpoint_every_epochs = FLAGS_checkpoint_every_epochs;
   std::map<int, double> fixed;
   PP_RETURN_IF_ERROR(pushpull::InjectionOptions::ParseRankMap("straggler", FLAGS_straggler, &fixed));
-  for (auto& [r, ms] : fixed) app.inject.fixed_delay_ms[r] = static_cast<int>(ms);
+  for (auto& [r, ms] : fixed) {
+    if (ms != std::floor(ms) || ms > 3600000)
+      return Status::InvalidArgument("--straggler: " + std::to_string(r) + ":" + std::to_string(ms) +
+                                     ": the milliseconds must be a whole number, at most an hour");
+    app.inject.fixed_delay_ms[r] = static_cast<int>(ms);
+  }
   PP_RETURN_IF_ERROR(pushpull::InjectionOptions::ParseRankMap("slowdown", FLAGS_slowdown, &app.inject.slowdown));
   if (FLAGS_random_delay_p < 0 || FLAGS_random_delay_p > 1 || FLAGS_random_delay_ms < 0)
     return pushpull::Status::InvalidArgument("--random_delay_p must be in [0, 1] and --random_delay_ms >= 0");
