@@ -498,6 +498,11 @@ void SchedulerImpl::Handle(Message& m) {
       break;
     case MsgType::kBarrier:
       if (n.role == Role::kWorker) {
+        // A barrier in place of one still waiting (no client sends one, a peer may): the first
+        // is no longer in progress, so its record entry goes (found in review: each one stayed,
+        // unanswered, for ever).
+        if (auto was = barrier_.find(n.rank); was != barrier_.end() && was->second.request_id != m.header.request_id)
+          n.requests.erase(was->second.request_id);
         barrier_[n.rank] = Waiter{identity, m.header.request_id};
         CheckBarrier();
       }
