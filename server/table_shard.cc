@@ -199,12 +199,6 @@ bool Stripe::SpareFree(const Block& k) {
   return k.spare && k.spare.use_count() == 1 && k.spare->size() == k.params->size();
 }
 
-bool Stripe::AnyHeld() const {
-  for (uint32_t b : lent_)
-    if (blocks_[b].params.use_count() != 1) return true;
-  return false;
-}
-
 size_t Stripe::WriteBudgetBytes() const {
   size_t bytes = 0;
   for (uint32_t b : lent_) {
@@ -588,37 +582,30 @@ void Stripe::BlockWrites::TrackRows() {
 }
 
 bool Stripe::BlockWrites::MarkWritten(size_t r, size_t len) {
-  const size_t b = r / s->block_rows_, first = b * s->block_rows_, dim = s->dim_;
+  const size_t b = r / s->block_rows_, first = b * s->block_rows_;
   uint64_t* w = &s->write_bits_[s->write_bits_at_[b]];
   const size_t lo = r - first, hi = lo + len;
   bool again = false;
   ForEachWordOf(lo, hi, [&](size_t i, uint64_t mask) { again |= (w[i] & mask) != 0; });
-  if (again) {
-    float* const out = s->blocks_[b].params->data();
-    const float* in = s->write_in_[b];
-    for (size_t x = FindBit(w, lo, hi, false); x < hi;) {
-      const size_t y = FindBit(w, x, hi, true);
-      std::memcpy(out + x * dim, in + x * dim, (y - x) * dim * sizeof(float));
-      x = FindBit(w, y, hi, false);
-    }
-  }
+  if (again) CopyUnwrittenOf(b, lo, hi);
   ForEachWordOf(lo, hi, [&](size_t i, uint64_t mask) { w[i] |= mask; });
   return again;
 }
 
 void Stripe::BlockWrites::CopyUnwritten() {
+  for (uint32_t b : s->written_blocks_)
+    if (s->write_in_[b] != s->blocks_[b].params->data()) CopyUnwrittenOf(b, 0, s->BlockSize(b));
+}
+
+void Stripe::BlockWrites::CopyUnwrittenOf(size_t b, size_t lo, size_t hi) {
   const size_t dim = s->dim_;
-  for (uint32_t b : s->written_blocks_) {
-    const float* in = s->write_in_[b];
-    float* const out = s->blocks_[b].params->data();
-    if (in == out) continue;
-    const uint64_t* w = &s->write_bits_[s->write_bits_at_[b]];
-    const size_t n = s->BlockSize(b);
-    for (size_t x = FindBit(w, 0, n, false); x < n;) {
-      const size_t y = FindBit(w, x, n, true);
-      std::memcpy(out + x * dim, in + x * dim, (y - x) * dim * sizeof(float));
-      x = FindBit(w, y, n, false);
-    }
+  const uint64_t* w = &s->write_bits_[s->write_bits_at_[b]];
+  const float* in = s->write_in_[b];
+  float* const out = s->blocks_[b].params->data();
+  for (size_t x = FindBit(w, lo, hi, false); x < hi;) {
+    const size_t y = FindBit(w, x, hi, true);
+    std::memcpy(out + x * dim, in + x * dim, (y - x) * dim * sizeof(float));
+    x = FindBit(w, y, hi, false);
   }
 }
 

@@ -254,8 +254,6 @@ class Stripe {
   // A pull reply's reference to block b's current array at `p`: letting go of it wakes a waiting
   // write.
   std::shared_ptr<const float> Lend(size_t b, const float* p);
-  // Is any block's current array held by a pull reply?
-  bool AnyHeld() const;
   static bool SpareFree(const Block& k);
   // Room in the blocks for rows [from, rows), `from` the stripe's row count (the blocks before
   // are full). A block a reply holds is never moved: only the one `from` is in may grow, and it
@@ -287,6 +285,7 @@ class Stripe {
     // so that the run can be read from the new array.
     bool MarkWritten(size_t r, size_t len);
     void CopyUnwritten();  // the rows of the moved blocks that were not written, from the held arrays
+    void CopyUnwrittenOf(size_t b, size_t lo, size_t hi);  // block b's rows [lo, hi) not written
     Stripe* const s;
   };
   std::shared_ptr<ParamArray> NewParams(size_t n) const;  // counted against this stripe's budget when not current

@@ -1,3 +1,6 @@
+// Not a test: the test binary's replacement of the global operator new, which fails the one
+// allocation a FailAllocation armed (tests/alloc_fault.h). Tests that use it assert on what the
+// failure does (tests/shard_test.cc).
 #include "tests/alloc_fault.h"
 
 #include <cstdlib>

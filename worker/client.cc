@@ -1673,19 +1673,17 @@ void ClientImpl::ReplaceDueTx() {
   for (const TxState& tx : tx_state_) due |= tx.replace_at_ms >= 0 && tx.replace_at_ms <= now;
   // Not once the job is over for this worker (servers leave at its end): nothing to send.
   if (!due || stop_ || finished_ || control_.membership().job_state != Membership::kRunning) return;
-  if (const Status sticky = Sticky(); !sticky.ok()) {
-    // Nor once a call failed for good: what the dropped connection had unanswered is not sent
-    // again, and fails now, saying why, instead of waiting out its deadline (found in review).
-    for (size_t s = 0; s < tx_state_.size(); ++s) {
-      if (tx_state_[s].replace_at_ms < 0 || tx_state_[s].replace_at_ms > now) continue;
-      tx_state_[s].replace_at_ms = -1;
-      FailTarget(static_cast<int>(s), sticky);
-    }
-    return;
-  }
+  const Status sticky = Sticky();
   for (size_t s = 0; s < tx_state_.size(); ++s) {
     TxState& tx = tx_state_[s];
     if (tx.replace_at_ms < 0 || tx.replace_at_ms > now) continue;
+    if (!sticky.ok()) {
+      // Nor once a call failed for good: what the dropped connection had unanswered is not sent
+      // again, and fails now, saying why, instead of waiting out its deadline (found in review).
+      tx.replace_at_ms = -1;
+      FailTarget(static_cast<int>(s), sticky);
+      continue;
+    }
     std::unique_lock<std::mutex> send_lock(send_mu_, std::try_to_lock);
     if (!send_lock.owns_lock()) continue;
     tx.replaced_ms = now;

@@ -89,7 +89,6 @@ pushpull::Status ParseAppOptions(pushpull::AppOptions* out) {
   if (FLAGS_app != "linreg" && FLAGS_app != "fmnist_mlp" && FLAGS_app != "sparse_lr")
     return pushpull::Status::InvalidArgument("unknown --app '" + FLAGS_app + "' (linreg, fmnist_mlp, sparse_lr)");
   using pushpull::Status;
-  if (FLAGS_epochs < 1) return Status::InvalidArgument("--epochs must be >= 1, not " + std::to_string(FLAGS_epochs));
   // Numbers: "<= 0: the default" is no licence for NaN, nor are negatives other than a documented
   // -1 (found in review: --lr=nan trained with the default rate).
   auto at_least = [](const char* flag, int64_t v, int64_t min) {
@@ -102,6 +101,7 @@ pushpull::Status ParseAppOptions(pushpull::AppOptions* out) {
                             : Status::InvalidArgument(std::string("--") + flag + " must be a finite number, not " +
                                                       std::to_string(v));
   };
+  PP_RETURN_IF_ERROR(at_least("epochs", FLAGS_epochs, 1));
   PP_RETURN_IF_ERROR(at_least("rank", FLAGS_rank, -1));
   PP_RETURN_IF_ERROR(at_least("checkpoint_every_epochs", FLAGS_checkpoint_every_epochs, 0));
   PP_RETURN_IF_ERROR(at_least("progress_s", FLAGS_progress_s, 0));
@@ -127,6 +127,7 @@ pushpull::Status ParseAppOptions(pushpull::AppOptions* out) {
   if (FLAGS_app == "sparse_lr") {
     PP_RETURN_IF_ERROR(at_least("examples_total", FLAGS_examples_total, 1));
     PP_RETURN_IF_ERROR(at_least("active", FLAGS_active, 1));
+    PP_RETURN_IF_ERROR(at_least("heldout", FLAGS_heldout, 1));
   }
   if (!FLAGS_optimizer.empty()) {
     auto k = pushpull::opt::ParseKind(FLAGS_optimizer);
@@ -137,17 +138,14 @@ pushpull::Status ParseAppOptions(pushpull::AppOptions* out) {
     if (!layers.ok()) return layers.status();
     auto dev = pushpull::ParseDevice(FLAGS_device);
     if (!dev.ok()) return dev.status();
-    if (FLAGS_gpu < -1) return pushpull::Status::InvalidArgument("--gpu must be >= -1, not " + std::to_string(FLAGS_gpu));
+    PP_RETURN_IF_ERROR(at_least("gpu", FLAGS_gpu, -1));
     PP_RETURN_IF_ERROR(at_least("train_limit", FLAGS_train_limit, 0));
     PP_RETURN_IF_ERROR(at_least("test_limit", FLAGS_test_limit, 0));
     // The data, before the whole job registers (a missing dataset is news at once, not later);
     // the test set only where it is read (worker 0 evaluates).
     PP_RETURN_IF_ERROR(pushpull::CheckFashionMnistFiles(FLAGS_data_dir, /*test_set=*/FLAGS_rank == 0));
   }
-  if (FLAGS_eval_subset < 1)
-    return pushpull::Status::InvalidArgument("--eval_subset must be >= 1, not " + std::to_string(FLAGS_eval_subset));
-  if (FLAGS_app == "sparse_lr" && FLAGS_heldout < 1)
-    return pushpull::Status::InvalidArgument("--heldout must be >= 1, not " + std::to_string(FLAGS_heldout));
+  PP_RETURN_IF_ERROR(at_least("eval_subset", FLAGS_eval_subset, 1));
   pushpull::AppOptions& app = *out;
   auto c = pushpull::ParseConsistency(FLAGS_consistency);
   if (!c.ok()) return c.status();
