@@ -1,31 +1,10 @@
 #include "common/control.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-
+#include "common/address.h"
 #include "common/log.h"
 #include "common/time.h"
 
 namespace pushpull {
-namespace {
-
-// For "tcp://HOST:PORT": what to say when HOST does not resolve (a typo in the name, not a
-// scheduler yet to start), else "".
-std::string UnresolvedHostNote(const std::string& address) {
-  if (address.rfind("tcp://", 0) != 0) return "";
-  std::string host = address.substr(6, address.rfind(':') - 6);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  if (host.empty() || host == "*") return "";
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  const int err = getaddrinfo(host.c_str(), nullptr, &hints, &found);
-  if (found) freeaddrinfo(found);
-  // (Only a name the resolver says does not exist: a resolver that cannot answer now is no typo.)
-  return err == EAI_NONAME ? "; " + host + " does not resolve (" + gai_strerror(err) + "): is the name right?" : "";
-}
-
-}  // namespace
 
 Status ControlOptions::Validate() const {
   if (heartbeat_interval_ms < 1)

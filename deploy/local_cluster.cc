@@ -31,7 +31,7 @@ Status LocalCluster::Start() {
   so.num_workers = config_.workers;
   so.heartbeat_timeout_ms = config_.heartbeat_timeout_ms;
   so.register_timeout_ms = 30000;
-  so.request_timeout_ms = config_.table_timeout_ms;
+  so.table_timeout_ms = config_.table_timeout_ms;
   so.continue_on_worker_death = config_.continue_on_worker_death;
   so.wait_for_replacement = config_.wait_for_replacement;
   so.replacement_timeout_ms = config_.replacement_timeout_ms;

@@ -745,7 +745,7 @@ void SchedulerImpl::HandleCreateTable(Message& m) {
                ? tried->second
                : TableInfo::Make(next_table_id_++, spec, options_.num_servers);
   p.waiters.push_back(w);
-  p.deadline = Deadline::In(options_.request_timeout_ms);
+  p.deadline = Deadline::In(options_.table_timeout_ms);
   p.request_id = next_request_id_++;
   if (ResendDue(&p.resend_ms)) SendToServers(TableRequest(p), p.acked);
 }
@@ -792,7 +792,7 @@ void SchedulerImpl::CheckPendingTables() {
     for (Node* s : servers_)
       if (!it->second.acked.count(s->rank)) missing += (missing.empty() ? "" : ", ") + NodeName(*s);
     Status st = Status::DeadlineExceeded("creating table '" + it->first + "': no answer within " +
-                                         std::to_string(options_.request_timeout_ms) + " ms from " + missing);
+                                         std::to_string(options_.table_timeout_ms) + " ms from " + missing);
     for (auto& w : it->second.waiters) ReplyTo(w, MsgType::kCreateTableReply, st);
     failed_tables_[it->first] = it->second.info;
     it = pending_tables_.erase(it);
@@ -1087,7 +1087,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& opt
     return Status::InvalidArgument("port " + std::to_string(options.port) + " must be in [0, 65535] (0: any free port)");
   for (auto [name, ms] : {std::pair<const char*, int>{"heartbeat_timeout_ms", options.heartbeat_timeout_ms},
                           {"register_timeout_ms", options.register_timeout_ms},
-                          {"request_timeout_ms (--table_timeout_ms)", options.request_timeout_ms},
+                          {"table_timeout_ms", options.table_timeout_ms},
                           {"checkpoint_timeout_ms", options.checkpoint_timeout_ms}})
     if (ms < 1) return Status::InvalidArgument(std::string(name) + " must be at least 1, not " + std::to_string(ms));
   if (options.checkpoint_keep < 1)

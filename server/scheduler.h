@@ -22,7 +22,7 @@ struct SchedulerOptions {
   int num_workers = 1;
   int heartbeat_timeout_ms = 5000;     // a node silent this long is declared dead
   int register_timeout_ms = 120000;    // every node must have registered by then
-  int request_timeout_ms = 30000;      // servers must answer a table creation by then
+  int table_timeout_ms = 30000;        // servers must answer a table creation by then
   bool continue_on_worker_death = false;  // false: a dead worker aborts the job, naming it
   // Instead: a dead worker's rank waits this long for a new worker to register in its place (one
   // asking for that rank, or any), which resumes at the dead one's clock; the others wait for it

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   o.num_workers = FLAGS_num_workers;
   o.heartbeat_timeout_ms = FLAGS_heartbeat_timeout_ms;
   o.register_timeout_ms = FLAGS_register_timeout_ms;
-  o.request_timeout_ms = FLAGS_table_timeout_ms;
+  o.table_timeout_ms = FLAGS_table_timeout_ms;
   o.continue_on_worker_death = FLAGS_on_worker_death == "continue";
   o.wait_for_replacement = FLAGS_on_worker_death == "wait";
   o.replacement_timeout_ms = FLAGS_replacement_timeout_s * 1000;

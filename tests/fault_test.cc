@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <netdb.h>
-#include <sys/socket.h>
 
 #include <filesystem>
 #include <fstream>
@@ -14,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/address.h"
 #include "common/time.h"
 #include "deploy/local_cluster.h"
 #include "server/request_record.h"
@@ -494,11 +494,7 @@ TEST(ServerFailure, RegistrationThatTimesOutSaysWhoIsMissing) {
 // A scheduler address whose host does not resolve: the registration's deadline says so, rather
 // than asking whether the scheduler runs. (.invalid never resolves, RFC 6761.)
 TEST(ServerFailure, ASchedulerNameThatDoesNotResolveIsNamed) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  const int err = getaddrinfo("nosuchhost.invalid", nullptr, &hints, &found);
-  if (found) freeaddrinfo(found);
+  const int err = ResolveHost("nosuchhost.invalid");
   if (err != EAI_NONAME) GTEST_SKIP() << "this machine's resolver does not answer for .invalid: " << gai_strerror(err);
   ServerOptions o;
   o.bind_host = "127.0.0.1";

@@ -4,9 +4,6 @@
 // Future (no hand-off between threads on the reply path), or else the I/O thread, which drains
 // it periodically and owns the control channel to the scheduler. Replies are matched to
 // requests by id and complete Futures.
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
 
 #include <algorithm>
 #include <array>
@@ -22,6 +19,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/address.h"
 #include "common/control.h"
 #include "common/log.h"
 #include "common/memory.h"
@@ -409,24 +407,6 @@ constexpr int64_t kTxBackoffMinMs = 100, kTxBackoffMaxMs = 5000, kTxStableMs = 1
 // not had the server's record of the lost answer pushed out by newer ones (it keeps 1024).
 constexpr int64_t kRecheckMs = 250;
 
-// "tcp://HOST:PORT" with HOST resolved to an IPv4 address, as ZeroMQ names a connection's
-// endpoint in its events once it has reconnected; unchanged when HOST does not resolve.
-std::string NumericTcpAddress(const std::string& address) {
-  const std::string prefix = "tcp://";
-  const size_t colon = address.rfind(':');
-  if (address.compare(0, prefix.size(), prefix) != 0 || colon == std::string::npos || colon < prefix.size())
-    return address;
-  const std::string host = address.substr(prefix.size(), colon - prefix.size());
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return address;
-  char ip[INET_ADDRSTRLEN] = {0};
-  const bool ok = inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, ip, sizeof ip) != nullptr;
-  freeaddrinfo(found);
-  return ok ? prefix + ip + address.substr(colon) : address;
-}
 constexpr int64_t kIdleDrainMs = 10;
 
 class ClientImpl final : public Client, private internal::Receiver {

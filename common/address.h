@@ -1,0 +1,28 @@
+// ZeroMQ tcp endpoints ("tcp://HOST:PORT") as the nodes name each other: split and resolved.
+#pragma once
+
+#include <string>
+
+namespace pushpull {
+
+struct TcpAddress {
+  std::string host;  // without the brackets of an IPv6 literal
+  std::string port;  // the text after the last ':'
+};
+
+// false (and *out untouched) for an address that is not "tcp://HOST:PORT".
+bool ParseTcpAddress(const std::string& address, TcpAddress* out);
+
+// getaddrinfo's error for host (0: it resolved); *ipv4, when given, gets its first IPv4 address
+// as text (only IPv4 addresses are looked up then).
+int ResolveHost(const std::string& host, std::string* ipv4 = nullptr);
+
+// "tcp://HOST:PORT" with HOST resolved to an IPv4 address, as ZeroMQ names a connection's
+// endpoint in its events once it has reconnected; unchanged when HOST does not resolve.
+std::string NumericTcpAddress(const std::string& address);
+
+// For "tcp://HOST:PORT": what to add to a message when HOST does not resolve (a typo in the
+// name, not a peer yet to start), else "".
+std::string UnresolvedHostNote(const std::string& address);
+
+}  // namespace pushpull
