@@ -1382,6 +1382,51 @@ TEST(ConnectionFailure, AWorkerNeverHasMoreUnansweredThanTheServerRecords) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// An answer lost just after a reconnect (the server answered the repeat before it had attached the
+// worker's new connection) is asked for again kRecheckMs later (worker/client.cc). Until then the
+// worker sends the server fewer requests than its record keeps past that one: a burst of pushes
+// to another table waits for room, so the repeat finds its answer there, not forgotten (which
+// would refuse the push: applied or not, the server could not tell).
+TEST(ConnectionFailure, AnAnswerLostAfterAReconnectIsStillRecordedWhenAskedAgain) {
+  ProxiedDataJob job;
+  ASSERT_TRUE(job.t.ok()) << job.t.status().ToString();
+  Client& c = job.cluster.client(0);
+  const Server& server = job.cluster.server(0);
+  Result<Table> other = c.CreateTable(AspZeros("other", 8));
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  job.proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
+  Future x = c.Push(*job.t, {2}, {1, 1, 1, 1});
+  ASSERT_TRUE(Eventually([&] { return server.stats().pushes == 1; }, 5000));
+  // On the new connections: the answers for job.t's table in the first 100 ms of them are lost
+  // (the repeats sent at once; the recheck's comes 250 ms after the reconnect).
+  std::atomic<int64_t> lose_until{-1};
+  std::atomic<int> lost{0};
+  const uint32_t table = job.t->id;
+  job.proxy.DropFromUpstream([&](const std::vector<std::string>& frames) {
+    Header h;
+    if (frames.empty() || !DecodeHeader(frames[0].data(), frames[0].size(), &h).ok() || h.table != table) return false;
+    const int64_t now = NowMs();
+    if (lose_until < 0) lose_until = now + 100;
+    if (now >= lose_until) return false;
+    ++lost;
+    return true;
+  });
+  job.proxy.Cut();  // the answer held is lost, and its repeats' too
+  const size_t n = kMaxUnansweredRequests + 200;
+  std::vector<Future> burst;
+  for (size_t i = 0; i < n; ++i) burst.push_back(c.Push(*other, {1}, {1, 1, 1, 1}));
+  Status st = x.WaitFor(10000);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  for (size_t i = 0; i < n; ++i) ASSERT_TRUE(burst[i].WaitFor(10000).ok()) << i;
+  EXPECT_GE(lost.load(), 1);  // (else nothing was tested)
+  EXPECT_EQ(server.stats().rejected, 0u);
+  EXPECT_EQ(server.stats().pushes, n + 1);  // each applied once
+  std::vector<float> row(4);
+  ASSERT_TRUE(c.Pull(*job.t, {2}, row.data()).Wait().ok());
+  EXPECT_FLOAT_EQ(row[0], -0.1f);
+  EXPECT_TRUE(job.cluster.FinishAndJoin().ok());
+}
+
 // Answers lost with a dropped data connection: the worker asks again, and the server answers the
 // push and the clock from its record (not applied again) and serves the pull again. (The server
 // advertises a host name: the worker knows its connection's events by the address resolved.)

@@ -5,7 +5,9 @@
 // (half-open: the server has not noticed its peer is gone when the peer reconnects).
 // Hold() stops relaying one direction or both of the current connections: what is sent that way
 // waits in the kernel's buffers, and a Cut() then loses it, as a dropped connection loses what
-// was in flight.
+// was in flight. DropFromUpstream() loses chosen messages from upstream on connections accepted
+// after it, whole (ZeroMQ's framing parsed, the stream left valid): as a server's answers are
+// lost when it sends them before it has attached a worker's new connection.
 #pragma once
 
 #include <arpa/inet.h>
@@ -16,7 +18,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -81,8 +86,52 @@ class TcpProxy {
     }
   }
   int accepted() const { return accepted_; }
+  // Each whole message from upstream (its frames' bodies) on connections accepted from now on is
+  // passed to drop(), on the relay's thread: true loses it. ZeroMQ's commands pass unseen.
+  using DropFn = std::function<bool(const std::vector<std::string>& frames)>;
+  void DropFromUpstream(DropFn drop) {
+    std::lock_guard<std::mutex> l(mu_);
+    drop_ = std::make_shared<DropFn>(std::move(drop));
+  }
 
  private:
+  // The ZMTP 3 stream from upstream of one connection: its greeting (64 bytes), then frames (a
+  // flags byte: 1 more, 2 long, 4 command; a size of 1 byte, or 8 in network order when long;
+  // the body). A message's frames are kept until its last, then relayed or lost whole.
+  struct Filter {
+    std::shared_ptr<DropFn> drop;
+    size_t greeting_left = 64;
+    std::string unparsed, message;
+    std::vector<std::string> frames;
+    void Feed(const char* p, size_t n, std::string* out) {
+      unparsed.append(p, n);
+      size_t pos = std::min(greeting_left, unparsed.size());
+      out->append(unparsed, 0, pos);
+      greeting_left -= pos;
+      while (greeting_left == 0 && unparsed.size() - pos >= 2) {
+        const uint8_t flags = uint8_t(unparsed[pos]);
+        const size_t head = flags & 2 ? 9 : 2;
+        if (unparsed.size() - pos < head) break;
+        uint64_t size = 0;
+        for (size_t i = 1; i < head; ++i) size = size << 8 | uint8_t(unparsed[pos + i]);
+        if (unparsed.size() - pos - head < size) break;
+        if (flags & 4) {
+          out->append(unparsed, pos, head + size);
+        } else {
+          message.append(unparsed, pos, head + size);
+          frames.push_back(unparsed.substr(pos + head, size));
+          if (!(flags & 1)) {
+            if (!(*drop)(frames)) out->append(message);
+            message.clear();
+            frames.clear();
+          }
+        }
+        pos += head + size;
+      }
+      unparsed.erase(0, pos);
+    }
+  };
+
   static sockaddr_in Loopback(int port) {
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -122,9 +171,11 @@ class TcpProxy {
     close(pairs_[i].first);
     close(pairs_[i].second);
     pairs_.erase(pairs_.begin() + i);
+    filters_.erase(filters_.begin() + i);
   }
   void Loop() {
     char buf[1 << 16];
+    std::string filtered;
     while (!stop_) {
       if (cut_) {
         for (auto& p : pairs_) {
@@ -133,6 +184,7 @@ class TcpProxy {
           else close(p.second);
         }
         pairs_.clear();
+        filters_.clear();
         hold_up_ = hold_down_ = false;
         cut_ = false;
       }
@@ -149,16 +201,25 @@ class TcpProxy {
         for (int side = 0; side < 2 && !gone; ++side) {
           if (!fds[2 + 2 * i + side].revents || (side ? hold_down_ : hold_up_)) continue;
           const int from = side ? pairs_[i].second : pairs_[i].first, to = side ? pairs_[i].first : pairs_[i].second;
-          ssize_t n = read(from, buf, sizeof buf);
-          for (ssize_t off = 0; n > 0 && off < n;) {
-            ssize_t w = write(to, buf + off, n - off);
+          const ssize_t n = read(from, buf, sizeof buf);
+          const char* data = buf;
+          size_t len = n > 0 ? size_t(n) : 0;
+          if (side && filters_[i] && len > 0) {
+            filtered.clear();
+            filters_[i]->Feed(buf, len, &filtered);
+            data = filtered.data();
+            len = filtered.size();
+          }
+          bool failed = false;
+          for (size_t off = 0; off < len;) {
+            const ssize_t w = write(to, data + off, len - off);
             if (w <= 0) {
-              n = -1;
+              failed = true;
               break;
             }
-            off += w;
+            off += size_t(w);
           }
-          gone = n <= 0;
+          gone = n <= 0 || failed;
         }
         if (gone) Drop(i);
       }
@@ -171,6 +232,11 @@ class TcpProxy {
           continue;
         }
         pairs_.emplace_back(c, u);
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          filters_.emplace_back(drop_ ? new Filter : nullptr);
+          if (filters_.back()) filters_.back()->drop = drop_;
+        }
         ++accepted_;
       }
     }
@@ -180,6 +246,8 @@ class TcpProxy {
   mutable std::mutex mu_;
   int upstream_port_ = 0;
   std::vector<std::pair<int, int>> pairs_;  // accepted, upstream: the loop's only
+  std::vector<std::unique_ptr<Filter>> filters_;  // pairs_'s (null: relayed as they come)
+  std::shared_ptr<DropFn> drop_;                  // under mu_: for connections accepted next
   std::vector<int> silent_;                 // upstream sides left open by Cut(true)
   std::atomic<bool> stop_{false}, cut_{false}, half_open_{false}, hold_up_{false}, hold_down_{false};
   std::atomic<int> accepted_{0};

@@ -331,6 +331,7 @@ struct Part {
   zmq::message_t sent_header, sent_keys, sent_values;
   bool unsent = false;  // held back (ZeroMQ could not take it, or one before it): FlushHeld sends it
   size_t bytes = 0;     // payload held for it (keys and values): counted against max_unanswered_mb
+  uint64_t seq = 0;     // server requests: how many went to its server before it, and it
 };
 
 // Requests sent (or held back) and not yet answered, by request id, oldest first, and the payload
@@ -345,14 +346,32 @@ class PendingRequests {
   size_t bytes() const { return bytes_; }
   // Requests to server s unanswered (kMaxUnansweredRequests).
   size_t to_server(int s) const { return s >= 0 && size_t(s) < per_server_.size() ? per_server_[s] : 0; }
+  // While server s's answers may have been lost (ClientImpl::OnConnectionEvents: from a reconnect
+  // of their connection until they have all been asked for again), its record of them must still
+  // hold the oldest one unanswered: requests sent to s since it count against the record then.
+  void Protect(int s, bool on) {
+    Grow(s);
+    protected_[s] = on;
+  }
+  // Requests sent to s after its oldest unanswered one, while s is protected; else 0.
+  size_t SentPastOldest(int s) const {
+    if (s < 0 || size_t(s) >= protected_.size() || !protected_[s] || per_server_[s] == 0) return 0;
+    for (const auto& [id, part] : m_)
+      if (part.target == s) return sent_[s] - part.seq;
+    return 0;
+  }
   void emplace(uint64_t id, Part p) {
     const size_t b = p.bytes;
     const int s = p.target;
+    if (s >= 0) {
+      Grow(s);
+      p.seq = sent_[s] + 1;
+    }
     if (m_.try_emplace(id, std::move(p)).second) {
       bytes_ += b;
       if (s >= 0) {
-        if (per_server_.size() <= size_t(s)) per_server_.resize(s + 1, 0);
         ++per_server_[s];
+        ++sent_[s];
       }
     }
   }
@@ -374,9 +393,17 @@ class PendingRequests {
   }
 
  private:
+  void Grow(int s) {
+    if (per_server_.size() > size_t(s)) return;
+    per_server_.resize(s + 1, 0);
+    sent_.resize(s + 1, 0);
+    protected_.resize(s + 1, false);
+  }
   Map m_;
   size_t bytes_ = 0;
   std::vector<size_t> per_server_;
+  std::vector<uint64_t> sent_;   // requests ever sent to each server (Part::seq)
+  std::vector<bool> protected_;  // Protect()
 };
 
 struct Command {
@@ -403,8 +430,8 @@ constexpr int64_t kTxBackoffMinMs = 100, kTxBackoffMaxMs = 5000, kTxStableMs = 1
 // After the answer socket is back, the requests still unanswered are sent again once more this
 // much later: answers the server sent before it had attached the new connection were lost too.
 // A quarter second: far more than a server takes to attach a new connection (its socket does at
-// its next operation), and short enough that a worker sending thousands of requests a second has
-// not had the server's record of the lost answer pushed out by newer ones (it keeps 1024).
+// its next operation). Until then no more requests go to that server than its record keeps past
+// the oldest unanswered (PendingRequests::Protect), so a lost answer is still there when asked.
 constexpr int64_t kRecheckMs = 250;
 
 constexpr int64_t kIdleDrainMs = 10;
@@ -886,7 +913,12 @@ ClientImpl::Room ClientImpl::CheckRoom(const std::vector<std::unique_ptr<Command
     while (j < cmds.size() && cmds[j]->part.target == cmds[i]->part.target) ++j;
     const int server = cmds[i]->part.target;
     const size_t unanswered = pending_.to_server(server);  // (0 for the scheduler)
-    if (server >= 0 && unanswered > 0 && unanswered + (j - i) > kMaxUnansweredRequests) room.full = server;
+    const size_t n = j - i;
+    // The server's record keeps its last kMaxUnansweredRequests answers: no more are ever
+    // unanswered, nor sent past one whose answer may be lost until it is asked for again.
+    if (server >= 0 && unanswered > 0 &&
+        (unanswered + n > kMaxUnansweredRequests || pending_.SentPastOldest(server) + n >= kMaxUnansweredRequests))
+      room.full = server;
     i = j;
   }
   room.fits = bytes_fit && room.full < 0;
@@ -918,9 +950,10 @@ Status ClientImpl::WaitForRoom(const std::vector<std::unique_ptr<Command>>& cmds
       }
       return Status::DeadlineExceeded(
           what + ": not sent: waited " + std::to_string(options_.request_timeout_ms) + " ms for " +
-          (room.full >= 0 ? "some of the " + std::to_string(kMaxUnansweredRequests) +
-                                " requests unanswered by server " + std::to_string(room.full) +
-                                " (the most a server's record of them keeps)"
+          (room.full >= 0 ? "answers from server " + std::to_string(room.full) + " (its record keeps the last " +
+                                std::to_string(kMaxUnansweredRequests) +
+                                " of a worker's requests, which no more may be unanswered or sent past one whose "
+                                "answer may have been lost)"
                           : "earlier requests holding " + std::to_string(room.held) +
                                 " bytes to be answered (limit: max_unanswered_mb = " +
                                 std::to_string(options_.max_unanswered_mb) + ")") +
@@ -1615,6 +1648,10 @@ void ClientImpl::OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollit
         rx.dropped = false;
         rx.resend = true;
         rx.recheck_at_ms = rx.mark_at_ms = -1;
+        {
+          std::lock_guard<std::mutex> l(pending_mu_);
+          pending_.Protect(it->second, true);  // until the recheck has asked again
+        }
         std::lock_guard<std::mutex> l(mu_);
         rx.below = next_request_id_;  // what is sent from now on is answered on the new connection
       }
@@ -1637,6 +1674,12 @@ void ClientImpl::OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollit
     ResendTo(static_cast<int>(s), rx.resend ? "its connection for answers dropped and is back"
                                             : "answers still missing a while after its connection for answers came back",
              rx.below);
+    if (!rx.resend) {
+      // Every answer that may have been lost has been asked for again, ahead of what is sent from
+      // now on: the server looks each up before anything newer could push it out of its record.
+      std::lock_guard<std::mutex> l(pending_mu_);
+      pending_.Protect(static_cast<int>(s), false);
+    }
     rx.recheck_at_ms = rx.resend ? now + kRecheckMs : -1;
     rx.mark_at_ms = rx.resend ? now + kRecheckMs / 2 : -1;
     rx.resend = false;
