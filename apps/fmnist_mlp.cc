@@ -197,6 +197,10 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
       trace.Row(client.clock(), (NowMs() - start) / 1000.0, loss, metric, stale);
     }
     double train_loss = loss_sum / std::max<int64_t>(1, epoch_samples);
+    // The epoch's training rate, as every app reports it: its examples over its steps' time
+    // (worker 0's evaluation after them not counted).
+    const double secs = (NowMs() - epoch_start) / 1000.0;
+    const double rate = double(epoch_samples) / std::max(secs, 1e-3);
     double test_acc = NAN;
     if (rank == 0) {
       int32_t stale = 0;
@@ -205,8 +209,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
       test_acc = accuracy;
       trace.Row(client.clock(), (NowMs() - start) / 1000.0, test_loss, test_acc, stale, /*eval=*/true);
     }
-    double wall = (NowMs() - start) / 1000.0, secs = (NowMs() - epoch_start) / 1000.0;
-    double rate = double(epoch_samples) / std::max(secs, 1e-3);
+    const double wall = (NowMs() - start) / 1000.0;
     if (rank == 0)
       PP_LOG(Info) << "fmnist_mlp epoch " << epoch << "/" << app.epochs << " train_loss " << train_loss
                    << " test_accuracy " << test_acc << " " << secs << "s (" << int64_t(rate) << " samples/s)";

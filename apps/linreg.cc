@@ -86,6 +86,7 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   }
   for (int epoch = first->epoch; epoch <= app.epochs; ++epoch) {
     double epoch_loss = 0;
+    const int64_t epoch_start = NowMs(), epoch_first = samples;
     for (int b = epoch == first->epoch ? int(first->skip) : 0; b < batches; ++b) {
       Future pull = client.PullDense(*table, w.data());
       PP_RETURN_IF_ERROR(pull.Wait().Annotate("linreg epoch " + std::to_string(epoch)));
@@ -106,6 +107,8 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
       progress.Update(client.clock(), batch_loss, samples);
       trace.Row(client.clock(), (NowMs() - start) / 1000.0, batch_loss, NAN, pull.staleness());
     }
+    // The epoch's training rate, as every app reports it (the evaluation after it not counted).
+    const double rate = double(samples - epoch_first) / std::max((NowMs() - epoch_start) / 1000.0, 1e-3);
     PP_RETURN_IF_ERROR(evaluate());
     Eigen::Map<const Eigen::VectorXf> W(w.data(), o.dim);
     double err = (W - Eigen::Map<const Eigen::VectorXf>(true_w.data(), o.dim)).norm();
@@ -115,7 +118,7 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
                  << " " << wall << "s";
     PP_RETURN_IF_ERROR(metrics.Write({{"epoch", epoch}, {"clock", double(client.clock())},
                                       {"wall_s", wall}, {"train_loss", loss},
-                                      {"samples_per_s", samples / std::max(wall, 1e-3)}, {"worker", rank}}));
+                                      {"samples_per_s", rate}, {"worker", rank}}));
     PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, epoch, "linreg", run));
   }
   result->samples_per_s = samples / std::max(1e-3, (NowMs() - start) / 1000.0);
