@@ -1397,18 +1397,21 @@ TEST(ConnectionFailure, AnAnswerLostAfterAReconnectIsStillRecordedWhenAskedAgain
   job.proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
   Future x = c.Push(*job.t, {2}, {1, 1, 1, 1});
   ASSERT_TRUE(Eventually([&] { return server.stats().pushes == 1; }, 5000));
-  // On the new connections: the answers for job.t's table in the first 100 ms of them are lost
-  // (the repeats sent at once; the recheck's comes 250 ms after the reconnect).
-  std::atomic<int64_t> lose_until{-1};
-  std::atomic<int> lost{0};
-  const uint32_t table = job.t->id;
-  job.proxy.DropFromUpstream([&](const std::vector<std::string>& frames) {
+  // On the new connections, the answers to that push in their first 200 ms are lost: the repeats
+  // sent at once (the recheck's goes 250 ms after the reconnect). (State the relay's thread reads
+  // outlives it: an early return leaves the job, and its proxy, running a while.)
+  struct Lost {
+    std::atomic<int> n{0};
+    uint32_t table = 0;
+  };
+  auto lost = std::make_shared<Lost>();
+  lost->table = job.t->id;
+  job.proxy.DropFromUpstream([lost](const std::vector<std::string>& frames, int64_t age_ms) {
     Header h;
-    if (frames.empty() || !DecodeHeader(frames[0].data(), frames[0].size(), &h).ok() || h.table != table) return false;
-    const int64_t now = NowMs();
-    if (lose_until < 0) lose_until = now + 100;
-    if (now >= lose_until) return false;
-    ++lost;
+    if (age_ms >= 200 || frames.empty() || !DecodeHeader(frames[0].data(), frames[0].size(), &h).ok() ||
+        h.type != MsgType::kPushReply || h.table != lost->table)
+      return false;
+    ++lost->n;
     return true;
   });
   job.proxy.Cut();  // the answer held is lost, and its repeats' too
@@ -1418,13 +1421,14 @@ TEST(ConnectionFailure, AnAnswerLostAfterAReconnectIsStillRecordedWhenAskedAgain
   Status st = x.WaitFor(10000);
   EXPECT_TRUE(st.ok()) << st.ToString();
   for (size_t i = 0; i < n; ++i) ASSERT_TRUE(burst[i].WaitFor(10000).ok()) << i;
-  EXPECT_GE(lost.load(), 1);  // (else nothing was tested)
   EXPECT_EQ(server.stats().rejected, 0u);
   EXPECT_EQ(server.stats().pushes, n + 1);  // each applied once
   std::vector<float> row(4);
   ASSERT_TRUE(c.Pull(*job.t, {2}, row.data()).Wait().ok());
   EXPECT_FLOAT_EQ(row[0], -0.1f);
   EXPECT_TRUE(job.cluster.FinishAndJoin().ok());
+  // (A machine so slow that the first repeats were answered past 200 ms tested nothing.)
+  if (lost->n == 0) GTEST_SKIP() << "no answer was lost: the repeats were answered too late";
 }
 
 // Answers lost with a dropped data connection: the worker asks again, and the server answers the

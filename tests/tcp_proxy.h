@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
@@ -87,8 +88,9 @@ class TcpProxy {
   }
   int accepted() const { return accepted_; }
   // Each whole message from upstream (its frames' bodies) on connections accepted from now on is
-  // passed to drop(), on the relay's thread: true loses it. ZeroMQ's commands pass unseen.
-  using DropFn = std::function<bool(const std::vector<std::string>& frames)>;
+  // passed to drop(), on the relay's thread, with the milliseconds since its connection was
+  // accepted: true loses it. ZeroMQ's commands pass unseen.
+  using DropFn = std::function<bool(const std::vector<std::string>& frames, int64_t connection_age_ms)>;
   void DropFromUpstream(DropFn drop) {
     std::lock_guard<std::mutex> l(mu_);
     drop_ = std::make_shared<DropFn>(std::move(drop));
@@ -100,6 +102,7 @@ class TcpProxy {
   // the body). A message's frames are kept until its last, then relayed or lost whole.
   struct Filter {
     std::shared_ptr<DropFn> drop;
+    std::chrono::steady_clock::time_point accepted = std::chrono::steady_clock::now();
     size_t greeting_left = 64;
     std::string unparsed, message;
     std::vector<std::string> frames;
@@ -121,7 +124,9 @@ class TcpProxy {
           message.append(unparsed, pos, head + size);
           frames.push_back(unparsed.substr(pos + head, size));
           if (!(flags & 1)) {
-            if (!(*drop)(frames)) out->append(message);
+            const auto age = std::chrono::steady_clock::now() - accepted;
+            if (!(*drop)(frames, std::chrono::duration_cast<std::chrono::milliseconds>(age).count()))
+              out->append(message);
             message.clear();
             frames.clear();
           }

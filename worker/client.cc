@@ -1643,15 +1643,18 @@ void ClientImpl::OnConnectionEvents(zmq::pollitem_t* tx_items, const zmq::pollit
       RxState& rx = rx_state_[it->second];
       if (event == ZMQ_EVENT_DISCONNECTED && !rx.dropped) {
         rx.dropped = true;  // (servers leaving at the end of the job drop theirs too: no warning)
+        // Answers are lost from now on: the record must keep the oldest unanswered until it has
+        // been asked for again on a connection that is up (a recheck due is for the new one).
+        rx.recheck_at_ms = rx.mark_at_ms = -1;
+        {
+          std::lock_guard<std::mutex> l(pending_mu_);
+          pending_.Protect(it->second, true);
+        }
         PP_LOG(Debug) << "connection for answers from server " << it->second << " dropped; reconnecting";
       } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && rx.dropped) {
         rx.dropped = false;
         rx.resend = true;
         rx.recheck_at_ms = rx.mark_at_ms = -1;
-        {
-          std::lock_guard<std::mutex> l(pending_mu_);
-          pending_.Protect(it->second, true);  // until the recheck has asked again
-        }
         std::lock_guard<std::mutex> l(mu_);
         rx.below = next_request_id_;  // what is sent from now on is answered on the new connection
       }

@@ -48,7 +48,9 @@ struct ClientOptions {
   int scheduler_timeout_ms = 15000;   // scheduler silent this long: calls fail with Unavailable
   int register_timeout_ms = 120000;   // how long Connect waits for the whole job to register
   int requested_rank = -1;            // >= 0: ask for this worker rank (if free)
-  int send_latency_ms = 0;            // experiments: hold every outgoing message this long
+  int send_latency_ms = 0;            // experiments: hold every outgoing message this long (the
+                                      // requests so held count against no limit below, nor the
+                                      // 1024 unanswered a server's record keeps)
   // Backpressure: a call whose payload (a push's keys and values, a keyed pull's keys) would take
   // the payload of this worker's unanswered requests over this many MiB waits in the call, at most
   // request_timeout_ms, for earlier ones to be answered, rather than keep them all in memory while
