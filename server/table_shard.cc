@@ -1,6 +1,7 @@
 #include "server/table_shard.h"
 
 #include <algorithm>
+#include <cassert>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -583,6 +584,7 @@ void Stripe::BlockWrites::TrackRows() {
 
 bool Stripe::BlockWrites::MarkWritten(size_t r, size_t len) {
   const size_t b = r / s->block_rows_, first = b * s->block_rows_;
+  assert(s->write_in_[b] != s->blocks_[b].params->data());  // a moved block's: only those have bits
   uint64_t* w = &s->write_bits_[s->write_bits_at_[b]];
   const size_t lo = r - first, hi = lo + len;
   bool again = false;

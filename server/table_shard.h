@@ -275,7 +275,7 @@ class Stripe {
     // the stripe's rows [keep_begin, keep_end) that it holds; a throw undoes them first.
     void BeginRows(const uint32_t* rows, size_t n, uint64_t keep_begin, uint64_t keep_end);
     const float* in(size_t b) const { return s->write_in_[b]; }   // where block b's rows are read from
-    void Undo();                                                   // after a Begin threw
+    void Undo();                                                   // after a Begin or TrackRows threw
     // Keyed writes, after BeginRows: which rows of each block moved to another array were
     // written, so that its others are brought over once (CopyUnwritten). Out of memory for that
     // undoes the blocks begun.
