@@ -343,9 +343,12 @@ Status ServerImpl::Run() {
     if ((now = NowMs()) >= next_control) {
       try {
         HandleControl();
+        // Pulls the minimum clock has released but that are still parked: a pass that ran out of
+        // memory for a reply left them (AdvanceMinClock). Tried again here, not only at the next
+        // clock, which may never come while their worker waits for them (found in review).
+        if (!parked_.empty() && parked_.begin()->first <= min_live_ && !ckpt_.writer.joinable()) AdvanceMinClock();
       } catch (const std::exception& e) {
-        // (Out of memory serving the pulls a membership change released: they stay parked and
-        // are served on the next pass.)
+        // (Out of memory serving released pulls: they stay parked for the next pass.)
         PP_LOG(Error) << "control loop: " << e.what();
       }
       stats_.copy_on_write_waits = cow_budget_->waits.load();
@@ -856,9 +859,7 @@ void ServerImpl::HandleData(Message& m) {
 // here throws with the pull still the caller's (a parked one stays parked).
 void ServerImpl::PreparePull(Request* r, int64_t min_live) {
   const Header& h = r->msg.header;
-  int64_t s = PullStaleness(h.clock, min_live);
-  staleness_.Record(s);
-  if (s > stats_.max_staleness) stats_.max_staleness = s;
+  const int64_t s = PullStaleness(h.clock, min_live);
   r->staleness = static_cast<int32_t>(s);
   // A dense pull of parameters is sent from the parameters themselves, a values frame per
   // stripe, without a copy (copy-on-write: the pull still sees exactly the updates applied
@@ -876,6 +877,9 @@ void ServerImpl::PreparePull(Request* r, int64_t min_live) {
   const bool in_place = h.slot < 0 && (stripes <= 1 || (large && (range || r->shard->spec().sparse)));
   if (in_place) r->shared.resize(r->sel.size());
   else r->out = NewFloatBuffer(h.row_count() * h.dim);
+  // (Counted once its reply buffer is there: out of memory for it leaves the pull parked.)
+  staleness_.Record(s);
+  if (s > stats_.max_staleness) stats_.max_staleness = s;
 }
 
 void ServerImpl::Dispatch(Request* r) {

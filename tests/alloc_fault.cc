@@ -3,6 +3,7 @@
 // failure does (tests/shard_test.cc).
 #include "tests/alloc_fault.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <new>
 
@@ -12,7 +13,18 @@ namespace {
 thread_local size_t armed_bytes = 0;  // 0: none
 thread_local int armed_skip = 0;
 thread_local bool armed_fired = false;
+std::atomic<size_t> anywhere_bytes{0};  // 0: none
+std::atomic<int> anywhere_skip{0};
+std::atomic<bool> anywhere_fired{false};
 }  // namespace
+
+FailAllocationAnywhere::FailAllocationAnywhere(size_t bytes, int nth) {
+  anywhere_fired = false;
+  anywhere_skip = nth;
+  anywhere_bytes = bytes;
+}
+FailAllocationAnywhere::~FailAllocationAnywhere() { anywhere_bytes = 0; }
+bool FailAllocationAnywhere::fired() const { return anywhere_fired; }
 
 FailAllocation::FailAllocation(size_t bytes, int nth) {
   armed_bytes = bytes;
@@ -29,6 +41,11 @@ void* operator new(std::size_t n) {
   if (armed_bytes != 0 && n == armed_bytes && armed_skip-- == 0) {
     armed_bytes = 0;
     armed_fired = true;
+    throw std::bad_alloc();
+  }
+  if (n != 0 && anywhere_bytes.load(std::memory_order_relaxed) == n && anywhere_skip.fetch_sub(1) == 0) {
+    anywhere_bytes = 0;
+    anywhere_fired = true;
     throw std::bad_alloc();
   }
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;

@@ -20,4 +20,16 @@ class FailAllocation {
   bool fired() const;  // the allocation was made, and failed
 };
 
+// The same for allocations of any thread (a server's request thread, say): the `nth` allocation
+// of exactly `bytes` bytes that any thread makes from now on fails, once.
+class FailAllocationAnywhere {
+ public:
+  FailAllocationAnywhere(size_t bytes, int nth);
+  ~FailAllocationAnywhere();
+  FailAllocationAnywhere(const FailAllocationAnywhere&) = delete;
+  FailAllocationAnywhere& operator=(const FailAllocationAnywhere&) = delete;
+
+  bool fired() const;
+};
+
 }  // namespace pushpull::fault
