@@ -5,6 +5,7 @@
 #   make bench   benchmarks; figures into build/bench/results.jsonl
 #   make deps    apt-get the Debian packages that are missing (no-op when all are there)
 #   make experiments   the consistency-model experiments (docs/EXPERIMENTS.md)
+#   make install the daemons and tools into $(DESTDIR)$(PREFIX)/bin (PREFIX=/usr/local)
 #   make clean   remove build/
 # Switches: ASAN=1, TSAN=1, CUDA=0 (CUDA defaults to 1 when /usr/local/cuda/bin/nvcc exists),
 #           DEBUG=1 (no optimisation), BUILD=dir (another build directory),
@@ -59,7 +60,7 @@ BINS := $(BUILD)/bin/pushpull-scheduler $(BUILD)/bin/pushpull-server \
 TEST_SRCS := $(wildcard tests/*.cc)
 TEST_BIN  := $(BUILD)/bin/pushpull-tests
 
-.PHONY: all test demo bench deps clean experiments
+.PHONY: all test demo bench deps clean experiments install
 all: $(BINS) $(TEST_BIN)
 
 $(foreach d,$(LIBDIRS),$(eval $(BUILD)/lib/lib$(d).a: $(call objs_of,$(d))))
@@ -116,6 +117,12 @@ bench: deps
 experiments: deps
 	$(MAKE) -j$$(nproc) $(BINS)
 	apps/experiments/run.sh $(BUILD)
+
+PREFIX ?= /usr/local
+INSTALLED := pushpull-scheduler pushpull-server pushpull-worker pushpull-launch pushpull-checkpoint
+install: $(addprefix $(BUILD)/bin/,$(INSTALLED))
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $^ $(DESTDIR)$(PREFIX)/bin/
 
 clean:
 	rm -rf $(BUILD)

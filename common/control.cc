@@ -48,7 +48,7 @@ Status ControlChannel::Register(const std::string& address) {
   PP_RETURN_IF_ERROR(SendMessage(sock_, nullptr, h));
   Deadline deadline = Deadline::In(options_.register_timeout_ms);
   PP_LOG(Info) << "registering with the scheduler at " << options_.scheduler << " (waiting up to "
-               << options_.register_timeout_ms / 1000 << " s for it and for the job's other nodes)";
+               << options_.register_timeout_ms / 1000.0 << " s for it and for the job's other nodes)";
   int64_t next_note = NowMs() + 10000;
   // Heartbeats while waiting: the scheduler frees the slot of a node that went silent before the
   // job started (a node killed while registering), so that its restart, or another, can have it.

@@ -43,6 +43,8 @@ DEFINE_int32(copy_on_write_budget_mb, 64, "each server: memory for parameters pu
              "(over it, a push waits for the reply to be sent)");
 DEFINE_int32(register_timeout_ms, 120000, "every process: how long the whole job may take to register (raise it "
              "when servers restore large checkpoints: workers wait for them within it)");
+DEFINE_int32(table_timeout_ms, 30000, "scheduler: every server must have created (filled or restored) a table by "
+             "then (raise it with --register_timeout_ms for restores of many GB)");
 DEFINE_int32(checkpoint_keep, 2, "scheduler: complete checkpoints to keep; older ones are deleted");
 DEFINE_int32(checkpoint_timeout_s, 600, "scheduler: deadline of each checkpoint phase (every live worker asking, then "
              "every server writing)");
@@ -275,6 +277,7 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
                             "--checkpoint_dir=" + FLAGS_checkpoint_dir, "--restore_from=" + restore_from,
                             std::string("--verify_restore=") + (FLAGS_verify_restore ? "true" : "false"),
                             "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms),
+                            "--table_timeout_ms=" + std::to_string(FLAGS_table_timeout_ms),
                             "--checkpoint_keep=" + std::to_string(FLAGS_checkpoint_keep),
                             "--checkpoint_timeout_s=" + std::to_string(FLAGS_checkpoint_timeout_s)}));
   if (children[0].pid < 0) {
@@ -452,8 +455,9 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
           // nor 3 (a missed target): those would fail again.
           if (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1)) *crashed = true;
           // A worker's own exit status says why (3: it missed its target); any node's 2 is bad
-          // flags or setup.
-          const bool told = WIFEXITED(st) && (c.role == "worker" || WEXITSTATUS(st) == 2);
+          // flags or setup, and 127 a binary that could not be started.
+          const bool told =
+              WIFEXITED(st) && (c.role == "worker" || WEXITSTATUS(st) == 2 || WEXITSTATUS(st) == 127);
           stop_all(c.name + " failed", told ? WEXITSTATUS(st) : 1);
         }
       }

@@ -1889,6 +1889,58 @@ TEST(MultiProcess, LauncherDoesNotRestartAJobThatFailedOnItsOwn) {
   EXPECT_EQ(out.find("restart"), std::string::npos) << out;
 }
 
+// The Slurm script (deploy/slurm/pushpull.sbatch) under stand-ins for srun and scontrol that run
+// each step's tasks on this host: a job runs to its end (exit 0), its scheduler on a free port that
+// it hands the other steps in a file; workers that cannot start (exit 2) end the job with their
+// code at once, the scheduler stopped rather than left waiting for them; a scheduler that cannot
+// listen ends it with its own (2), before any other step starts.
+TEST(MultiProcess, TheSlurmScriptRunsAJobAndEndsWithTheCodeThatSaysWhy) {
+  char tmpl[] = "/tmp/pushpull-slurm-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  auto write_exec = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    std::filesystem::permissions(dir + "/" + name, std::filesystem::perms::owner_all);
+  };
+  write_exec("scontrol", "#!/bin/bash\necho localhost\n");
+  write_exec("srun",
+             "#!/bin/bash\n"
+             "n=1\n"
+             "while [[ $# -gt 0 ]]; do case \"$1\" in --ntasks=*) n=${1#--ntasks=}; shift;; -w) shift 2;; --*) shift;; "
+             "*) break;; esac; done\n"
+             "if (( n == 1 )); then SLURM_PROCID=0 exec \"$@\"; fi\n"
+             "pids=(); for (( i = 0; i < n; ++i )); do SLURM_PROCID=$i \"$@\" & pids+=($!); done\n"
+             "rc=0; for p in \"${pids[@]}\"; do wait \"$p\" || rc=$?; done; exit $rc\n");
+  const std::string script = BinDir() + "/../../deploy/slurm/pushpull.sbatch";
+  ASSERT_TRUE(std::filesystem::exists(script)) << script;
+  auto job = [&](const std::string& extra, const std::string& app_flags, std::string* out) {
+    std::filesystem::remove_all(dir + "/ckpt");
+    return RunCommand("env PATH=" + dir + ":\"$PATH\" SLURM_NTASKS=4 SLURM_JOB_ID=77 SLURM_JOB_NODELIST=localhost "
+                      "SERVERS=1 BIN=" + BinDir() + " CKPT=" + dir + "/ckpt " + extra + " APP_FLAGS='" + app_flags +
+                      "' bash " + script, 90, out);
+  };
+  std::string out;
+  EXPECT_EQ(job("", "--app=linreg --epochs=1", &out), 0) << out;
+  EXPECT_NE(out.find("job finished: 2 workers finished"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(job("", "--app=nosuchapp", &out), 2) << out;
+  EXPECT_NE(out.find("unknown --app 'nosuchapp'"), std::string::npos) << out;
+  EXPECT_NE(out.find("stopping the scheduler"), std::string::npos) << out;
+  out.clear();
+  const int busy = TcpProxy::FreePort();
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(busy));
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  EXPECT_EQ(job("PORT=" + std::to_string(busy), "--app=linreg --epochs=1", &out), 2) << out;
+  EXPECT_NE(out.find("Address already in use"), std::string::npos) << out;
+  EXPECT_EQ(out.find("[worker"), std::string::npos) << out;
+  close(fd);
+  std::filesystem::remove_all(dir);
+}
+
 // Nor one whose worker misses its data: the same file is missing again (exit 2).
 TEST(MultiProcess, LauncherDoesNotRestartAJobMissingItsData) {
   std::string out;

@@ -50,7 +50,8 @@ DEFINE_int32(eval_every, 0, "worker 0 evaluates on a test subset every this many
 DEFINE_int32(eval_subset, 1000, "examples in that subset evaluation");
 DEFINE_int32(checkpoint_every_epochs, 0, "checkpoint after every this many epochs and after the last (0: never; the scheduler "
              "needs --checkpoint_dir); a job started with the scheduler's --restore_from resumes there");
-DEFINE_string(trace_out, "", "write a CSV row per clock here: clock,wall_s,loss,metric,staleness (a %d in "
+DEFINE_string(trace_out, "", "write a CSV row per clock here, clock,wall_s,loss,metric,staleness,kind, and worker 0's "
+              "per-epoch evaluations as kind eval (a %d in "
               "the path becomes the worker's rank: workers sharing flags then write files of their own)");
 // Injection (experiments): stragglers and a slower network.
 DEFINE_string(straggler, "", "RANK:MS[,RANK:MS]: these workers sleep MS milliseconds every clock");
