@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -406,6 +407,35 @@ TEST(ConsistencyFinish, LastPushesOfAFinishingWorkerCount) {
   }
 }
 
+// BSP's divisor is the workers that took part in a clock: those whose clock passed it, and those
+// that pushed to it and then finished without closing it, counted on the servers they pushed to
+// only (the one case where servers' divisors differ: DESIGN.md). Worker 1 pushes one row of
+// server 0 and finishes mid-clock; worker 0 pushes every row and closes the clock.
+TEST(ConsistencyFinish, AWorkerFinishingMidClockCountsWhereItPushed) {
+  LocalClusterConfig cfg;
+  cfg.servers = 2;
+  cfg.workers = 2;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& a = cluster.client(0);
+  Client& b = cluster.client(1);
+  const int rows = 8;
+  TableSpec spec = CounterTable(rows, Consistency{Consistency::kBsp, 0});
+  auto ta = a.CreateTable(spec);
+  auto tb = b.CreateTable(spec);
+  ASSERT_TRUE(ta.ok() && tb.ok());
+  ASSERT_TRUE(b.Push(*tb, {0}, {-4.0f, -4.0f}).Wait().ok());  // row 0: server 0's
+  ASSERT_TRUE(b.Finish().ok());                              // clock 0 left open
+  ASSERT_TRUE(a.PushDense(*ta, std::vector<float>(rows * 2, -2.0f)).Wait().ok());
+  ASSERT_TRUE(a.Clock().ok());
+  std::vector<float> seen(rows * 2);
+  ASSERT_TRUE(a.PullDense(*ta, seen.data()).Wait().ok());
+  EXPECT_EQ(seen[0], 3.0f);  // server 0, row 0: (2 + 4) / 2
+  EXPECT_EQ(seen[2], 1.0f);  // server 0, row 1: worker 1 counts here, and pushed 0 to it: 2 / 2
+  EXPECT_EQ(seen[rows * 2 - 1], 2.0f);  // server 1: worker 0 alone
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 // When the slowest worker finishes, the minimum clock may jump several clocks at once. A BSP pull
 // parked until the minimum reaches its clock must still see exactly the clocks below its own:
 // here clocks 1 and 2 close together, and a pull at clock 2 must not see clock 2's update.
@@ -465,6 +495,17 @@ TEST(ConsistencyRules, PullRule) {
   v.MarkDead(2);
   EXPECT_EQ(v.MinLive(), 1);
   EXPECT_FALSE(v.Advance(1, 1).ok());  // dead
+  // No live worker left (the last finished or died): nothing is waited for, nothing is stale.
+  v.MarkDead(0);
+  EXPECT_EQ(v.MinLive(), std::numeric_limits<int64_t>::max());
+  EXPECT_TRUE(PullReady(5, 0, v.MinLive()));
+  EXPECT_EQ(PullStaleness(5, v.MinLive()), 0);
+  StalenessHistogram h;
+  h.Record(40);
+  h.Record(-1);
+  EXPECT_EQ(h.max(), 40);
+  EXPECT_EQ(h.counts()[StalenessHistogram::kBuckets - 1], 1u);  // the last bucket: 40 and above it
+  EXPECT_EQ(h.counts()[0], 1u);
 }
 
 }  // namespace
