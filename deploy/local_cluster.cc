@@ -124,7 +124,10 @@ Status LocalCluster::FinishAndJoin() {
   for (auto& c : clients_) {
     if (!c) continue;
     Status st = c->Finish();
-    if (!st.ok() && first.ok()) first = st;
+    if (!st.ok()) {
+      if (first.ok()) first = st;
+      c->Leave(st).IgnoreError();  // (as an app that fails says why: the job ends, not waits)
+    }
   }
   if (scheduler_thread_.joinable()) scheduler_thread_.join();
   for (auto& t : server_threads_)

@@ -407,11 +407,11 @@ TEST(ConsistencyFinish, LastPushesOfAFinishingWorkerCount) {
   }
 }
 
-// BSP's divisor is the workers that took part in a clock: those whose clock passed it, and those
-// that pushed to it and then finished without closing it, counted on the servers they pushed to
-// only (the one case where servers' divisors differ: DESIGN.md). Worker 1 pushes one row of
-// server 0 and finishes mid-clock; worker 0 pushes every row and closes the clock.
-TEST(ConsistencyFinish, AWorkerFinishingMidClockCountsWhereItPushed) {
+// BSP's divisor is the workers that took part in a clock, the same on every server. A worker that
+// finishes with pushes in a clock it has not closed closes it (Finish), so it counts everywhere,
+// also where it pushed nothing (as one process with the whole batch would). Worker 1 pushes one
+// row of server 0 and finishes mid-clock; worker 0 pushes every row and closes the clock.
+TEST(ConsistencyFinish, AWorkerFinishingMidClockCountsOnEveryServer) {
   LocalClusterConfig cfg;
   cfg.servers = 2;
   cfg.workers = 2;
@@ -431,8 +431,9 @@ TEST(ConsistencyFinish, AWorkerFinishingMidClockCountsWhereItPushed) {
   std::vector<float> seen(rows * 2);
   ASSERT_TRUE(a.PullDense(*ta, seen.data()).Wait().ok());
   EXPECT_EQ(seen[0], 3.0f);  // server 0, row 0: (2 + 4) / 2
-  EXPECT_EQ(seen[2], 1.0f);  // server 0, row 1: worker 1 counts here, and pushed 0 to it: 2 / 2
-  EXPECT_EQ(seen[rows * 2 - 1], 2.0f);  // server 1: worker 0 alone
+  EXPECT_EQ(seen[2], 1.0f);  // server 0, row 1: 2 / 2 (worker 1 pushed it nothing)
+  EXPECT_EQ(seen[rows * 2 - 1], 1.0f);  // server 1: 2 / 2 too (worker 1 sent it nothing)
+  EXPECT_EQ(b.clock(), 1);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 

@@ -1245,7 +1245,9 @@ TEST(ConnectionFailure, ARequestOverAServersMessageLimitIsRefusedNotSent) {
   EXPECT_EQ(v[0], -0.1f);
   EXPECT_EQ(c.stats().resent, 0u);
   EXPECT_EQ(cluster.server(0).stats().pushes, 1u);
-  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+  // Its step is not done: the Clock() closing it (Finish's, here) is refused, saying why.
+  Status fin = cluster.FinishAndJoin();
+  EXPECT_NE(fin.message().find("a push of it was refused before it was sent"), std::string::npos) << fin.ToString();
 }
 
 // A push split over servers, one part over its server's limit: refused whole, applied nowhere.
@@ -1312,7 +1314,11 @@ TEST(ServerFailure, TablesPastTheServersMemoryLimitAreRefusedAndTheServerGoesOn)
   ASSERT_TRUE(c.Pull(*t, keys(5000, 100), v.data()).WaitFor(10000).ok());
   for (size_t i = 0; i < 100 * 16; ++i) ASSERT_EQ(v[i], 0.0f) << i;
   EXPECT_LE(cluster.server(0).stats().table_bytes.load(), size_t(1) << 20);
-  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+  // The refused push's step is not done: the server refuses the clock closing it (Finish's).
+  Status fin = cluster.FinishAndJoin();
+  EXPECT_EQ(fin.code(), Code::kResourceExhausted) << fin.ToString();
+  EXPECT_NE(fin.message().find("clock 0 is not done here: this server refused a push of it"), std::string::npos)
+      << fin.ToString();
 }
 
 // With several update threads each stripe adds its own rows: the one that would pass the limit

@@ -1224,6 +1224,40 @@ TEST(ClientErrors, AGivenUpPullNeverTurnsOk) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// Finish() while a call its caller gave up on is still open waits for it, and succeeds when its
+// answer comes (it ends DeadlineExceeded, as given up: Finish failed on that, found in review,
+// and never told the scheduler); calls after Finish() are refused, saying so.
+TEST(ClientErrors, FinishWithAGivenUpCallOpenSucceedsAndLaterCallsAreRefused) {
+  LocalClusterConfig cfg;
+  cfg.workers = 2;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& a = cluster.client(0);
+  Client& b = cluster.client(1);
+  TableSpec spec;
+  spec.name = "bsp";
+  spec.rows = 4;
+  spec.dim = 2;
+  auto ta = a.CreateTable(spec);
+  auto tb = b.CreateTable(spec);
+  ASSERT_TRUE(ta.ok() && tb.ok());
+  ASSERT_TRUE(a.Clock().ok());
+  std::vector<float> out(8);
+  Future pull = a.PullDense(*ta, out.data());  // clock 1: parked until b clocks
+  EXPECT_EQ(pull.WaitFor(50).code(), Code::kDeadlineExceeded);
+  Status finished = Status::Unavailable("not yet");
+  std::thread finish([&] { finished = a.Finish(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // (Finish waits on the pull)
+  ASSERT_TRUE(b.Clock().ok());  // the pull is answered
+  finish.join();
+  EXPECT_TRUE(finished.ok()) << finished.ToString();
+  Status after = a.Clock();
+  EXPECT_EQ(after.code(), Code::kFailedPrecondition) << after.ToString();
+  EXPECT_NE(after.message().find("has finished"), std::string::npos) << after.ToString();
+  EXPECT_EQ(a.PullDense(*ta, out.data()).Wait().code(), Code::kFailedPrecondition);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 TEST(ClientErrors, BadShapesAreRefusedBeforeSending) {
   LocalClusterConfig cfg;
   cfg.servers = 2;
@@ -1240,9 +1274,6 @@ TEST(ClientErrors, BadShapesAreRefusedBeforeSending) {
   EXPECT_EQ(c.CreateTable(odd).status().code(), Code::kInvalidArgument);
   auto t = c.CreateTable(spec);
   ASSERT_TRUE(t.ok());
-  EXPECT_EQ(c.Push(*t, {1, 2}, {1, 2, 3}).Wait().code(), Code::kInvalidArgument);
-  EXPECT_EQ(c.Push(*t, {10}, {1, 2, 3}).Wait().code(), Code::kInvalidArgument);
-  EXPECT_EQ(c.PushDense(*t, std::vector<float>(29)).Wait().code(), Code::kInvalidArgument);
   // Same name, different spec.
   TableSpec other = spec;
   other.dim = 4;
@@ -1304,7 +1335,22 @@ TEST(ClientErrors, BadShapesAreRefusedBeforeSending) {
   EXPECT_THROW(view.CopyTo(copied.data()), std::logic_error);
   // A wait without end (INT64_MAX ms) waits, rather than overflowing into an expired deadline.
   EXPECT_TRUE(c.PullDense(*t, dense.data()).WaitFor(std::numeric_limits<int64_t>::max()).ok());
-  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+  // A handle that does not match the table is refused, not trusted to size a destination.
+  Table wrong = *t;
+  wrong.rows = 1000;
+  EXPECT_EQ(c.PullDense(wrong, dense.data()).Wait().code(), Code::kInvalidArgument);
+  // Pushes of the wrong shape are refused before sending, and so is the Clock() closing their
+  // step, which stays refused: a step is never done without its pushes.
+  EXPECT_EQ(c.Push(*t, {1, 2}, {1, 2, 3}).Wait().code(), Code::kInvalidArgument);
+  EXPECT_EQ(c.Push(*t, {10}, {1, 2, 3}).Wait().code(), Code::kInvalidArgument);
+  EXPECT_EQ(c.PushDense(*t, std::vector<float>(29)).Wait().code(), Code::kInvalidArgument);
+  Status clocked = c.Clock();
+  EXPECT_EQ(clocked.code(), Code::kInvalidArgument) << clocked.ToString();
+  EXPECT_NE(clocked.message().find("a push of it was refused before it was sent (push to 't': 2 keys"), std::string::npos)
+      << clocked.ToString();
+  EXPECT_EQ(c.Clock().code(), Code::kInvalidArgument);  // sticky
+  EXPECT_TRUE(c.Leave(clocked).ok());
+  cluster.FinishAndJoin().IgnoreError();
 }
 
 TableSpec AspTable(const std::string& name, uint64_t rows, uint32_t dim) {
@@ -1840,7 +1886,9 @@ TEST(KeyOrder, KeysGroupedByServerLandInTheirPlaces) {
   Table unknown = *t;
   unknown.name = "not_made_here";
   EXPECT_EQ(c.GroupByServer(unknown, &rows).status().code(), Code::kNotFound);
-  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+  // (The push refused above leaves its step undone: Finish's clock is refused, saying why.)
+  Status fin = cluster.FinishAndJoin();
+  EXPECT_NE(fin.message().find("push to 'grouped': no key buffer"), std::string::npos) << fin.ToString();
 }
 }  // namespace
 }  // namespace pushpull

@@ -666,10 +666,17 @@ class ClientImpl final : public Client, private internal::Receiver {
   std::shared_ptr<FutureState> NewState(const char* kind, const std::string& table, int64_t rows, int parts);
   Future Failed(const Status& st);
   Future FailedPull(const Status& st, PulledRows* view);  // and marks the view failed
+  // The error later calls return: a failure that stays (a dead server, a refused clock), or this
+  // worker having finished (found in review: calls after Finish() went on, and met servers that
+  // took the worker for dead, or none at all).
   Status Sticky() const {
     std::lock_guard<std::mutex> l(mu_);
+    if (sticky_.ok() && finished_) return Status::FailedPrecondition("this worker has finished (Finish() or Leave()): no calls after it");
     return sticky_;
   }
+  // A push refused here, before any server saw it: its Future fails, and so does the Clock()
+  // closing its step, stickily, as a server refuses the clock of a push it refused.
+  Future RefusedPush(const Status& st);
   // Posts commands to the I/O thread, assigning request ids in posting order.
   void Post(std::vector<std::unique_ptr<Command>> cmds);
   // Waits until the commands' payload fits under max_unanswered_mb (or nothing is unanswered) and
@@ -754,6 +761,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   std::thread io_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> clock_{0};
+  std::atomic<bool> pushed_in_clock_{false};  // a push posted since the last Clock() (Finish)
   bool replacement_ = false;  // set in Start(): took a dead worker's place mid-job
   std::atomic<bool> finished_{false};
   std::mutex finish_mu_;
@@ -763,6 +771,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   zmq::socket_t cmd_out_;     // user threads -> I/O thread
   uint64_t next_request_id_ = 1;
   Status sticky_;
+  Status refused_push_;  // under mu_: RefusedPush's first, for the next Clock()
   ClientStats stats_;
   std::map<uint32_t, TableInfo> tables_;
 
@@ -827,6 +836,10 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
     const Status st = Status::InvalidArgument(std::string(MsgTypeName(c->header.type)) + " of " + std::to_string(frame) +
                                               " bytes to server " + std::to_string(s) + ", over its message limit of " +
                                               std::to_string(max_frame_[s]) + " bytes (pushpull-server --max_message_mb)");
+    if (cmds.front()->header.type == MsgType::kPush) {
+      std::lock_guard<std::mutex> l(mu_);
+      if (refused_push_.ok()) refused_push_ = st;
+    }
     for (const auto& d : cmds) d->part.fs->Complete(d->part.target, st);
     return;
   }
@@ -874,7 +887,7 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
     {
       std::lock_guard<std::mutex> l(mu_);
       c->header.request_id = next_request_id_++;
-      if (c->header.type == MsgType::kPush) ++stats_.pushes;
+      if (c->header.type == MsgType::kPush) ++stats_.pushes, pushed_in_clock_ = true;
       if (c->header.type == MsgType::kPull) ++stats_.pulls;
       stats_.bytes_sent += c->keys.size() + c->values.size();
     }
@@ -896,7 +909,10 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
     std::lock_guard<std::mutex> l(mu_);
     cmd_out_.send(m, zmq::send_flags::none);
   }
-  if (ticks) clock_ = clock;
+  if (ticks) {
+    clock_ = clock;
+    pushed_in_clock_ = false;
+  }
 }
 
 ClientImpl::Room ClientImpl::CheckRoom(const std::vector<std::unique_ptr<Command>>& cmds) {
@@ -1010,16 +1026,40 @@ void ClientImpl::SendToServer(std::unique_ptr<Command> c) {
       std::lock_guard<std::mutex> l(pending_mu_);
       mine = pending_.erase(id) > 0;
     }
-    if (mine) fs->Complete(s, st.Annotate("sending to server " + std::to_string(s)));
+    if (mine) {
+      st = st.Annotate("sending to server " + std::to_string(s));
+      if (c->header.type == MsgType::kPush) {
+        std::lock_guard<std::mutex> l(mu_);
+        if (refused_push_.ok()) refused_push_ = st;
+      }
+      fs->Complete(s, st);
+    }
   }
 }
 
+Future ClientImpl::RefusedPush(const Status& st) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (refused_push_.ok()) refused_push_ = st;
+  }
+  return Failed(st);
+}
+
 Status ClientImpl::CheckTable(const Table& t, const TableInfo** info) {
+  PP_RETURN_IF_ERROR(Sticky());
   std::lock_guard<std::mutex> l(mu_);
-  if (!sticky_.ok()) return sticky_;
   auto it = tables_.find(t.id);
   if (it == tables_.end() || it->second.spec.name != t.name)
     return Status::NotFound("table '" + t.name + "' was not created through this client");
+  // Destinations are sized by this client's record: a handle that says otherwise (another
+  // client's, or edited) is refused rather than trusted (found in review).
+  const TableSpec& spec = it->second.spec;
+  if (t.sparse != spec.sparse || t.dim != spec.dim || (!spec.sparse && t.rows != spec.rows))
+    return Status::InvalidArgument("table '" + t.name + "': this handle says " + (t.sparse ? "sparse" : "dense") +
+                                   ", dim " + std::to_string(t.dim) + ", rows " + std::to_string(t.rows) +
+                                   "; the table is " + (spec.sparse ? "sparse" : "dense") + ", dim " +
+                                   std::to_string(spec.dim) + ", rows " + std::to_string(spec.rows) +
+                                   " (a handle from another client?)");
   *info = &it->second;
   return Status::OK();
 }
@@ -1142,20 +1182,20 @@ Future ClientImpl::Push(const Table& t, KeyBuffer kbuf, std::shared_ptr<const st
   const TableInfo* info;
   Status st = CheckTable(t, &info);
   if (!st.ok()) return Failed(st);
-  if (!kbuf) return Failed(Status::InvalidArgument("push to '" + t.name + "': no key buffer (null)"));
+  if (!kbuf) return RefusedPush(Status::InvalidArgument("push to '" + t.name + "': no key buffer (null)"));
   const std::vector<Key>& keys = *kbuf;
   const uint32_t dim = info->spec.dim;
   if (keys.size() > kMaxKeysPerMessage)
-    return Failed(Status::InvalidArgument("push to '" + t.name + "': " + std::to_string(keys.size()) +
+    return RefusedPush(Status::InvalidArgument("push to '" + t.name + "': " + std::to_string(keys.size()) +
                                           " keys, at most " + std::to_string(kMaxKeysPerMessage) + " per call"));
   if (!vbuf || vbuf->size() != keys.size() * dim)
-    return Failed(Status::InvalidArgument("push to '" + t.name + "': " + std::to_string(keys.size()) +
+    return RefusedPush(Status::InvalidArgument("push to '" + t.name + "': " + std::to_string(keys.size()) +
                                           " keys of dim " + std::to_string(dim) + " need " +
                                           std::to_string(keys.size() * dim) + " floats, got " +
                                           std::to_string(vbuf ? vbuf->size() : 0)));
   for (Key k : keys)
     if (!info->spec.sparse && k >= info->spec.rows)
-      return Failed(Status::InvalidArgument("push to '" + t.name + "': row " + std::to_string(k) +
+      return RefusedPush(Status::InvalidArgument("push to '" + t.name + "': row " + std::to_string(k) +
                                             " out of range [0, " + std::to_string(info->spec.rows) + ")"));
   const int S = num_servers();
   // Keys in server order -> each server its slices of the caller's buffers, zero-copy; otherwise
@@ -1359,10 +1399,10 @@ Future ClientImpl::PushDense(const Table& t, std::shared_ptr<const std::vector<f
   const TableInfo* info;
   Status st = CheckTable(t, &info);
   if (!st.ok()) return Failed(st);
-  if (info->spec.sparse) return Failed(Status::InvalidArgument("PushDense on sparse table '" + t.name + "'"));
+  if (info->spec.sparse) return RefusedPush(Status::InvalidArgument("PushDense on sparse table '" + t.name + "'"));
   const uint32_t dim = info->spec.dim;
   if (!vbuf || vbuf->size() != info->spec.rows * dim)
-    return Failed(Status::InvalidArgument("push to '" + t.name + "': table holds " +
+    return RefusedPush(Status::InvalidArgument("push to '" + t.name + "': table holds " +
                                           std::to_string(info->spec.rows * dim) + " floats, got " +
                                           std::to_string(vbuf ? vbuf->size() : 0)));
   std::vector<std::unique_ptr<Command>> cmds;
@@ -1444,6 +1484,15 @@ Future ClientImpl::PullDenseImpl(const Table& t, float* out, PulledRows* view) {
 
 Status ClientImpl::Clock() {
   PP_RETURN_IF_ERROR(Sticky());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!refused_push_.ok()) {
+      sticky_ = Status(refused_push_.code(), "clock " + std::to_string(clock_.load()) +
+                                                 " is not done: a push of it was refused before it was sent (" +
+                                                 refused_push_.message() + ")");
+      return sticky_;
+    }
+  }
   auto fs = NewState("clock", num_servers());
   std::vector<std::unique_ptr<Command>> cmds;
   for (int s = 0; s < num_servers(); ++s) {
@@ -1459,7 +1508,7 @@ Status ClientImpl::Clock() {
     ++stats_.clocks;
   }
   Post(std::move(cmds));
-  return Status::OK();
+  return Sticky();  // (a clock that found no room is not sent: the error Post made sticky)
 }
 
 Status ClientImpl::Barrier() {
@@ -1484,6 +1533,10 @@ Status ClientImpl::Checkpoint(const std::string& run) {
 Status ClientImpl::Finish() {
   std::lock_guard<std::mutex> once(finish_mu_);  // two threads at once: the second finds it done
   if (finished_) return Status::OK();  // once is enough
+  // Pushes in a clock left open would count, under BSP, only on the servers they went to (a
+  // server counts a finished worker in a clock it pushed to there); closed, the worker counts in
+  // that clock's mean everywhere, as any worker whose clock passed it.
+  if (pushed_in_clock_) PP_RETURN_IF_ERROR(Clock().Annotate("finish: closing the clock of its last pushes"));
   // The scheduler's "done" travels on another connection than the data: without this wait a
   // server could hear of it before this worker's last pushes and clocks, and drop them. First
   // the requests the I/O thread still holds back (send_latency_ms), then every open one; the
@@ -1504,7 +1557,10 @@ Status ClientImpl::Finish() {
   }
   for (auto& fs : open) {
     Status st = internal::WaitState(fs, std::max<int64_t>(1, deadline.RemainingMs()), /*abandon=*/false);
-    if (st.code() == Code::kDeadlineExceeded) return st.Annotate("finish");
+    // Only a call still unanswered fails it: one its caller gave up on, answered since, ends
+    // DeadlineExceeded too (found in review: Finish then failed without telling the scheduler).
+    std::lock_guard<std::mutex> l(fs->mu);
+    if (fs->remaining > 0) return st.Annotate("finish");
   }
   Header h;
   h.type = MsgType::kDone;

@@ -17,8 +17,12 @@
 // (ClientOptions::request_timeout_ms unless given) and says what it waited for when it expires.
 // A dead server or an aborted job fails the pending calls; these and a refused clock are sticky:
 // later calls return it. Other refusals (a bad row, a non-finite gradient) fail their own call;
-// a push refused also leaves its step undone: that server refuses the Clock() closing it (with
-// the push's reason and code), which is sticky, so a step is never counted done without a push.
+// a push refused also leaves its step undone: the Clock() closing it is refused (by the server
+// that refused the push, or here when the push was refused before it was sent, with the push's
+// reason and code), which is sticky, so a step is never counted done without a push; so is
+// Finish(), which closes a clock pushes were made in. After Finish() or Leave() every call is
+// refused (FailedPrecondition). A Client destroyed without either fails its pending calls and
+// tells the scheduler nothing: the job finds the worker silent after its heartbeat timeout.
 // A connection to a server that drops is no failure: the calls it had no answer for are sent
 // again (ClientStats::resent), and answered once.
 //
@@ -128,7 +132,8 @@ class Future {
   // push given up on may still be applied, or, when its connection drops, is not sent again (a
   // Clock() after it closes the step without it: the caller decides whether to go on); a large
   // push, which goes as several requests, may so be applied in part.
-  // (A timeout beyond Deadline::Never()'s, such as INT64_MAX, waits without end.)
+  // (A timeout beyond Deadline::Never()'s, such as INT64_MAX, waits without end.) To look
+  // without giving up, use Ready(): WaitFor(0) gives the call up at once.
   Status Wait();
   Status WaitFor(int64_t timeout_ms);
   bool Ready() const;
@@ -166,6 +171,8 @@ class Client {
 
   // Keyed push and pull. grads: keys.size() * dim floats. out must stay valid until the
   // Future is done (or its Wait timed out) and receives keys.size() * dim floats in key order.
+  // A key given twice in one push is applied twice, as two optimizer steps in key order (not
+  // summed first): sum repeats on the worker when one step is meant.
   // Gradients are sent zero-copy from the buffer; a shared buffer may be reused once the push's
   // Future succeeded (the library holds its reference until then; after a failure, such as a
   // dead server, possibly until the Client is destroyed). Keys given in a shared buffer
@@ -243,9 +250,10 @@ class Client {
   virtual const std::string& restored_run() const = 0;
   // Waits for every live worker to reach the barrier.
   virtual Status Barrier() = 0;
-  // Waits until every server has answered this worker's requests (pushes and clocks nobody
-  // waited for included: a finished worker's last updates are applied, under BSP in its last
-  // clock's sum), then tells the scheduler this worker is done; no calls after it.
+  // Closes the clock this worker's last pushes are in, if it pushed since its last Clock() (so
+  // that under BSP they count in that clock's mean on every server alike), waits until every
+  // server has answered this worker's requests (pushes and clocks nobody waited for included),
+  // then tells the scheduler this worker is done; no calls after it.
   virtual Status Finish() = 0;
   // Tells the scheduler this worker stops early because of `why` (its app failed, say on a
   // missing file): the job takes it for this worker's death at once, under the scheduler's
