@@ -249,6 +249,14 @@ std::string ServerCheckpointFile(const std::string& dir, int rank) {
 Status WriteServerCheckpoint(const std::string& dir, int rank, int num_servers, int64_t clock,
                              const std::vector<const TableShard*>& tables, uint64_t* bytes,
                              const std::function<bool()>& abandon) {
+  // Only the checkpoint's own directory is made: the root is the scheduler's, on a filesystem
+  // every server shares. Missing here, this host does not see it (a mount gone, or never made),
+  // and writing it afresh on a local disk would pass for a checkpoint nobody can restore.
+  std::error_code ec;
+  const std::string root = fs::path(dir).parent_path().string();
+  if (!fs::is_directory(root, ec))
+    return Status::InvalidArgument("checkpoint directory " + root + " does not exist on this server's host: " +
+                                   "--checkpoint_dir must be a filesystem every server shares, mounted at that path");
   PP_RETURN_IF_ERROR(MakeDirs(dir));
   FileWriter w(ServerCheckpointFile(dir, rank), abandon);
   w.Put(kMagic, sizeof kMagic);
@@ -435,6 +443,17 @@ Status CommitCheckpoint(const std::string& root, const CheckpointManifest& m, in
     std::replace(run.begin(), run.end(), '\n', ' ');
     text << "run " << run << "\n";
   }
+  // Every server said it wrote its file: each must be there as the scheduler sees the directory
+  // (found in review: a server writing to a local directory of the same name passed, and the
+  // pruning below then deleted the checkpoints a restore could have used).
+  for (int r = 0; r < m.servers; ++r) {
+    std::error_code ec;
+    const std::string file = ServerCheckpointFile(m.dir, r);
+    if (!fs::is_regular_file(file, ec))
+      return Status::InvalidArgument("server " + std::to_string(r) + " wrote its checkpoint file, but " + file +
+                                     " is not there as the scheduler sees it: --checkpoint_dir must be one "
+                                     "filesystem every server shares, mounted at the same path");
+  }
   PP_RETURN_IF_ERROR(WriteTextFile((fs::path(m.dir) / "MANIFEST").string(), text.str()));
   PP_RETURN_IF_ERROR(WriteTextFile((fs::path(root) / "LATEST").string(), fs::path(m.dir).filename().string() + "\n"));
   // Complete checkpoints older than this one beyond the `keep` newest go, and incomplete ones
@@ -457,7 +476,13 @@ Status CommitCheckpoint(const std::string& root, const CheckpointManifest& m, in
   }
   std::sort(complete.begin(), complete.end());
   const size_t others = static_cast<size_t>(std::max(keep, 1) - 1);  // the current one is kept
-  for (size_t i = 0; i + others < complete.size(); ++i) fs::remove_all(complete[i], ec);
+  // MANIFEST first, durably: a crash part way through leaves an incomplete directory (pruned
+  // next time), never one that passes for complete with files missing.
+  for (size_t i = 0; i + others < complete.size(); ++i) {
+    if (!fs::remove(fs::path(complete[i]) / "MANIFEST", ec) || ec) continue;
+    SyncDir(complete[i]);
+    fs::remove_all(complete[i], ec);
+  }
   return Status::OK();
 }
 

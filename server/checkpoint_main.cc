@@ -51,11 +51,11 @@ Status WriteNpy(const std::string& path, const char* descr, uint64_t rows, uint6
   return ok ? Status::OK() : Status::Unavailable("writing " + path + " failed: " + std::strerror(err));
 }
 
-// docs/ERRORS.md: 2 for what a second try would meet again (a bad flag, a missing or unreadable
-// checkpoint, a table it does not hold), else 1.
+// docs/ERRORS.md: 2 for what a second try would meet again (a bad flag, a missing, unreadable
+// or damaged checkpoint, a table it does not hold), else 1.
 int Fail(const Status& st) {
   std::fprintf(stderr, "pushpull-checkpoint: %s\n", st.ToString().c_str());
-  return pushpull::IsSetupError(st.code()) ? 2 : 1;
+  return pushpull::IsSetupError(st.code()) || st.code() == pushpull::Code::kCorruption ? 2 : 1;
 }
 
 }  // namespace

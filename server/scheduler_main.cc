@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <thread>
@@ -77,7 +78,12 @@ int main(int argc, char** argv) {
   o.continue_on_worker_death = FLAGS_on_worker_death == "continue";
   o.wait_for_replacement = FLAGS_on_worker_death == "wait";
   o.replacement_timeout_ms = FLAGS_replacement_timeout_s * 1000;
-  o.checkpoint_dir = FLAGS_checkpoint_dir;
+  // Servers write under the path as given, each from its own working directory: an absolute one.
+  auto absolute = [](const std::string& p) {
+    std::error_code ec;
+    return p.empty() ? p : std::filesystem::absolute(p, ec).lexically_normal().string();
+  };
+  o.checkpoint_dir = absolute(FLAGS_checkpoint_dir);
   o.checkpoint_keep = FLAGS_checkpoint_keep;
   if (FLAGS_checkpoint_timeout_s < 1 || FLAGS_checkpoint_timeout_s > std::numeric_limits<int>::max() / 1000) {
     PP_LOG(Error) << "--checkpoint_timeout_s must be in [1, " << std::numeric_limits<int>::max() / 1000 << "], not "
@@ -85,7 +91,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.checkpoint_timeout_ms = FLAGS_checkpoint_timeout_s * 1000;
-  o.restore_from = FLAGS_restore_from;
+  o.restore_from = absolute(FLAGS_restore_from);
   o.verify_restore = FLAGS_verify_restore;
   auto s = pushpull::Scheduler::Create(o);
   if (!s.ok()) {
