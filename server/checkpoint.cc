@@ -403,22 +403,22 @@ Status EnsureWritableDir(const std::string& dir) {
   return Status::OK();
 }
 
-Status PrepareCheckpointDir(const std::string& root, const std::string& dir) {
+Status PrepareCheckpointDir(const std::string& root, const std::string& dir, const std::string& own_before) {
   std::error_code ec;
   const fs::path manifest = fs::path(dir) / "MANIFEST";
   if (!fs::exists(manifest, ec)) return Status::OK();
   auto latest = ReadLatestCheckpoint(root);
   if (latest.ok() && fs::path(latest->dir).filename() == fs::path(dir).filename()) {
     // An earlier run's newest (a fresh job in a used directory reaching the same clock): LATEST
-    // first goes back to the complete checkpoint before it, if any, so that it never names one
-    // being rewritten; a crash meanwhile leaves that one to restore from.
+    // first goes back to this job's own newest complete checkpoint, if any, so that it never
+    // names one being rewritten; a crash meanwhile leaves that one to restore from. Never to
+    // another run's older one (found in review: a launcher restarting after a crash here would
+    // resume this job from that run's parameters).
     std::string before;
     const std::string name = fs::path(dir).filename().string();
-    for (const auto& e : fs::directory_iterator(root, ec)) {
-      const std::string n = e.path().filename().string();
-      if (e.is_directory() && n.rfind("ckpt-", 0) == 0 && n < name && n > before && fs::exists(e.path() / "MANIFEST", ec))
-        before = n;
-    }
+    if (!own_before.empty() && fs::path(own_before).parent_path() == fs::path(root) &&
+        fs::path(own_before).filename().string() < name && fs::exists(fs::path(own_before) / "MANIFEST", ec))
+      before = fs::path(own_before).filename().string();
     const std::string latest_file = (fs::path(root) / "LATEST").string();
     if (!before.empty()) {
       PP_RETURN_IF_ERROR(WriteTextFile(latest_file, before + "\n"));

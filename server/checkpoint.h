@@ -76,8 +76,10 @@ struct CheckpointManifest {
 // Before a checkpoint is written into dir (under root): one committed there earlier (another
 // run's, at the same clock) is uncommitted first, so that a failed write cannot leave its MANIFEST
 // over files of two runs; FailedPrecondition when it is the one LATEST names (the newest is never
-// rewritten in place).
-Status PrepareCheckpointDir(const std::string& root, const std::string& dir);
+// rewritten in place). own_before: this job's newest complete checkpoint (its last committed, or
+// the one it restored), which LATEST then names while dir is rewritten; "" or not under root:
+// LATEST goes (never to another run's checkpoint: a restart would resume from it).
+Status PrepareCheckpointDir(const std::string& root, const std::string& dir, const std::string& own_before = "");
 // dir's MANIFEST, checked, with every server file it names present.
 Result<CheckpointManifest> ReadManifest(const std::string& dir);
 // Writes dir's MANIFEST, then LATEST, then deletes all but the `keep` newest checkpoints.

@@ -972,7 +972,9 @@ void SchedulerImpl::CheckCheckpoint() {
   }
   checkpoint_.run = *runs.begin();
   const std::string dir = CheckpointDir(options_.checkpoint_dir, *distinct.begin());
-  Status prepared = PrepareCheckpointDir(options_.checkpoint_dir, dir);
+  Status prepared = PrepareCheckpointDir(
+      options_.checkpoint_dir, dir,
+      committed_clock_ >= 0 ? CheckpointDir(options_.checkpoint_dir, committed_clock_) : std::string());
   if (!prepared.ok()) {
     FailCheckpoint(prepared);
     return;

@@ -501,9 +501,17 @@ TEST(Checkpoint, AnEarlierRunsCheckpointsInTheDirectory) {
     EXPECT_TRUE(CommitCheckpoint(root.path(), m, 2).ok());
   };
   for (int64_t c : {4, 8, 12}) commit(c);  // the earlier run
-  ASSERT_TRUE(PrepareCheckpointDir(root.path(), CheckpointDir(root.path(), 12)).ok());  // its newest
-  EXPECT_EQ(ReadLatestCheckpoint(root.path())->clock, 8);
+  // A fresh run reaching the earlier run's newest clock: LATEST goes while it is rewritten, not
+  // back to the earlier run's clock 8 (a restart after a crash here would resume the fresh run
+  // from that run's parameters; found in review).
+  ASSERT_TRUE(PrepareCheckpointDir(root.path(), CheckpointDir(root.path(), 12)).ok());
+  EXPECT_EQ(ReadLatestCheckpoint(root.path()).status().code(), Code::kNotFound);
   EXPECT_FALSE(fs::exists(fs::path(CheckpointDir(root.path(), 12)) / "MANIFEST"));
+  commit(12);
+  EXPECT_EQ(ReadLatestCheckpoint(root.path())->clock, 12);
+  // A run whose own newest is clock 8 (it restored from it, say): LATEST names that meanwhile.
+  ASSERT_TRUE(PrepareCheckpointDir(root.path(), CheckpointDir(root.path(), 12), CheckpointDir(root.path(), 8)).ok());
+  EXPECT_EQ(ReadLatestCheckpoint(root.path())->clock, 8);
   commit(12);
   EXPECT_EQ(ReadLatestCheckpoint(root.path())->clock, 12);
   ASSERT_TRUE(PrepareCheckpointDir(root.path(), CheckpointDir(root.path(), 8)).ok());
