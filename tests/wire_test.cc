@@ -1184,23 +1184,44 @@ TEST(ClientErrors, AClockAfterARefusedPushIsRefused) {
   cluster.FinishAndJoin().IgnoreError();
 }
 
+// Two workers on one server and a BSP table of 4 rows of 2, worker a one clock ahead: its next
+// pull waits for b's Clock().
+struct AOneClockAhead {
+  AOneClockAhead() : cluster(Config()) {}
+  static LocalClusterConfig Config() {
+    LocalClusterConfig cfg;
+    cfg.workers = 2;
+    return cfg;
+  }
+  // Call with ASSERT_TRUE.
+  bool Start() {
+    if (!cluster.Start().ok()) return false;
+    a = &cluster.client(0);
+    b = &cluster.client(1);
+    TableSpec spec;
+    spec.name = "bsp";
+    spec.rows = 4;
+    spec.dim = 2;
+    Result<Table> made_a = a->CreateTable(spec), made_b = b->CreateTable(spec);
+    if (!made_a.ok() || !made_b.ok()) return false;
+    ta = *made_a;
+    return a->Clock().ok();
+  }
+  LocalCluster cluster;
+  Client* a = nullptr;  // (the cluster's, once started)
+  Client* b = nullptr;
+  Table ta;
+};
+
 // A pull whose wait expired never turns OK afterwards, even when its reply comes (it is not
 // written anywhere): here a BSP pull parked until the other worker's clock.
 TEST(ClientErrors, AGivenUpPullNeverTurnsOk) {
-  LocalClusterConfig cfg;
-  cfg.workers = 2;
-  LocalCluster cluster(cfg);
-  ASSERT_TRUE(cluster.Start().ok());
-  Client& a = cluster.client(0);
-  Client& b = cluster.client(1);
-  TableSpec spec;
-  spec.name = "bsp";
-  spec.rows = 4;
-  spec.dim = 2;
-  auto ta = a.CreateTable(spec);
-  auto tb = b.CreateTable(spec);
-  ASSERT_TRUE(ta.ok() && tb.ok());
-  ASSERT_TRUE(a.Clock().ok());
+  AOneClockAhead job;
+  ASSERT_TRUE(job.Start());
+  LocalCluster& cluster = job.cluster;
+  Client& a = *job.a;
+  Client& b = *job.b;
+  const Table* ta = &job.ta;
   std::vector<float> out(8, 42.0f);
   Future pull = a.PullDense(*ta, out.data());  // clock 1: waits for b
   EXPECT_EQ(pull.WaitFor(50).code(), Code::kDeadlineExceeded);
@@ -1228,20 +1249,12 @@ TEST(ClientErrors, AGivenUpPullNeverTurnsOk) {
 // answer comes (it ends DeadlineExceeded, as given up: Finish failed on that, found in review,
 // and never told the scheduler); calls after Finish() are refused, saying so.
 TEST(ClientErrors, FinishWithAGivenUpCallOpenSucceedsAndLaterCallsAreRefused) {
-  LocalClusterConfig cfg;
-  cfg.workers = 2;
-  LocalCluster cluster(cfg);
-  ASSERT_TRUE(cluster.Start().ok());
-  Client& a = cluster.client(0);
-  Client& b = cluster.client(1);
-  TableSpec spec;
-  spec.name = "bsp";
-  spec.rows = 4;
-  spec.dim = 2;
-  auto ta = a.CreateTable(spec);
-  auto tb = b.CreateTable(spec);
-  ASSERT_TRUE(ta.ok() && tb.ok());
-  ASSERT_TRUE(a.Clock().ok());
+  AOneClockAhead job;
+  ASSERT_TRUE(job.Start());
+  LocalCluster& cluster = job.cluster;
+  Client& a = *job.a;
+  Client& b = *job.b;
+  const Table* ta = &job.ta;
   std::vector<float> out(8);
   Future pull = a.PullDense(*ta, out.data());  // clock 1: parked until b clocks
   EXPECT_EQ(pull.WaitFor(50).code(), Code::kDeadlineExceeded);
