@@ -69,8 +69,8 @@ void SyncDir(const std::string& dir) {
 Status MakeDirs(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec && IsPermissionError(ec.value())) return PermissionError(ec.value(), "cannot create checkpoint directory " + dir);
-  if (ec) return Status::Unavailable("cannot create checkpoint directory " + dir + ": " + ec.message());
+  // (A disk full or a permission: a setup error, which a restart would meet again.)
+  if (ec) return WriteError(ec.value(), "cannot create checkpoint directory " + dir + ": " + ec.message());
   return Status::OK();
 }
 
@@ -423,14 +423,15 @@ Status PrepareCheckpointDir(const std::string& root, const std::string& dir, con
     if (!before.empty()) {
       PP_RETURN_IF_ERROR(WriteTextFile(latest_file, before + "\n"));
     } else if (!fs::remove(latest_file, ec) || ec) {
-      return Status::Unavailable("cannot uncommit the earlier checkpoint in " + dir + " (removing " + latest_file +
-                                 "): " + ec.message());
+      return WriteError(ec ? ec.value() : ENOENT, "cannot uncommit the earlier checkpoint in " + dir + " (removing " +
+                                                      latest_file + "): " + (ec ? ec.message() : "it went meanwhile"));
     } else {
       SyncDir(root);
     }
   }
   if (!fs::remove(manifest, ec) || ec)
-    return Status::Unavailable("cannot uncommit the earlier checkpoint in " + dir + ": " + ec.message());
+    return WriteError(ec ? ec.value() : ENOENT, "cannot uncommit the earlier checkpoint in " + dir + ": " +
+                                                    (ec ? ec.message() : "its MANIFEST went meanwhile"));
   SyncDir(dir);
   return Status::OK();
 }
