@@ -57,13 +57,16 @@ Status WriteError(int err, const std::string& what) {
 }
 
 // fsync of a directory, so that a rename in it survives a crash. (Some filesystems refuse to
-// open or fsync a directory; the rename has happened either way, so that is not an error.)
-void SyncDir(const std::string& dir) {
+// open or fsync a directory; the rename has happened either way, so that is not an error. An
+// I/O error is: the rename may not survive a power loss, and the checkpoint is not complete.)
+Status SyncDir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  if (fd < 0) return Status::OK();
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc == 0 || err == EINVAL || err == EBADF || err == ENOTSUP || err == EROFS) return Status::OK();
+  return Status::Unavailable("syncing directory " + dir + ": " + std::strerror(err));
 }
 
 Status MakeDirs(const std::string& dir) {
@@ -119,7 +122,7 @@ class FileWriter {
     if (error_.empty() && std::rename(tmp_.c_str(), path_.c_str()) != 0) Fail("renaming " + tmp_ + " to " + path_);
     if (!error_.empty()) return WriteError(errno_, error_);
     committed_ = true;
-    SyncDir(fs::path(path_).parent_path().string());
+    PP_RETURN_IF_ERROR(SyncDir(fs::path(path_).parent_path().string()));
     if (total) *total = bytes_;
     return Status::OK();
   }
@@ -426,14 +429,13 @@ Status PrepareCheckpointDir(const std::string& root, const std::string& dir, con
       return WriteError(ec ? ec.value() : ENOENT, "cannot uncommit the earlier checkpoint in " + dir + " (removing " +
                                                       latest_file + "): " + (ec ? ec.message() : "it went meanwhile"));
     } else {
-      SyncDir(root);
+      PP_RETURN_IF_ERROR(SyncDir(root));
     }
   }
   if (!fs::remove(manifest, ec) || ec)
     return WriteError(ec ? ec.value() : ENOENT, "cannot uncommit the earlier checkpoint in " + dir + ": " +
                                                     (ec ? ec.message() : "its MANIFEST went meanwhile"));
-  SyncDir(dir);
-  return Status::OK();
+  return SyncDir(dir);
 }
 
 Status CommitCheckpoint(const std::string& root, const CheckpointManifest& m, int keep) {
@@ -481,7 +483,7 @@ Status CommitCheckpoint(const std::string& root, const CheckpointManifest& m, in
   // next time), never one that passes for complete with files missing.
   for (size_t i = 0; i + others < complete.size(); ++i) {
     if (!fs::remove(fs::path(complete[i]) / "MANIFEST", ec) || ec) continue;
-    SyncDir(complete[i]);
+    SyncDir(complete[i]).IgnoreError();  // (pruning: what is left is pruned next time)
     fs::remove_all(complete[i], ec);
   }
   return Status::OK();
