@@ -65,12 +65,6 @@ void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
     return nullptr;
   }
 }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return operator new(n);
-  } catch (...) {
-    return nullptr;
-  }
-}
+void* operator new[](std::size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
 void operator delete(void* p, const std::nothrow_t&) noexcept { operator delete(p); }
 void operator delete[](void* p, const std::nothrow_t&) noexcept { operator delete(p); }

@@ -671,12 +671,22 @@ class ClientImpl final : public Client, private internal::Receiver {
   // took the worker for dead, or none at all).
   Status Sticky() const {
     std::lock_guard<std::mutex> l(mu_);
+    return StickyLocked();
+  }
+  Status StickyLocked() const {  // caller holds mu_
     if (sticky_.ok() && finished_) return Status::FailedPrecondition("this worker has finished (Finish() or Leave()): no calls after it");
     return sticky_;
   }
   // A push refused here, before any server saw it: its Future fails, and so does the Clock()
   // closing its step, stickily, as a server refuses the clock of a push it refused.
-  Future RefusedPush(const Status& st);
+  void NoteRefusedPush(const Status& st) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (refused_push_.ok()) refused_push_ = st;
+  }
+  Future RefusedPush(const Status& st) {
+    NoteRefusedPush(st);
+    return Failed(st);
+  }
   // Posts commands to the I/O thread, assigning request ids in posting order.
   void Post(std::vector<std::unique_ptr<Command>> cmds);
   // Waits until the commands' payload fits under max_unanswered_mb (or nothing is unanswered) and
@@ -836,10 +846,7 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
     const Status st = Status::InvalidArgument(std::string(MsgTypeName(c->header.type)) + " of " + std::to_string(frame) +
                                               " bytes to server " + std::to_string(s) + ", over its message limit of " +
                                               std::to_string(max_frame_[s]) + " bytes (pushpull-server --max_message_mb)");
-    if (cmds.front()->header.type == MsgType::kPush) {
-      std::lock_guard<std::mutex> l(mu_);
-      if (refused_push_.ok()) refused_push_ = st;
-    }
+    if (cmds.front()->header.type == MsgType::kPush) NoteRefusedPush(st);
     for (const auto& d : cmds) d->part.fs->Complete(d->part.target, st);
     return;
   }
@@ -1028,26 +1035,15 @@ void ClientImpl::SendToServer(std::unique_ptr<Command> c) {
     }
     if (mine) {
       st = st.Annotate("sending to server " + std::to_string(s));
-      if (c->header.type == MsgType::kPush) {
-        std::lock_guard<std::mutex> l(mu_);
-        if (refused_push_.ok()) refused_push_ = st;
-      }
+      if (c->header.type == MsgType::kPush) NoteRefusedPush(st);
       fs->Complete(s, st);
     }
   }
 }
 
-Future ClientImpl::RefusedPush(const Status& st) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (refused_push_.ok()) refused_push_ = st;
-  }
-  return Failed(st);
-}
-
 Status ClientImpl::CheckTable(const Table& t, const TableInfo** info) {
-  PP_RETURN_IF_ERROR(Sticky());
   std::lock_guard<std::mutex> l(mu_);
+  PP_RETURN_IF_ERROR(StickyLocked());
   auto it = tables_.find(t.id);
   if (it == tables_.end() || it->second.spec.name != t.name)
     return Status::NotFound("table '" + t.name + "' was not created through this client");
