@@ -122,18 +122,27 @@ struct ClusterMap {
   int64_t start_clock = 0;
   std::string restore_run;   // the checkpoint's run description (Client::restored_run)
   bool checkpoints = false;  // the scheduler has a checkpoint directory: Client::Checkpoint() can work
+  // The job goes on after a worker dies (--on_worker_death=continue or wait): a Clock() after
+  // pushes to a BSP table is settled (kFlagSettled; not needed where a death ends the job).
+  bool survives_worker_death = false;
 };
 
 // Which nodes are alive and whether the job is ending; the scheduler pushes it on every change
 // and repeats it on each heartbeat reply.
 struct Membership {
   enum JobState : uint8_t { kRunning = 0, kFinished = 1, kAborted = 2 };
-  // worker_alive[w]: kWorkerDead, kWorkerAlive, or kWorkerReplacing (declared dead; the job waits
+  // worker_alive[w]: kWorkerDead, kWorkerAlive, kWorkerReplacing (declared dead; the job waits
   // for a new worker to take its rank: everyone still waits for its clock, nobody takes its
-  // requests).
-  enum WorkerState : uint8_t { kWorkerDead = 0, kWorkerAlive = 1, kWorkerReplacing = 2 };
+  // requests), or kWorkerDying (declared dead a moment ago: nobody takes its requests, every
+  // server still waits for its clock and says where that clock is, kWorkerClocks; once all have,
+  // the scheduler declares it dead or replacing with the clock they agree on, worker_last_clock).
+  enum WorkerState : uint8_t { kWorkerDead = 0, kWorkerAlive = 1, kWorkerReplacing = 2, kWorkerDying = 3 };
   uint64_t version = 0;
   std::vector<uint8_t> worker_alive;
+  // Per worker declared dead or replacing: the clock every server takes it to have reached (a
+  // server behind it, which its last Clock() did not reach, brings it there: see DESIGN.md,
+  // "A worker dying between its clocks"); -1: none agreed (each server keeps its own).
+  std::vector<int64_t> worker_last_clock;
   std::vector<uint8_t> server_alive;
   std::vector<uint8_t> worker_done;  // finished normally: no longer in anyone's clock vector
   JobState job_state = kRunning;

@@ -189,11 +189,13 @@ void SaveBody(Ar& ar, const Header& h) {
         SaveString(ar, h.cluster.restore_from);
         ar(static_cast<uint8_t>(h.cluster.checkpoints));
         SaveString(ar, h.cluster.restore_run);
+        ar(static_cast<uint8_t>(h.cluster.survives_worker_death));
       }
       ar(h.membership.version, h.membership.job_state);
       SavePodVector(ar, h.membership.worker_alive);
       SavePodVector(ar, h.membership.server_alive);
       SavePodVector(ar, h.membership.worker_done);
+      SavePodVector(ar, h.membership.worker_last_clock);
       SaveString(ar, h.membership.reason);
       break;
     case MsgType::kCreateTable:
@@ -203,6 +205,10 @@ void SaveBody(Ar& ar, const Header& h) {
       SaveSpec(ar, h.info.spec);
       SavePodVector(ar, h.info.row_offsets);
       SavePodVector(ar, h.info.bucket_owner);
+      break;
+    case MsgType::kWorkerClocks:
+      SavePodVector(ar, h.worker_clocks);
+      SavePodVector(ar, h.worker_settled);
       break;
     default: break;
   }
@@ -248,11 +254,16 @@ void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h, ui
         if (checkpoints > 1) throw WireError("checkpoints flag " + std::to_string(checkpoints) + " is not a bool");
         h.cluster.checkpoints = checkpoints != 0;
         LoadString(ar, buf, h.cluster.restore_run, kMaxRunText, "run description");
+        uint8_t survives = 0;
+        ar(survives);
+        if (survives > 1) throw WireError("survives_worker_death flag " + std::to_string(survives) + " is not a bool");
+        h.cluster.survives_worker_death = survives != 0;
       }
       ar(h.membership.version, h.membership.job_state);
       LoadPodVector(ar, buf, h.membership.worker_alive, kMaxNodes, "worker list");
       LoadPodVector(ar, buf, h.membership.server_alive, kMaxNodes, "server list");
       LoadPodVector(ar, buf, h.membership.worker_done, kMaxNodes, "done list");
+      LoadPodVector(ar, buf, h.membership.worker_last_clock, kMaxNodes, "last clock list");
       LoadString(ar, buf, h.membership.reason, kMaxErrorText, "reason");
       break;
     case MsgType::kCreateTable:
@@ -263,13 +274,20 @@ void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h, ui
       LoadPodVector(ar, buf, h.info.row_offsets, kMaxNodes + 1, "row offsets");
       LoadPodVector(ar, buf, h.info.bucket_owner, TableInfo::kBuckets, "bucket map");
       break;
+    case MsgType::kWorkerClocks:
+      LoadPodVector(ar, buf, h.worker_clocks, kMaxNodes, "worker clocks");
+      LoadPodVector(ar, buf, h.worker_settled, kMaxNodes, "worker settled flags");
+      if (h.worker_settled.size() != h.worker_clocks.size())
+        throw WireError(std::to_string(h.worker_clocks.size()) + " worker clocks but " +
+                        std::to_string(h.worker_settled.size()) + " settled flags");
+      break;
     default: break;
   }
 }
 
 bool KnownType(MsgType t) {
   uint8_t v = static_cast<uint8_t>(t);
-  return (v >= 1 && v <= 12) || (v >= 20 && v <= 27);
+  return (v >= 1 && v <= 13) || (v >= 20 && v <= 27);
 }
 
 }  // namespace
@@ -288,6 +306,7 @@ const char* MsgTypeName(MsgType t) {
     case MsgType::kDoneReply: return "DoneReply";
     case MsgType::kCheckpoint: return "Checkpoint";
     case MsgType::kCheckpointReply: return "CheckpointReply";
+    case MsgType::kWorkerClocks: return "WorkerClocks";
     case MsgType::kPush: return "Push";
     case MsgType::kPushReply: return "PushReply";
     case MsgType::kPull: return "Pull";
@@ -396,6 +415,7 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
   if (!(h.push_norm == -1.0f || (std::isfinite(h.push_norm) && h.push_norm >= 0.0f)))
     return Status::Corruption("push norm " + std::to_string(h.push_norm) + " is neither -1 nor a finite norm");
   const uint8_t flags_known = kFlagRange | (h.type == MsgType::kPush ? kFlagContinues : 0) |
+                              (h.type == MsgType::kClock ? kFlagSettled : 0) |
                               (h.type == MsgType::kPullReply && !(h.flags & kFlagRange) ? kFlagByStripe : 0);
   if (h.flags & ~flags_known)
     return Status::Corruption(std::string(MsgTypeName(h.type)) + " carries flags " + std::to_string(int(h.flags)) +

@@ -24,7 +24,7 @@
 namespace pushpull {
 
 constexpr uint32_t kWireMagic = 0x50505348;  // "PPSH"
-constexpr uint16_t kWireVersion = 8;  // 2: pull replies may split their values over frames; 3: checkpoints;
+constexpr uint16_t kWireVersion = 9;  // 2: pull replies may split their values over frames; 3: checkpoints;
                                       // 4: heartbeats carry the membership version, RegisterReply whether the job checkpoints;
                                       // 5: pushes split over servers carry the whole push's norm (clip_norm);
                                       // 6: checkpoints keep the run's description (Client::Checkpoint(run));
@@ -32,6 +32,8 @@ constexpr uint16_t kWireVersion = 8;  // 2: pull replies may split their values 
                                       //    gives a silent one's slot back);
                                       // 8: header flags kFlagContinues (a push's later requests) and
                                       //    kFlagByStripe (a keyed pull reply a stripe a frame)
+                                      // 9: kWorkerClocks, Membership::worker_last_clock, kFlagSettled,
+                                      //    ClusterMap::survives_worker_death
 // A RegisterReply lists every server's address (up to kMaxNodes of at most 256 bytes): 1.1 MB
 // at most; data-message headers are a few dozen bytes.
 constexpr uint32_t kMaxNodes = 4096;
@@ -61,6 +63,10 @@ enum class MsgType : uint8_t {
   kDoneReply = 10,
   kCheckpoint = 11,      // worker -> scheduler: at this clock; scheduler -> server: write into `address`
   kCheckpointReply = 12,
+  // server -> scheduler, while a worker is kWorkerDying: clock: the membership version it answers;
+  // worker_clocks, worker_settled: this server's clock of each worker, and whether the Clock that
+  // brought it was settled (kFlagSettled).
+  kWorkerClocks = 13,
   // data plane
   kPush = 20,            // keys (or a row range) + gradients, tagged with the worker's clock
   kPushReply = 21,
@@ -68,7 +74,8 @@ enum class MsgType : uint8_t {
   kPullReply = 23,       // values
   kClock = 24,           // the worker's new clock
   kClockReply = 25,
-  kHello = 26,           // a client checks that replies addressed to its receive socket arrive
+  kHello = 26,           // a client checks that replies addressed to its receive socket arrive; clock: its
+                         // membership version; row_begin: 1 + Membership::worker_last_clock of its rank (0: none)
   kHelloReply = 27,      // num_rows: the largest frame the server takes, bytes (0: no limit)
 };
 const char* MsgTypeName(MsgType t);
@@ -84,6 +91,10 @@ enum HeaderFlags : uint8_t {
   // each stripe's rows in turn, stripe 0 first, each in the request's key order; row_begin says
   // how many stripes the server's shard has (TableInfo::SparseStripeOf places a key).
   kFlagByStripe = 4,
+  // A Clock sent once every push and Clock the worker sent before it was answered by every server
+  // (Client::Clock after pushes to a BSP table): each server then holds all the worker's pushes
+  // tagged below it, so a server its Clock did not reach, the worker dying, may count it reached.
+  kFlagSettled = 8,
 };
 
 struct Header {
@@ -116,6 +127,8 @@ struct Header {
   Membership membership;   // kRegisterReply, kMembership
   TableSpec spec;          // kCreateTable (worker -> scheduler)
   TableInfo info;          // kCreateTable (scheduler -> server), kCreateTableReply
+  std::vector<int64_t> worker_clocks;   // kWorkerClocks
+  std::vector<uint8_t> worker_settled;  // kWorkerClocks
 
   // Rows addressed by the message: num_keys, or num_rows with kFlagRange.
   uint64_t row_count() const { return (flags & kFlagRange) ? num_rows : num_keys; }

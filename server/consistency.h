@@ -53,6 +53,13 @@ class ClockVector {
 
   // A Clock message: the worker's new clock must be exactly its current one plus one.
   Status Advance(int w, int64_t new_clock);
+  // A worker declared dead whose last Clock() reached other servers and not this one: its clock
+  // becomes what they agreed on (never lowered). False when it was there already.
+  bool Raise(int w, int64_t clock) {
+    if (w < 0 || w >= size() || clock <= clock_[w]) return false;
+    clock_[w] = clock;
+    return true;
+  }
   // Removes a dead worker from the vector: it is no longer waited for.
   void MarkDead(int w) { if (w >= 0 && w < size()) alive_[w] = 0; }
 

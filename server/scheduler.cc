@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <deque>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -155,6 +156,11 @@ class SchedulerImpl final : public Scheduler {
   void HandleCreateTable(Message& m);
   void HandleServerTableReply(Node& server, const Message& m);
   void CheckLiveness(int64_t now);
+  // A worker declared dead is kWorkerDying until every live server has said where its clock is
+  // (kWorkerClocks), or kDyingReportMs passed; then it is dead (or awaits a replacement) at the
+  // clock they agree on (DESIGN.md, "A worker dying between its clocks").
+  void HandleWorkerClocks(const Node& server, const Message& m);
+  void SettleDying();
   // Before the job starts: a registered node silent for a heartbeat timeout (killed while it
   // waited) gives its slot back, so that its restart, or another node, can have it.
   void DropSilentRegistrants(int64_t now);
@@ -203,7 +209,25 @@ class SchedulerImpl final : public Scheduler {
 
   std::map<std::string, Node> nodes_;  // by identity (a replaced worker's stays, dead: told so if it calls)
   std::map<int, Deadline> replacing_;  // wait_for_replacement: dead workers' ranks, until when
-  bool Replacing(int rank) const { return replacing_.count(rank) > 0; }
+  // Dying workers (kWorkerDying): the membership version that said so, and until when the
+  // servers' reports are waited for.
+  struct Dying {
+    uint64_t version = 0;
+    Deadline deadline = Deadline::Never();
+  };
+  std::map<int, Dying> dying_;
+  // Each server's latest kWorkerClocks: the membership version it answered, its clocks and flags.
+  struct ClocksReport {
+    uint64_t version = 0;
+    std::vector<int64_t> clocks;
+    std::vector<uint8_t> settled;
+  };
+  std::map<int, ClocksReport> clocks_reports_;
+  // Awaited by barriers, checkpoints and the job's end: a rank whose replacement the job waits
+  // for, or will once its dying is settled.
+  bool Replacing(int rank) const {
+    return replacing_.count(rank) > 0 || (options_.wait_for_replacement && dying_.count(rank) > 0);
+  }
   std::vector<Node*> servers_, workers_;
   bool registered_ = false;
   int64_t start_ms_ = 0;
@@ -309,6 +333,7 @@ Status SchedulerImpl::Run() {
   membership_.worker_alive.assign(options_.num_workers, 1);
   membership_.server_alive.assign(options_.num_servers, 1);
   membership_.worker_done.assign(options_.num_workers, 0);
+  membership_.worker_last_clock.assign(options_.num_workers, -1);
   membership_.version = 1;
   PP_LOG(Info) << "listening at " << address_ << ", waiting for " << Count(options_.num_servers, "server")
                << " and " << Count(options_.num_workers, "worker");
@@ -513,6 +538,9 @@ void SchedulerImpl::Handle(Message& m) {
     case MsgType::kCheckpointReply:
       if (n.role == Role::kServer) HandleServerCheckpointReply(n, m);
       break;
+    case MsgType::kWorkerClocks:
+      if (n.role == Role::kServer) HandleWorkerClocks(n, m);
+      break;
     case MsgType::kDone:
       if (!n.done && m.header.status != Code::kOk) {
         // A worker stopping early (Client::Leave), or a server stopped before the job ended:
@@ -670,6 +698,7 @@ Header SchedulerImpl::RegisterReply() const {
   h.cluster.restore_run = restore_.run;
   h.cluster.start_clock = restore_.clock;
   h.cluster.checkpoints = !options_.checkpoint_dir.empty();
+  h.cluster.survives_worker_death = options_.continue_on_worker_death || options_.wait_for_replacement;
   h.membership = membership_;
   return h;
 }
@@ -680,7 +709,7 @@ Header SchedulerImpl::RegisterReply() const {
 void SchedulerImpl::RegisterReplacement(Message& m) {
   std::string identity(static_cast<const char*>(m.identity.data()), m.identity.size());
   int rank = m.header.sender_rank;
-  if (!Replacing(rank)) rank = replacing_.begin()->first;
+  if (!replacing_.count(rank)) rank = replacing_.begin()->first;
   replacing_.erase(rank);
   Node& n = nodes_[identity];
   n.role = Role::kWorker;
@@ -858,20 +887,17 @@ void SchedulerImpl::CheckLiveness(int64_t now) {
     // Its ask for a checkpoint goes with it: a replacement in its place is another worker, which
     // asks for itself (it catches up on the checkpoint due at the clock it starts at: apps/app.cc).
     checkpoint_.workers.erase(n.rank);
-    if (options_.wait_for_replacement) {
-      membership_.worker_alive[n.rank] = Membership::kWorkerReplacing;
-      replacing_.insert_or_assign(n.rank, Deadline::In(options_.replacement_timeout_ms));
-      PP_LOG(Warning) << "waiting up to " << options_.replacement_timeout_ms << " ms for a worker to take rank "
-                      << n.rank << " (pushpull-worker --rank=" << n.rank << "); the others wait for its clock";
+    if (options_.wait_for_replacement || options_.continue_on_worker_death) {
+      // Dying first: the servers say where its clock is (SettleDying).
+      membership_.worker_alive[n.rank] = Membership::kWorkerDying;
+      dying_[n.rank] = Dying{membership_.version + 1, Deadline::In(options_.heartbeat_timeout_ms)};
       continue;
     }
     membership_.worker_alive[n.rank] = Membership::kWorkerDead;
-    if (!options_.continue_on_worker_death) {
-      End(Membership::kAborted, left ? why
-                                     : why + " (run with --on_worker_death=continue to go on without it, or =wait "
-                                             "to wait for a replacement)");
-      return;
-    }
+    End(Membership::kAborted, left ? why
+                                   : why + " (run with --on_worker_death=continue to go on without it, or =wait "
+                                           "to wait for a replacement)");
+    return;
   }
   for (auto& [rank, deadline] : replacing_) {
     if (!deadline.Expired()) continue;
@@ -879,26 +905,95 @@ void SchedulerImpl::CheckLiveness(int64_t now) {
                                   std::to_string(options_.replacement_timeout_ms) + " ms (--replacement_timeout_s)");
     return;
   }
-  if (changed && options_.wait_for_replacement) {
-    membership_.version++;
-    membership_.reason = "worker died; waiting for its replacement";
-    Broadcast();
-    return;
-  }
   if (changed) {
     int live = 0;
     for (Node* w : workers_) live += w->alive;
-    if (live == 0) {
+    if (live == 0 && !options_.wait_for_replacement) {
       End(Membership::kAborted, "every worker has died");
       return;
     }
     membership_.version++;
-    membership_.reason = "worker died; continuing with " + Count(live, "worker");
+    membership_.reason = "worker died; asking the servers where its clock is";
     Broadcast();
     CheckBarrier();
     CheckCheckpoint();
     CheckDone();
   }
+  SettleDying();
+}
+
+void SchedulerImpl::HandleWorkerClocks(const Node& server, const Message& m) {
+  ClocksReport& r = clocks_reports_[server.rank];
+  const uint64_t version = m.header.clock > 0 ? uint64_t(m.header.clock) : 0;
+  if (version < r.version) return;  // (an older one, overtaken)
+  r.version = version;
+  r.clocks = m.header.worker_clocks;
+  r.settled = m.header.worker_settled;
+  SettleDying();
+}
+
+void SchedulerImpl::SettleDying() {
+  if (dying_.empty() || membership_.job_state != Membership::kRunning) return;
+  bool changed = false;
+  for (auto it = dying_.begin(); it != dying_.end();) {
+    const int w = it->first;
+    const Dying& d = it->second;
+    std::string missing;
+    int64_t highest = std::numeric_limits<int64_t>::min(), lowest = std::numeric_limits<int64_t>::max();
+    bool settled = false;
+    for (Node* s : servers_) {
+      if (!s->alive) continue;
+      auto r = clocks_reports_.find(s->rank);
+      if (r == clocks_reports_.end() || r->second.version < d.version || static_cast<size_t>(w) >= r->second.clocks.size()) {
+        missing += (missing.empty() ? "" : ", ") + NodeName(*s);
+        continue;
+      }
+      const int64_t c = r->second.clocks[w];
+      const bool s_settled = r->second.settled[w] != 0;
+      lowest = std::min(lowest, c);
+      if (c > highest) highest = c, settled = s_settled;
+      else if (c == highest) settled = settled || s_settled;
+    }
+    if (!missing.empty() && !d.deadline.Expired()) {
+      ++it;
+      continue;
+    }
+    if (!missing.empty())
+      PP_LOG(Warning) << "worker " << w << " died: no word from " << missing << " on where its clock is within "
+                      << options_.heartbeat_timeout_ms << " ms; deciding without " << (missing.find(',') == std::string::npos ? "it" : "them");
+    int64_t agreed = -1;
+    if (highest > lowest && settled) {
+      // Its last Clock() went out once all it had pushed was answered: the servers it did not
+      // reach hold every push of the clocks it closed, and count them as the others do.
+      agreed = highest;
+      PP_LOG(Warning) << "worker " << w << " died between its Clock() messages: it reached clock " << highest
+                      << " on some servers and " << lowest << " on others; every server counts it at " << highest;
+    } else if (highest > lowest) {
+      PP_LOG(Warning) << "worker " << w << " died between its Clock() messages (clock " << highest << " on some servers, "
+                      << lowest << " on others), which carried no push to a BSP table: each server keeps its own";
+    }
+    membership_.worker_last_clock[w] = agreed;
+    if (options_.wait_for_replacement) {
+      membership_.worker_alive[w] = Membership::kWorkerReplacing;
+      replacing_.insert_or_assign(w, Deadline::In(options_.replacement_timeout_ms));
+      PP_LOG(Warning) << "waiting up to " << options_.replacement_timeout_ms << " ms for a worker to take rank " << w
+                      << " (pushpull-worker --rank=" << w << "); the others wait for its clock";
+    } else {
+      membership_.worker_alive[w] = Membership::kWorkerDead;
+    }
+    it = dying_.erase(it);
+    changed = true;
+  }
+  if (!changed) return;
+  int live = 0;
+  for (Node* w : workers_) live += w->alive;
+  membership_.version++;
+  membership_.reason = options_.wait_for_replacement ? "worker died; waiting for its replacement"
+                                                     : "worker died; continuing with " + Count(live, "worker");
+  Broadcast();
+  CheckBarrier();
+  CheckCheckpoint();
+  CheckDone();
 }
 
 void SchedulerImpl::CheckBarrier() {

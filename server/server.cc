@@ -128,6 +128,11 @@ class ServerImpl final : public Server {
   void HandleControl();
   void FreeRetiredTables();
   void OnMembership();
+  // A worker dying: this server's clock of every worker, for the scheduler (kWorkerClocks).
+  void ReportWorkerClocks();
+  // A dead worker's clock raised to the one the servers agreed on (Membership::worker_last_clock,
+  // or a replacement's hello): its last Clock() reached other servers and not this one.
+  void RaiseToAgreedClock(int w, int64_t agreed);
   void DropBspSums(int w);
   void AdvanceMinClock();
   void PreparePull(Request* r, int64_t min_live);
@@ -185,6 +190,12 @@ class ServerImpl final : public Server {
   // it when its current client said hello: what that client sends tagged below it, the client
   // before already finished here (a push is answered and not applied, a clock tick is answered).
   std::vector<uint8_t> replacing_;
+  // Per worker: declared dead a moment ago (Membership::kWorkerDying): its requests are refused,
+  // its clock and sums kept until the scheduler says which clock the servers agree it reached.
+  std::vector<uint8_t> dying_;
+  int64_t next_clocks_report_ms_ = 0;  // while a worker is dying: sent again each heartbeat
+  // Per worker: whether the Clock that brought its current clock was settled (kFlagSettled).
+  std::vector<uint8_t> settled_;
   std::vector<int64_t> hello_clock_;
   std::vector<uint64_t> hello_version_;  // the membership version its current client said hello with
   // Per worker and table, the pushes applied in its open clock (tables not under BSP, whose
@@ -264,6 +275,8 @@ Status ServerImpl::Run() {
   parked_of_.assign(W, 0);
   sessions_.assign(W, std::string());
   replacing_.assign(W, 0);
+  dying_.assign(W, 0);
+  settled_.assign(W, 0);
   hello_clock_.assign(W, cluster.start_clock);
   hello_version_.assign(W, 0);
   pushed_in_clock_.assign(W, {});
@@ -376,6 +389,9 @@ Status ServerImpl::Run() {
       exit_status = st;
       break;
     }
+    // (A report lost with a dropped connection is sent again while the worker is dying.)
+    if (NowMs() >= next_clocks_report_ms_ && std::find(dying_.begin(), dying_.end(), 1) != dying_.end())
+      ReportWorkerClocks();
   }
 
   if (stop_ && exit_status.ok() && control_.membership().job_state == Membership::kRunning) {
@@ -601,6 +617,8 @@ Status ServerImpl::Validate(const Message& m, TableShard** shard, bool again) {
   if (replacing_[h.sender_rank])
     return Status::FailedPrecondition("worker " + std::to_string(h.sender_rank) +
                                       " was declared dead; the job waits for a new worker in its place");
+  if (dying_[h.sender_rank])
+    return Status::FailedPrecondition("worker " + std::to_string(h.sender_rank) + " was declared dead");
   if (FromEarlierClient(h))
     return Status::FailedPrecondition("from an earlier client of worker " + std::to_string(h.sender_rank) +
                                       ", which another has replaced");
@@ -682,6 +700,9 @@ void ServerImpl::HandleData(Message& m) {
       std::string session = h.reply_to.empty() ? std::string(static_cast<const char*>(m.identity.data()), m.identity.size())
                                                : h.reply_to;
       const int w = h.sender_rank;
+      // (The clock the servers agreed the rank's dead worker reached, as the new client heard it
+      // from the scheduler: this server may not have heard it yet.)
+      if (h.row_begin > 0) RaiseToAgreedClock(w, static_cast<int64_t>(h.row_begin) - 1);
       if (sessions_[w] != session) {
         // A new process for this rank after another (a replacement): what the one before left
         // unfinished of its open clock is dropped (BSP sums), and it goes on from this clock.
@@ -769,6 +790,7 @@ void ServerImpl::HandleData(Message& m) {
       return;
     }
     ++stats_.clocks;
+    settled_[h.sender_rank] = (h.flags & kFlagSettled) != 0;
     pushed_in_clock_[h.sender_rank].clear();
     redo_[h.sender_rank].clear();
     Answered(h, SendBareReply(m, MsgType::kClockReply, 0, h.clock, Status::OK()));
@@ -1430,8 +1452,21 @@ void ServerImpl::OnMembership() {
   // An ending job releases nothing: parked pulls are answered with the job's end instead of being
   // served because the dead worker that ended it stopped being waited for.
   if (mem.job_state != Membership::kRunning) return;
+  bool report = false;
   for (int w = 0; w < clocks_.size() && w < static_cast<int>(mem.worker_alive.size()); ++w) {
     if (!clocks_.alive(w)) continue;
+    if (mem.worker_alive[w] == Membership::kWorkerDying) {
+      // Its clock stays put (its requests are refused from now on) until the servers agree.
+      if (!dying_[w])
+        PP_LOG(Warning) << "worker " << w << " declared dead at clock " << clocks_.clock(w)
+                        << " here; telling the scheduler, which asks every server where its clock is";
+      dying_[w] = 1;
+      report = true;
+      continue;
+    }
+    dying_[w] = 0;
+    if (mem.worker_alive[w] != Membership::kWorkerAlive && static_cast<size_t>(w) < mem.worker_last_clock.size())
+      RaiseToAgreedClock(w, mem.worker_last_clock[w]);
     if (mem.worker_alive[w] == Membership::kWorkerReplacing) {
       if (replacing_[w] || mem.version <= hello_version_[w]) continue;  // told already, or replaced since
       PP_LOG(Warning) << "worker " << w << " declared dead at clock " << clocks_.clock(w)
@@ -1447,8 +1482,33 @@ void ServerImpl::OnMembership() {
       clocks_.MarkDead(w);
     }
   }
+  if (report) ReportWorkerClocks();
   // Not while a checkpoint is written: released pulls and BSP sums would touch the shards.
   if (!ckpt_.writer.joinable()) AdvanceMinClock();
+}
+
+void ServerImpl::ReportWorkerClocks() {
+  Header h;
+  h.type = MsgType::kWorkerClocks;
+  h.clock = static_cast<int64_t>(control_.membership().version);
+  for (int w = 0; w < clocks_.size(); ++w) {
+    h.worker_clocks.push_back(clocks_.clock(w));
+    h.worker_settled.push_back(settled_[w]);
+  }
+  Status st = control_.Send(std::move(h));
+  if (!st.ok()) PP_LOG(Warning) << "telling the scheduler the workers' clocks: " << st.ToString();
+  next_clocks_report_ms_ = NowMs() + options_.control.heartbeat_interval_ms;
+}
+
+void ServerImpl::RaiseToAgreedClock(int w, int64_t agreed) {
+  const int64_t was = clocks_.clock(w);
+  if (!clocks_.Raise(w, agreed)) return;
+  // Its pushes of the clocks passed are whole here (a settled Clock went out only once every
+  // earlier push was answered): they count, as on the servers its Clock reached.
+  PP_LOG(Warning) << "worker " << w << "'s last Clock() reached other servers and not this one: counting it at clock "
+                  << agreed << " (was " << was << ") as they do";
+  pushed_in_clock_[w].clear();
+  redo_[w].clear();
 }
 
 }  // namespace

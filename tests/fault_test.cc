@@ -1393,6 +1393,112 @@ TEST(ConnectionFailure, AWorkerNeverHasMoreUnansweredThanTheServerRecords) {
 // worker sends the server fewer requests than its record keeps past that one: a burst of pushes
 // to another table waits for room, so the repeat finds its answer there, not forgotten (which
 // would refuse the push: applied or not, the server could not tell).
+// Under --on_worker_death=continue, three workers push to a BSP table of two servers; worker 2's
+// data connection to server 1 loses `lose` (its pushes or its clocks: the proxy's filter), then
+// worker 2 stops. Every row is then what the others' pull at clock 1 sees, and the test checks
+// that both servers' rows (0-3 on server 0, 4-7 on server 1) came to the same value.
+struct WorkerDyingBetweenServers {
+  explicit WorkerDyingBetweenServers(MsgType lose, bool wait = false) : cluster(Config(proxy, wait)) {
+    proxy.DropToUpstream([lose](const std::vector<std::string>& frames, int64_t) {
+      Header h;
+      return !frames.empty() && DecodeHeader(frames[0].data(), frames[0].size(), &h).ok() && h.type == lose &&
+             h.sender_rank == 2;
+    });
+    if (!cluster.Start().ok()) return;
+    TableSpec spec = AspZeros("w", 8);
+    spec.consistency = *ParseConsistency("bsp");
+    for (int w = 0; w < 3; ++w) t[w] = cluster.client(w).CreateTable(spec);
+  }
+  static LocalClusterConfig Config(TcpProxy& proxy, bool wait) {
+    LocalClusterConfig cfg;
+    cfg.servers = 2;
+    cfg.workers = 3;
+    cfg.continue_on_worker_death = !wait;
+    cfg.wait_for_replacement = wait;
+    cfg.server_options = DataThrough(proxy, 1);
+    // (A push lost on its way is waited for this long by the Clock() after it.)
+    cfg.client_options = [](int, ClientOptions* o) { o->request_timeout_ms = 1500; };
+    return cfg;
+  }
+  bool ok() const { return t[0].ok() && t[1].ok() && t[2].ok(); }
+  // Worker w pushes its gradient (1, 2, 4 for workers 0, 1, 2) to every row.
+  Future Push(int w) { return cluster.client(w).PushDense(*t[w], std::vector<float>(32, float(1 << w))); }
+  // Every worker pushes; worker 2's Clock() reaches server 0 (and is lost on its way to server 1,
+  // with lose = kClock); then worker 2 stops. Call with ASSERT_TRUE.
+  ::testing::AssertionResult Worker2ClocksOnServer0AndDies() {
+    for (int w = 0; w < 3; ++w)
+      if (Status st = Push(w).Wait(); !st.ok()) return ::testing::AssertionFailure() << "push " << w << ": " << st.ToString();
+    if (Status st = cluster.client(2).Clock(); !st.ok()) return ::testing::AssertionFailure() << st.ToString();
+    if (!Eventually([&] { return cluster.server(0).stats().clocks == 1; }, 5000))
+      return ::testing::AssertionFailure() << "worker 2's clock did not reach server 0";
+    if (cluster.server(1).stats().clocks != 0) return ::testing::AssertionFailure() << "worker 2's clock reached server 1";
+    if (Status st = cluster.client(2).Leave(Status::Aborted("test: worker 2 dies between its clocks")); !st.ok())
+      return ::testing::AssertionFailure() << st.ToString();
+    return ::testing::AssertionSuccess();
+  }
+  // Workers 0 and 1 close clock 0; worker 0 pulls at clock 1 (which waits for worker 2's fate)
+  // and finds every row at `expected`; then the job finishes.
+  void ExpectEveryRowAfterClock0(float expected) {
+    for (int w = 0; w < 2; ++w) ASSERT_TRUE(cluster.client(w).Clock().ok()) << w;
+    std::vector<float> rows(32);
+    Status st = cluster.client(0).PullDense(*t[0], rows.data()).WaitFor(int64_t(cluster.config().heartbeat_timeout_ms) * 20);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    for (int i = 0; i < 32; ++i) EXPECT_FLOAT_EQ(rows[i], expected) << "row " << i / 4 << " (server " << i / 16 << ")";
+    EXPECT_TRUE(cluster.FinishAndJoin().ok());
+  }
+  TcpProxy proxy;  // (before the cluster, which it outlives)
+  LocalCluster cluster;
+  Result<Table> t[3] = {Status::Unavailable("not started"), Status::Unavailable("not started"),
+                        Status::Unavailable("not started")};
+};
+
+// Worker 2's Clock() reaches server 0 and not server 1, and worker 2 dies. Server 0 counts its
+// pushes of clock 0 in the clock's mean (its clock passed it); server 1, asked with the others
+// where worker 2's clock is, counts them too, as server 0 does: its Clock went out once every push
+// was answered, so server 1 holds them all. Without that agreement server 1 dropped them and
+// applied the mean of two workers' pushes where server 0 applied three's.
+TEST(WorkerFailure, AWorkerDyingBetweenItsClockMessagesCountsAlikeOnEveryServer) {
+  WorkerDyingBetweenServers job(MsgType::kClock);
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE(job.Worker2ClocksOnServer0AndDies());
+  job.ExpectEveryRowAfterClock0(-0.1f * (1 + 2 + 4) / 3);  // the mean of three workers' pushes
+}
+
+// The same under --on_worker_death=wait: the servers agree that worker 2 reached clock 1, and the
+// worker taking its place starts there on both (server 1 raised worker 2's clock, from the
+// scheduler's word or from the new worker's hello, whichever came first). Before, it started at
+// the lowest, clock 0, and redid that clock: server 1 dropped the dead worker's pushes of it and
+// summed the new one's, computed from parameters server 0 had already moved on.
+TEST(WorkerReplacement, AWorkerDyingBetweenItsClockMessagesIsReplacedWhereEveryServerCountsIt) {
+  WorkerDyingBetweenServers job(MsgType::kClock, /*wait=*/true);
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE(job.Worker2ClocksOnServer0AndDies());
+  job.cluster.KillClient(2);
+  Status replaced = job.cluster.ReplaceClient(2);
+  ASSERT_TRUE(replaced.ok()) << replaced.ToString();
+  EXPECT_EQ(job.cluster.client(2).clock(), 1);
+  job.ExpectEveryRowAfterClock0(-0.1f * (1 + 2 + 4) / 3);  // the mean of three workers' pushes
+}
+
+// Worker 2's push to server 1 is lost (as with a connection that drops as the worker dies): its
+// Clock() after pushes to a BSP table waits for their answers and, none coming, is not sent at
+// all, so no server counts worker 2 in clock 0. Sent at once, as before, it reached both servers:
+// server 0 counted worker 2's push in a mean of three, server 1 a mean of three without it.
+TEST(WorkerFailure, AClockAfterBspPushesGoesOutOnlyOnceEveryServerAnsweredThem) {
+  WorkerDyingBetweenServers job(MsgType::kPush);
+  ASSERT_TRUE(job.ok());
+  for (int w = 0; w < 2; ++w) ASSERT_TRUE(job.Push(w).Wait().ok()) << w;
+  Future lost = job.Push(2);
+  ASSERT_TRUE(Eventually([&] { return job.cluster.server(0).stats().pushes == 3; }, 5000));
+  Status clocked = job.cluster.client(2).Clock();
+  EXPECT_EQ(clocked.code(), Code::kDeadlineExceeded) << clocked.ToString();
+  EXPECT_NE(clocked.message().find("push to table 'w': no answer"), std::string::npos) << clocked.ToString();
+  EXPECT_EQ(job.cluster.server(0).stats().clocks, 0u);
+  EXPECT_EQ(job.cluster.client(2).Clock().code(), Code::kDeadlineExceeded);  // (sticky)
+  ASSERT_TRUE(job.cluster.client(2).Leave(clocked).ok());
+  job.ExpectEveryRowAfterClock0(-0.1f * (1 + 2) / 2);  // the mean of workers 0 and 1's pushes
+}
+
 TEST(ConnectionFailure, AnAnswerLostAfterAReconnectIsStillRecordedWhenAskedAgain) {
   ProxiedDataJob job;
   ASSERT_TRUE(job.t.ok()) << job.t.status().ToString();

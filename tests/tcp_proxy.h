@@ -7,7 +7,8 @@
 // waits in the kernel's buffers, and a Cut() then loses it, as a dropped connection loses what
 // was in flight. DropFromUpstream() loses chosen messages from upstream on connections accepted
 // after it, whole (ZeroMQ's framing parsed, the stream left valid): as a server's answers are
-// lost when it sends them before it has attached a worker's new connection.
+// lost when it sends them before it has attached a worker's new connection. DropToUpstream() does
+// the same the other way: a worker's requests lost with it.
 #pragma once
 
 #include <arpa/inet.h>
@@ -17,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -93,11 +95,17 @@ class TcpProxy {
   using DropFn = std::function<bool(const std::vector<std::string>& frames, int64_t connection_age_ms)>;
   void DropFromUpstream(DropFn drop) {
     std::lock_guard<std::mutex> l(mu_);
-    drop_ = std::make_shared<DropFn>(std::move(drop));
+    drop_[1] = std::make_shared<DropFn>(std::move(drop));
+  }
+  // The same for messages to upstream: as a worker's requests are lost with a connection that
+  // drops (or a worker that dies) before they are written.
+  void DropToUpstream(DropFn drop) {
+    std::lock_guard<std::mutex> l(mu_);
+    drop_[0] = std::make_shared<DropFn>(std::move(drop));
   }
 
  private:
-  // The ZMTP 3 stream from upstream of one connection: its greeting (64 bytes), then frames (a
+  // The ZMTP 3 stream one way of one connection: its greeting (64 bytes), then frames (a
   // flags byte: 1 more, 2 long, 4 command; a size of 1 byte, or 8 in network order when long;
   // the body). A message's frames are kept until its last, then relayed or lost whole.
   struct Filter {
@@ -209,9 +217,9 @@ class TcpProxy {
           const ssize_t n = read(from, buf, sizeof buf);
           const char* data = buf;
           size_t len = n > 0 ? size_t(n) : 0;
-          if (side && filters_[i] && len > 0) {
+          if (filters_[i][side] && len > 0) {
             filtered.clear();
-            filters_[i]->Feed(buf, len, &filtered);
+            filters_[i][side]->Feed(buf, len, &filtered);
             data = filtered.data();
             len = filtered.size();
           }
@@ -239,8 +247,12 @@ class TcpProxy {
         pairs_.emplace_back(c, u);
         {
           std::lock_guard<std::mutex> l(mu_);
-          filters_.emplace_back(drop_ ? new Filter : nullptr);
-          if (filters_.back()) filters_.back()->drop = drop_;
+          filters_.emplace_back();
+          for (int side = 0; side < 2; ++side)
+            if (drop_[side]) {
+              filters_.back()[side] = std::make_unique<Filter>();
+              filters_.back()[side]->drop = drop_[side];
+            }
         }
         ++accepted_;
       }
@@ -251,8 +263,9 @@ class TcpProxy {
   mutable std::mutex mu_;
   int upstream_port_ = 0;
   std::vector<std::pair<int, int>> pairs_;  // accepted, upstream: the loop's only
-  std::vector<std::unique_ptr<Filter>> filters_;  // pairs_'s (null: relayed as they come)
-  std::shared_ptr<DropFn> drop_;                  // under mu_: for connections accepted next
+  // pairs_'s, to upstream and from it (null: relayed as they come)
+  std::vector<std::array<std::unique_ptr<Filter>, 2>> filters_;
+  std::shared_ptr<DropFn> drop_[2];  // under mu_: for connections accepted next, to and from upstream
   std::vector<int> silent_;                 // upstream sides left open by Cut(true)
   std::atomic<bool> stop_{false}, cut_{false}, half_open_{false}, hold_up_{false}, hold_down_{false};
   std::atomic<int> accepted_{0};

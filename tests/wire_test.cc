@@ -51,6 +51,35 @@ TEST(Wire, HeaderRoundTripsWithControlPayloads) {
   EXPECT_TRUE(d.spec == h.spec);
 }
 
+// What a dying worker's agreement moves: a server's clocks of the workers (kWorkerClocks), whose
+// flags must be one per clock, and the clock the servers agreed on, in the membership.
+TEST(Wire, WorkerClocksAndTheAgreedLastClockRoundTrip) {
+  Header h;
+  h.type = MsgType::kWorkerClocks;
+  h.clock = 12;
+  h.worker_clocks = {5, 4, -1};
+  h.worker_settled = {1, 0, 0};
+  std::string e = EncodeHeader(h);
+  Header d;
+  ASSERT_TRUE(DecodeHeader(e.data(), e.size(), &d).ok());
+  EXPECT_EQ(d.worker_clocks, h.worker_clocks);
+  EXPECT_EQ(d.worker_settled, h.worker_settled);
+  h.worker_settled.pop_back();
+  e = EncodeHeader(h);
+  Status st = DecodeHeader(e.data(), e.size(), &d);
+  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_NE(st.message().find("3 worker clocks but 2 settled flags"), std::string::npos) << st.ToString();
+
+  Header m;
+  m.type = MsgType::kMembership;
+  m.membership.worker_alive = {Membership::kWorkerAlive, Membership::kWorkerDying, Membership::kWorkerDead};
+  m.membership.worker_last_clock = {-1, -1, 7};
+  e = EncodeHeader(m);
+  ASSERT_TRUE(DecodeHeader(e.data(), e.size(), &d).ok());
+  EXPECT_EQ(d.membership.worker_alive, m.membership.worker_alive);
+  EXPECT_EQ(d.membership.worker_last_clock, m.membership.worker_last_clock);
+}
+
 // The largest cluster the wire allows: a RegisterReply naming kMaxNodes servers by 256-byte
 // addresses still decodes.
 TEST(Wire, RegisterReplyForTheLargestClusterDecodes) {
@@ -100,6 +129,17 @@ TEST(Wire, RegisterReplySaysWhetherTheJobCheckpoints) {
   Status st = DecodeHeader(bad.data(), bad.size(), &d);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("not a bool"), std::string::npos) << st.ToString();
+  // So does whether the job goes on after a worker dies (which settles BSP clocks).
+  h.cluster.survives_worker_death = true;
+  const std::string survives = EncodeHeader(h);
+  ASSERT_TRUE(DecodeHeader(survives.data(), survives.size(), &d).ok());
+  EXPECT_TRUE(d.cluster.survives_worker_death);
+  for (size_t i = 0; i < off.size(); ++i)
+    if (survives[i] != off[i]) at = i;
+  bad = survives;
+  bad[at] = 2;
+  st = DecodeHeader(bad.data(), bad.size(), &d);
+  EXPECT_NE(st.message().find("survives_worker_death flag 2 is not a bool"), std::string::npos) << st.ToString();
 }
 
 // A spec's bools travel as a byte each; from a peer, one that is neither 0 nor 1 is refused.

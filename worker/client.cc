@@ -319,6 +319,7 @@ struct Part {
   std::shared_ptr<FutureState> fs;
   int target = 0;                  // server rank, or kScheduler
   MsgType reply_type = MsgType::kPushReply;
+  bool bsp = false;                // a push to a BSP table (its Clock() is settled)
   std::shared_ptr<internal::PulledParts> view;  // PullDenseView, PullView: keep the frames here, at view_index
   size_t view_index = 0;
   float* out = nullptr;            // pulls: where row i of the reply goes ...
@@ -582,6 +583,11 @@ class ClientImpl final : public Client, private internal::Receiver {
         h.sender_rank = control_.rank();
         h.reply_to = rx_id_;
         h.clock = int64_t(control_.membership().version);  // the server ignores older news of this rank's death
+        // 1 + the clock the servers agreed this rank's dead worker reached (0: none), which a
+        // server may not have heard of yet (row_begin carries no rows in a hello).
+        const auto& agreed = control_.membership().worker_last_clock;
+        const size_t r = static_cast<size_t>(control_.rank());
+        h.row_begin = r < agreed.size() && agreed[r] >= 0 ? uint64_t(agreed[r]) + 1 : 0;
         bool would_block = false;  // (not connected: tried again, on a new socket after kTxConnectMs)
         PP_RETURN_IF_ERROR(SendDataFrames(tx_[s], EncodeHeaderFrame(h), zmq::message_t(), zmq::message_t(), &would_block));
         zmq::pollitem_t item{static_cast<void*>(rx_), 0, ZMQ_POLLIN, 0};
@@ -645,6 +651,9 @@ class ClientImpl final : public Client, private internal::Receiver {
                           std::vector<std::unique_ptr<Command>>* cmds);
   Status Clock() override;
   Status Barrier() override;
+  // Clock() after pushes to a BSP table: waits (request_timeout_ms) until every push and Clock
+  // sent before is answered; DeadlineExceeded, sticky, names what was not.
+  Status WaitForEarlierPushesAndClocks();
   using Client::Checkpoint;
   Status Checkpoint(const std::string& run) override;
   const std::string& restored_run() const override { return control_.cluster().restore_run; }
@@ -772,6 +781,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> clock_{0};
   std::atomic<bool> pushed_in_clock_{false};  // a push posted since the last Clock() (Finish)
+  std::atomic<bool> bsp_pushed_in_clock_{false};  // ... to a BSP table (Clock() settles)
   bool replacement_ = false;  // set in Start(): took a dead worker's place mid-job
   std::atomic<bool> finished_{false};
   std::mutex finish_mu_;
@@ -895,6 +905,7 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
       std::lock_guard<std::mutex> l(mu_);
       c->header.request_id = next_request_id_++;
       if (c->header.type == MsgType::kPush) ++stats_.pushes, pushed_in_clock_ = true;
+      if (c->part.bsp) bsp_pushed_in_clock_ = true;
       if (c->header.type == MsgType::kPull) ++stats_.pulls;
       stats_.bytes_sent += c->keys.size() + c->values.size();
     }
@@ -919,6 +930,7 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
   if (ticks) {
     clock_ = clock;
     pushed_in_clock_ = false;
+    bsp_pushed_in_clock_ = false;
   }
 }
 
@@ -1210,6 +1222,7 @@ Future ClientImpl::Push(const Table& t, KeyBuffer kbuf, std::shared_ptr<const st
     c->values = std::move(vf);
     c->part.target = s;
     c->part.reply_type = MsgType::kPushReply;
+    c->part.bsp = info->spec.consistency.model == Consistency::kBsp;
     cmds.push_back(std::move(c));
   };
   // A server's n keys from `ks` and their rows from `vs`: a request per TableInfo::KeysPerRequest
@@ -1434,6 +1447,7 @@ std::vector<std::unique_ptr<Command>> ClientImpl::RangeCommands(MsgType type, co
     c->header.dim = info.spec.dim;
     c->part.target = s;
     c->part.reply_type = type == MsgType::kPush ? MsgType::kPushReply : MsgType::kPullReply;
+    c->part.bsp = type == MsgType::kPush && info.spec.consistency.model == Consistency::kBsp;
     cmds.push_back(std::move(c));
   }
   return cmds;
@@ -1489,11 +1503,21 @@ Status ClientImpl::Clock() {
       return sticky_;
     }
   }
+  // After pushes to a BSP table the Clock is settled: sent once every push and Clock before it is
+  // answered by every server, so that each server holds all this worker's pushes of the clocks it
+  // closes. Should this worker die while its Clock reaches some servers and not others, those it
+  // did not reach can then count it as the others do, and the clock's mean is the same on every
+  // server (DESIGN.md, "A worker dying between its clocks"). It costs the caller one round trip a
+  // clock, under BSP only (where the next pull waits for every worker's Clock anyway), and only in
+  // a job that goes on after a worker dies: elsewhere a death ends the job.
+  const bool settle = bsp_pushed_in_clock_.load() && control_.cluster().survives_worker_death;
+  if (settle) PP_RETURN_IF_ERROR(WaitForEarlierPushesAndClocks());
   auto fs = NewState("clock", num_servers());
   std::vector<std::unique_ptr<Command>> cmds;
   for (int s = 0; s < num_servers(); ++s) {
     auto c = std::make_unique<Command>();
     c->header.type = MsgType::kClock;  // stamped with the next clock by Post, which advances it
+    if (settle) c->header.flags = kFlagSettled;
     c->part.fs = fs;
     c->part.target = s;
     c->part.reply_type = MsgType::kClockReply;
@@ -1505,6 +1529,40 @@ Status ClientImpl::Clock() {
   }
   Post(std::move(cmds));
   return Sticky();  // (a clock that found no room is not sent: the error Post made sticky)
+}
+
+Status ClientImpl::WaitForEarlierPushesAndClocks() {
+  const Deadline deadline = Deadline::In(options_.request_timeout_ms);
+  auto late = [&](const std::string& what) {
+    Status st = Status::DeadlineExceeded("clock " + std::to_string(clock_.load()) + " not sent: " + what +
+                                         " (a Clock() after pushes to a BSP table waits for their answers)");
+    std::lock_guard<std::mutex> l(mu_);
+    if (sticky_.ok()) sticky_ = st;  // its step's pushes may be lost: the clock must not close without them
+    return st;
+  };
+  while (held_back_.load() > 0) {
+    if (deadline.Expired())
+      return late(std::to_string(held_back_.load()) + " requests still held back (send_latency_ms) after " +
+                  std::to_string(options_.request_timeout_ms) + " ms");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::vector<std::shared_ptr<FutureState>> open;
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    for (auto& [id, part] : pending_)
+      if (part.target != kScheduler && (part.reply_type == MsgType::kPushReply || part.reply_type == MsgType::kClockReply))
+        open.push_back(part.fs);
+  }
+  for (auto& fs : open) {
+    Status st = internal::WaitState(fs, std::max<int64_t>(1, deadline.RemainingMs()), /*abandon=*/false);
+    bool unanswered;
+    {
+      std::lock_guard<std::mutex> l(fs->mu);
+      unanswered = fs->remaining > 0;
+    }
+    if (unanswered) return late(st.message());  // ("dense push to table 'w': no answer within ...")
+  }
+  return Status::OK();
 }
 
 Status ClientImpl::Barrier() {
