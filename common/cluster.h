@@ -125,6 +125,9 @@ struct ClusterMap {
   // The job goes on after a worker dies (--on_worker_death=continue or wait): a Clock() after
   // pushes to a BSP table is settled (kFlagSettled; not needed where a death ends the job).
   bool survives_worker_death = false;
+  // The scheduler's deadline for each checkpoint phase (--checkpoint_timeout_s), ms: a worker's
+  // Checkpoint() waits past both phases' (ClientOptions::checkpoint_timeout_ms).
+  int64_t checkpoint_timeout_ms = 0;
 };
 
 // Which nodes are alive and whether the job is ending; the scheduler pushes it on every change

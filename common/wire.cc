@@ -190,6 +190,7 @@ void SaveBody(Ar& ar, const Header& h) {
         ar(static_cast<uint8_t>(h.cluster.checkpoints));
         SaveString(ar, h.cluster.restore_run);
         ar(static_cast<uint8_t>(h.cluster.survives_worker_death));
+        ar(h.cluster.checkpoint_timeout_ms);
       }
       ar(h.membership.version, h.membership.job_state);
       SavePodVector(ar, h.membership.worker_alive);
@@ -258,6 +259,9 @@ void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h, ui
         ar(survives);
         if (survives > 1) throw WireError("survives_worker_death flag " + std::to_string(survives) + " is not a bool");
         h.cluster.survives_worker_death = survives != 0;
+        ar(h.cluster.checkpoint_timeout_ms);
+        if (h.cluster.checkpoint_timeout_ms < 0)
+          throw WireError("checkpoint timeout " + std::to_string(h.cluster.checkpoint_timeout_ms) + " ms is negative");
       }
       ar(h.membership.version, h.membership.job_state);
       LoadPodVector(ar, buf, h.membership.worker_alive, kMaxNodes, "worker list");

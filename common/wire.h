@@ -33,7 +33,7 @@ constexpr uint16_t kWireVersion = 9;  // 2: pull replies may split their values 
                                       // 8: header flags kFlagContinues (a push's later requests) and
                                       //    kFlagByStripe (a keyed pull reply a stripe a frame)
                                       // 9: kWorkerClocks, Membership::worker_last_clock, kFlagSettled,
-                                      //    ClusterMap::survives_worker_death
+                                      //    ClusterMap::survives_worker_death and checkpoint_timeout_ms
 // A RegisterReply lists every server's address (up to kMaxNodes of at most 256 bytes): 1.1 MB
 // at most; data-message headers are a few dozen bytes.
 constexpr uint32_t kMaxNodes = 4096;

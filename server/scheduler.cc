@@ -699,6 +699,7 @@ Header SchedulerImpl::RegisterReply() const {
   h.cluster.start_clock = restore_.clock;
   h.cluster.checkpoints = !options_.checkpoint_dir.empty();
   h.cluster.survives_worker_death = options_.continue_on_worker_death || options_.wait_for_replacement;
+  h.cluster.checkpoint_timeout_ms = options_.checkpoint_timeout_ms;
   h.membership = membership_;
   return h;
 }

@@ -113,10 +113,12 @@ TEST(Wire, RegisterReplySaysWhetherTheJobCheckpoints) {
   h.cluster.num_workers = 1;
   h.cluster.servers.push_back({0, "tcp://10.0.0.2:7001"});
   h.cluster.checkpoints = true;
+  h.cluster.checkpoint_timeout_ms = 3600000;  // (a worker's Checkpoint() waits past two of these)
   const std::string e = EncodeHeader(h);
   Header d;
   ASSERT_TRUE(DecodeHeader(e.data(), e.size(), &d).ok());
   EXPECT_TRUE(d.cluster.checkpoints);
+  EXPECT_EQ(d.cluster.checkpoint_timeout_ms, 3600000);
   // The flag is the byte after restore_from (a u32 length, empty here) and start_clock.
   h.cluster.checkpoints = false;
   std::string off = EncodeHeader(h);

@@ -1580,7 +1580,11 @@ Status ClientImpl::Checkpoint(const std::string& run) {
   h.type = MsgType::kCheckpoint;
   h.clock = clock_;
   h.address = run;
-  auto r = ControlCall(h, "checkpoint at clock " + std::to_string(clock_), options_.checkpoint_timeout_ms);
+  // (Past the scheduler's two phases, each of which answers it when it expires.)
+  const int64_t wait = options_.checkpoint_timeout_ms > 0
+                           ? options_.checkpoint_timeout_ms
+                           : 2 * control_.cluster().checkpoint_timeout_ms + options_.request_timeout_ms;
+  auto r = ControlCall(h, "checkpoint at clock " + std::to_string(clock_), wait);
   return r.status();
 }
 

@@ -62,10 +62,10 @@ struct ClientOptions {
   // (a push left out must not be clocked). 0: no limit. A single call over it is sent once nothing
   // else is unanswered. Requests delayed by send_latency_ms are not counted.
   int max_unanswered_mb = 1024;
-  // Checkpoint() waits this long: more than two of the scheduler's default deadlines (every worker
-  // asking, then every server writing: --checkpoint_timeout_s, 600 s each), which answer it
-  // first; raise it if the scheduler's is above 900 s.
-  int checkpoint_timeout_ms = 1800000;
+  // Checkpoint() waits this long. 0: longer than the scheduler's two deadlines, which answer it
+  // first (every worker asking, then every server writing: its --checkpoint_timeout_s each, told
+  // at registration), plus request_timeout_ms.
+  int checkpoint_timeout_ms = 0;
 };
 
 // A table as created: its name, shape and id. Cheap to copy.
