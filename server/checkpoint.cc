@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "common/crc32c.h"
+#include "common/log.h"
 #include "common/wire.h"
 
 namespace pushpull {
@@ -606,6 +607,7 @@ Result<std::map<std::string, TableCheckpoint>> ReadCheckpointForServer(const std
   // Another number of servers: this one's rows under the new partition, from every old file in
   // turn (old rank order: dense rows come out in row order), one old file in memory at a time.
   std::map<std::string, TableCheckpoint> out;
+  std::map<std::string, int> files_with;  // per table: the old files that hold it
   for (int old = 0; old < m->servers; ++old) {
     auto file = ReadServerCheckpoint(dir, old, m->servers, m->clock);
     if (!file.ok()) return file.status();
@@ -613,6 +615,7 @@ Result<std::map<std::string, TableCheckpoint>> ReadCheckpointForServer(const std
     for (auto it = file->begin(); it != file->end(); it = file->erase(it)) {
       const std::string& name = it->first;
       TableCheckpoint& t = it->second;
+      ++files_with[name];
       const TableInfo now = TableInfo::Make(t.info.id, t.info.spec, num_servers);
       TableCheckpoint& mine = out[name];
       if (old == 0 && !t.info.spec.sparse) {  // the rows this server will own, known up front
@@ -639,6 +642,16 @@ Result<std::map<std::string, TableCheckpoint>> ReadCheckpointForServer(const std
         to.steps.push_back(in.steps[r]);
       }
     }
+  }
+  // A table some servers' files lack was left there by a creation that failed on the others (no
+  // worker ever had its id): its rows here would be only those of the files that hold it, a
+  // partial table the shard would refuse. It is not restored; created again, it starts afresh,
+  // as it would have in the job that wrote the checkpoint.
+  for (const auto& [name, files] : files_with) {
+    if (files == m->servers) continue;
+    PP_LOG(Warning) << "checkpoint " << dir << ": table '" << name << "' is in " << files << " of its " << m->servers
+                    << " server files (left by a creation that failed); not restored";
+    out.erase(name);
   }
   return out;
 }

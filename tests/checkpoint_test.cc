@@ -302,6 +302,41 @@ TEST(Checkpoint, AFileTheSchedulerCannotSeeIsNoCompleteCheckpoint) {
   EXPECT_TRUE(std::filesystem::exists(old.dir + "/MANIFEST"));
 }
 
+// A table a creation that failed on one server left on the other is in one of the checkpoint's
+// two files: restored onto another number of servers it is left out (its rows would be half a
+// table), and every other table is restored whole.
+TEST(Checkpoint, ATableInOnlySomeServersFilesIsNotRestoredOntoAnotherCount) {
+  TableSpec spec = Spec("t", false, opt::Kind::kSgd);
+  const TableInfo info = TableInfo::Make(0, spec, 2);
+  TableShard t0(info, 0, 1), t1(info, 1, 1);
+  TableSpec half_spec = Spec("failed", false, opt::Kind::kSgd);
+  const TableInfo half_info = TableInfo::Make(1, half_spec, 2);
+  TableShard half(half_info, 0, 1);
+  TempDir root;
+  CheckpointManifest m = Manifest(root.path(), 4, 2, 1);
+  ASSERT_TRUE(WriteServerCheckpoint(m.dir, 0, 2, 4, {&t0, &half}, nullptr).ok());
+  ASSERT_TRUE(WriteServerCheckpoint(m.dir, 1, 2, 4, {&t1}, nullptr).ok());
+  ASSERT_TRUE(CommitCheckpoint(root.path(), m, 1).ok());
+  for (int servers : {1, 3}) {
+    size_t rows = 0;
+    for (int rank = 0; rank < servers; ++rank) {
+      auto got = ReadCheckpointForServer(m.dir, rank, servers);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(got->count("failed"), 0u) << servers << " servers, rank " << rank;
+      ASSERT_EQ(got->count("t"), 1u);
+      const TableCheckpoint& t = got->at("t");
+      EXPECT_EQ(t.rows.rows(), t.info.row_offsets[rank + 1] - t.info.row_offsets[rank]);
+      rows += t.rows.rows();
+    }
+    EXPECT_EQ(rows, spec.rows) << servers << " servers";
+  }
+  // Onto as many servers, each restores its own file (the one that holds it, its rows: whole
+  // there; the other server fills the table afresh when it is created again).
+  auto own = ReadCheckpointForServer(m.dir, 0, 2);
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  EXPECT_EQ(own->count("failed"), 1u);
+}
+
 TEST(Checkpoint, FilesThisProcessMayNotReadOrWriteAreASetupErrorNotDamage) {
   // Under /tmp (any user may enter it: TMPDIR may be a directory nobody else can), made
   // readable and searchable by all; given back its owner's rights before it is removed.
