@@ -265,6 +265,8 @@ void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h, ui
       }
       ar(h.membership.version, h.membership.job_state);
       LoadPodVector(ar, buf, h.membership.worker_alive, kMaxNodes, "worker list");
+      for (uint8_t state : h.membership.worker_alive)
+        if (state > Membership::kWorkerDying) throw WireError("worker state " + std::to_string(state) + " is unknown");
       LoadPodVector(ar, buf, h.membership.server_alive, kMaxNodes, "server list");
       LoadPodVector(ar, buf, h.membership.worker_done, kMaxNodes, "done list");
       LoadPodVector(ar, buf, h.membership.worker_last_clock, kMaxNodes, "last clock list");

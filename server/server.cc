@@ -132,7 +132,7 @@ class ServerImpl final : public Server {
   void ReportWorkerClocks();
   // A dead worker's clock raised to the one the servers agreed on (Membership::worker_last_clock,
   // or a replacement's hello): its last Clock() reached other servers and not this one.
-  void RaiseToAgreedClock(int w, int64_t agreed);
+  bool RaiseToAgreedClock(int w, int64_t agreed);  // false: at or past it already
   void DropBspSums(int w);
   void AdvanceMinClock();
   void PreparePull(Request* r, int64_t min_live);
@@ -694,16 +694,21 @@ Status ServerImpl::Validate(const Message& m, TableShard** shard, bool again) {
 void ServerImpl::HandleData(Message& m) {
   const Header& h = m.header;
   if (h.type == MsgType::kHello) {
+    bool raised = false;
     // A client new to this worker rank (another receive socket: a new process) numbers its
     // requests from the start again, so its record starts over.
     if (h.sender_role == Role::kWorker && h.sender_rank >= 0 && h.sender_rank < static_cast<int>(requests_.size())) {
       std::string session = h.reply_to.empty() ? std::string(static_cast<const char*>(m.identity.data()), m.identity.size())
                                                : h.reply_to;
       const int w = h.sender_rank;
-      // (The clock the servers agreed the rank's dead worker reached, as the new client heard it
-      // from the scheduler: this server may not have heard it yet.)
-      if (h.row_begin > 0) RaiseToAgreedClock(w, static_cast<int64_t>(h.row_begin) - 1);
       if (sessions_[w] != session) {
+        // The clock the servers agreed the rank's dead worker reached, as the new client heard it
+        // from the scheduler: this server may not have heard it yet (nor that the rank is no
+        // longer dying). Before anything below reads the clock.
+        if (h.row_begin > 0 && h.row_begin <= uint64_t(std::numeric_limits<int64_t>::max()) &&
+            RaiseToAgreedClock(w, static_cast<int64_t>(h.row_begin - 1)) && !ckpt_.writer.joinable())
+          raised = true;
+        dying_[w] = 0;
         // A new process for this rank after another (a replacement): what the one before left
         // unfinished of its open clock is dropped (BSP sums), and it goes on from this clock.
         if (!sessions_[w].empty() || replacing_[w]) {
@@ -729,6 +734,8 @@ void ServerImpl::HandleData(Message& m) {
         hello_version_[w] = h.clock > 0 ? uint64_t(h.clock) : 0;
       }
     }
+    // (What the raise completed: its clock's BSP mean, pulls parked for it.)
+    if (raised) AdvanceMinClock();
     Header rh;
     rh.type = MsgType::kHelloReply;
     rh.request_id = h.request_id;
@@ -1456,6 +1463,7 @@ void ServerImpl::OnMembership() {
   for (int w = 0; w < clocks_.size() && w < static_cast<int>(mem.worker_alive.size()); ++w) {
     if (!clocks_.alive(w)) continue;
     if (mem.worker_alive[w] == Membership::kWorkerDying) {
+      if (mem.version <= hello_version_[w]) continue;  // about a worker replaced since
       // Its clock stays put (its requests are refused from now on) until the servers agree.
       if (!dying_[w])
         PP_LOG(Warning) << "worker " << w << " declared dead at clock " << clocks_.clock(w)
@@ -1500,15 +1508,16 @@ void ServerImpl::ReportWorkerClocks() {
   next_clocks_report_ms_ = NowMs() + options_.control.heartbeat_interval_ms;
 }
 
-void ServerImpl::RaiseToAgreedClock(int w, int64_t agreed) {
+bool ServerImpl::RaiseToAgreedClock(int w, int64_t agreed) {
   const int64_t was = clocks_.clock(w);
-  if (!clocks_.Raise(w, agreed)) return;
+  if (!clocks_.Raise(w, agreed)) return false;
   // Its pushes of the clocks passed are whole here (a settled Clock went out only once every
   // earlier push was answered): they count, as on the servers its Clock reached.
   PP_LOG(Warning) << "worker " << w << "'s last Clock() reached other servers and not this one: counting it at clock "
                   << agreed << " (was " << was << ") as they do";
   pushed_in_clock_[w].clear();
   redo_[w].clear();
+  return true;
 }
 
 }  // namespace

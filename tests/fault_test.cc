@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <thread>
 
@@ -1388,34 +1389,39 @@ TEST(ConnectionFailure, AWorkerNeverHasMoreUnansweredThanTheServerRecords) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
-// An answer lost just after a reconnect (the server answered the repeat before it had attached the
-// worker's new connection) is asked for again kRecheckMs later (worker/client.cc). Until then the
-// worker sends the server fewer requests than its record keeps past that one: a burst of pushes
-// to another table waits for room, so the repeat finds its answer there, not forgotten (which
-// would refuse the push: applied or not, the server could not tell).
 // Under --on_worker_death=continue, three workers push to a BSP table of two servers; worker 2's
-// data connection to server 1 loses `lose` (its pushes or its clocks: the proxy's filter), then
+// data connection to server 1 loses its first `lose` (a push or a clock: the proxy's filter), then
 // worker 2 stops. Every row is then what the others' pull at clock 1 sees, and the test checks
 // that both servers' rows (0-3 on server 0, 4-7 on server 1) came to the same value.
 struct WorkerDyingBetweenServers {
-  explicit WorkerDyingBetweenServers(MsgType lose, bool wait = false) : cluster(Config(proxy, wait)) {
-    proxy.DropToUpstream([lose](const std::vector<std::string>& frames, int64_t) {
+  // control: server 1's scheduler connection goes through it (null: it does not).
+  explicit WorkerDyingBetweenServers(MsgType lose, bool wait = false, TcpProxy* control = nullptr)
+      : cluster(Config(proxy, wait, control)) {
+    // (The first only: a worker taking rank 2's place sends the same messages.)
+    proxy.DropToUpstream([lose, lost = std::make_shared<std::atomic<bool>>(false)](const std::vector<std::string>& frames,
+                                                                                 int64_t) {
       Header h;
       return !frames.empty() && DecodeHeader(frames[0].data(), frames[0].size(), &h).ok() && h.type == lose &&
-             h.sender_rank == 2;
+             h.sender_rank == 2 && !lost->exchange(true);
     });
     if (!cluster.Start().ok()) return;
+    for (int w = 0; w < 3; ++w) t[w] = cluster.client(w).CreateTable(Spec());
+  }
+  static TableSpec Spec() {  // 8 rows of 4 zeros, SGD lr 0.1, BSP
     TableSpec spec = AspZeros("w", 8);
     spec.consistency = *ParseConsistency("bsp");
-    for (int w = 0; w < 3; ++w) t[w] = cluster.client(w).CreateTable(spec);
+    return spec;
   }
-  static LocalClusterConfig Config(TcpProxy& proxy, bool wait) {
+  static LocalClusterConfig Config(TcpProxy& proxy, bool wait, TcpProxy* control) {
     LocalClusterConfig cfg;
     cfg.servers = 2;
     cfg.workers = 3;
     cfg.continue_on_worker_death = !wait;
     cfg.wait_for_replacement = wait;
-    cfg.server_options = DataThrough(proxy, 1);
+    cfg.server_options = [data = DataThrough(proxy, 1), control](int s, ServerOptions* o) {
+      data(s, o);
+      if (control) ServerControlThrough(*control, 1)(s, o);
+    };
     // (A push lost on its way is waited for this long by the Clock() after it.)
     cfg.client_options = [](int, ClientOptions* o) { o->request_timeout_ms = 1500; };
     return cfg;
@@ -1423,10 +1429,10 @@ struct WorkerDyingBetweenServers {
   bool ok() const { return t[0].ok() && t[1].ok() && t[2].ok(); }
   // Worker w pushes its gradient (1, 2, 4 for workers 0, 1, 2) to every row.
   Future Push(int w) { return cluster.client(w).PushDense(*t[w], std::vector<float>(32, float(1 << w))); }
-  // Every worker pushes; worker 2's Clock() reaches server 0 (and is lost on its way to server 1,
-  // with lose = kClock); then worker 2 stops. Call with ASSERT_TRUE.
-  ::testing::AssertionResult Worker2ClocksOnServer0AndDies() {
-    for (int w = 0; w < 3; ++w)
+  // Every worker pushes (worker 2 only when told to); worker 2's Clock() reaches server 0 (and is
+  // lost on its way to server 1, with lose = kClock); then worker 2 stops. Call with ASSERT_TRUE.
+  ::testing::AssertionResult Worker2ClocksOnServer0AndDies(bool worker2_pushes = true) {
+    for (int w = 0; w < (worker2_pushes ? 3 : 2); ++w)
       if (Status st = Push(w).Wait(); !st.ok()) return ::testing::AssertionFailure() << "push " << w << ": " << st.ToString();
     if (Status st = cluster.client(2).Clock(); !st.ok()) return ::testing::AssertionFailure() << st.ToString();
     if (!Eventually([&] { return cluster.server(0).stats().clocks == 1; }, 5000))
@@ -1480,6 +1486,69 @@ TEST(WorkerReplacement, AWorkerDyingBetweenItsClockMessagesIsReplacedWhereEveryS
   job.ExpectEveryRowAfterClock0(-0.1f * (1 + 2 + 4) / 3);  // the mean of three workers' pushes
 }
 
+// Worker 2 pushed nothing in clock 0 and dies with its Clock() on server 0 only: it still counts in
+// the clock's divisor there (every worker whose clock passed it does), so server 1 must count it
+// too. A worker with a BSP table settles every Clock (one without pushes waits only for the Clock
+// before it); before, only one after BSP pushes was, and server 1 divided by two where server 0
+// divided by three.
+TEST(WorkerFailure, AWorkerDyingBetweenTheClockMessagesOfAClockItDidNotPushInCountsAlike) {
+  WorkerDyingBetweenServers job(MsgType::kClock);
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE(job.Worker2ClocksOnServer0AndDies(/*worker2_pushes=*/false));
+  job.ExpectEveryRowAfterClock0(-0.1f * (1 + 2) / 3);  // worker 2's clock passed clock 0: three
+}
+
+// Worker 2's push has a NaN in server 1's rows: server 1 refuses it, server 0 sums it. Its Clock()
+// is then not sent (a push of it failed), and worker 2 dies: no server counts it in clock 0.
+// Settled and sent, the Clock counted on server 0 (refused on server 1, whose refused push blocks
+// it), and the agreement then had server 1 count worker 2 in its divisor without its push.
+TEST(WorkerFailure, AClockAfterAPushARefusedIsNotSentWhenTheJobSurvivesDeaths) {
+  WorkerDyingBetweenServers job(MsgType::kHelloReply);  // (never sent to a server: nothing lost)
+  ASSERT_TRUE(job.ok());
+  for (int w = 0; w < 2; ++w) ASSERT_TRUE(job.Push(w).Wait().ok()) << w;
+  std::vector<float> bad(32, 4.0f);
+  bad[20] = std::numeric_limits<float>::quiet_NaN();  // row 5, on server 1
+  Status pushed = job.cluster.client(2).PushDense(*job.t[2], bad).Wait();
+  EXPECT_EQ(pushed.code(), Code::kInvalidArgument) << pushed.ToString();
+  ASSERT_TRUE(Eventually([&] { return job.cluster.server(0).stats().pushes == 3; }, 5000));
+  Status clocked = job.cluster.client(2).Clock();
+  EXPECT_EQ(clocked.code(), Code::kInvalidArgument) << clocked.ToString();
+  EXPECT_NE(clocked.message().find("a push of it failed"), std::string::npos) << clocked.ToString();
+  EXPECT_EQ(job.cluster.server(0).stats().clocks, 0u);
+  ASSERT_TRUE(job.cluster.client(2).Leave(Status::Aborted("test: worker 2 stops after its refused push")).ok());
+  job.ExpectEveryRowAfterClock0(-0.1f * (1 + 2) / 2);  // the mean of workers 0 and 1's pushes
+}
+
+// Under --on_worker_death=wait, server 1 hears nothing from the scheduler after worker 2 is
+// dying until the job ends (its scheduler connection loses those memberships): it learns the
+// agreed clock from the new worker's hello, and takes that worker's requests (it refused them as
+// a dying worker's before), so the new worker's first clock completes on both servers.
+TEST(WorkerReplacement, AServerThatMissedTheAgreementTakesTheReplacementsRequests) {
+  TcpProxy control;
+  control.DropFromUpstream([](const std::vector<std::string>& frames, int64_t) {
+    Header h;
+    if (frames.empty() || !DecodeHeader(frames[0].data(), frames[0].size(), &h).ok() || h.type != MsgType::kMembership)
+      return false;
+    const Membership& m = h.membership;
+    return m.job_state == Membership::kRunning && m.worker_last_clock.size() == 3 && m.worker_last_clock[2] >= 0;
+  });
+  WorkerDyingBetweenServers job(MsgType::kClock, /*wait=*/true, &control);
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE(job.Worker2ClocksOnServer0AndDies());
+  job.cluster.KillClient(2);
+  Status replaced = job.cluster.ReplaceClient(2);
+  ASSERT_TRUE(replaced.ok()) << replaced.ToString();
+  EXPECT_EQ(job.cluster.client(2).clock(), 1);
+  Client& fresh = job.cluster.client(2);
+  job.t[2] = fresh.CreateTable(WorkerDyingBetweenServers::Spec());
+  ASSERT_TRUE(job.t[2].ok()) << job.t[2].status().ToString();
+  Status pushed = job.cluster.client(2).PushDense(*job.t[2], std::vector<float>(32, 8.0f)).Wait();
+  EXPECT_TRUE(pushed.ok()) << pushed.ToString();  // (server 1 refused it: "declared dead")
+  Status clocked = fresh.Clock();
+  EXPECT_TRUE(clocked.ok()) << clocked.ToString();
+  job.ExpectEveryRowAfterClock0(-0.1f * (1 + 2 + 4) / 3);
+}
+
 // Worker 2's push to server 1 is lost (as with a connection that drops as the worker dies): its
 // Clock() after pushes to a BSP table waits for their answers and, none coming, is not sent at
 // all, so no server counts worker 2 in clock 0. Sent at once, as before, it reached both servers:
@@ -1499,6 +1568,11 @@ TEST(WorkerFailure, AClockAfterBspPushesGoesOutOnlyOnceEveryServerAnsweredThem) 
   job.ExpectEveryRowAfterClock0(-0.1f * (1 + 2) / 2);  // the mean of workers 0 and 1's pushes
 }
 
+// An answer lost just after a reconnect (the server answered the repeat before it had attached the
+// worker's new connection) is asked for again kRecheckMs later (worker/client.cc). Until then the
+// worker sends the server fewer requests than its record keeps past that one: a burst of pushes
+// to another table waits for room, so the repeat finds its answer there, not forgotten (which
+// would refuse the push: applied or not, the server could not tell).
 TEST(ConnectionFailure, AnAnswerLostAfterAReconnectIsStillRecordedWhenAskedAgain) {
   ProxiedDataJob job;
   ASSERT_TRUE(job.t.ok()) << job.t.status().ToString();

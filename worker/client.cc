@@ -782,6 +782,13 @@ class ClientImpl final : public Client, private internal::Receiver {
   std::atomic<int64_t> clock_{0};
   std::atomic<bool> pushed_in_clock_{false};  // a push posted since the last Clock() (Finish)
   std::atomic<bool> bsp_pushed_in_clock_{false};  // ... to a BSP table (Clock() settles)
+  std::atomic<bool> has_bsp_table_{false};        // CreateTable gave a BSP table (Clock() settles)
+  // Settled clocks (Clock(), under mu_): the pushes posted since the last Clock() (their calls'
+  // states, each once), pushes posted in all, and that count when the pushes a Clock() waited for
+  // were listed: a push posted after that, by another thread, unsettles the Clock.
+  std::vector<std::shared_ptr<FutureState>> clock_pushes_;
+  uint64_t pushes_posted_ = 0;
+  uint64_t settled_at_pushes_ = 0;
   bool replacement_ = false;  // set in Start(): took a dead worker's place mid-job
   std::atomic<bool> finished_{false};
   std::mutex finish_mu_;
@@ -895,8 +902,15 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
   const bool ticks = !cmds.empty() && cmds[0]->header.type == MsgType::kClock;
   const int64_t clock = ticks ? clock_.load() + 1 : clock_.load();
   if (ticks) {
-    std::lock_guard<std::mutex> l(cmds[0]->part.fs->mu);
-    cmds[0]->part.fs->what = "clock " + std::to_string(clock);
+    {
+      std::lock_guard<std::mutex> l(cmds[0]->part.fs->mu);
+      cmds[0]->part.fs->what = "clock " + std::to_string(clock);
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    // A push another thread posted after the Clock() listed what to wait for: not settled.
+    if ((cmds[0]->header.flags & kFlagSettled) && pushes_posted_ != settled_at_pushes_)
+      for (auto& c : cmds) c->header.flags &= uint8_t(~kFlagSettled);
+    clock_pushes_.clear();
   }
   for (auto& c : cmds) {
     const MsgType type = c->header.type;
@@ -904,7 +918,11 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
     {
       std::lock_guard<std::mutex> l(mu_);
       c->header.request_id = next_request_id_++;
-      if (c->header.type == MsgType::kPush) ++stats_.pushes, pushed_in_clock_ = true;
+      if (c->header.type == MsgType::kPush) {
+        ++stats_.pushes, ++pushes_posted_;
+        pushed_in_clock_ = true;
+        if (clock_pushes_.empty() || clock_pushes_.back() != c->part.fs) clock_pushes_.push_back(c->part.fs);
+      }
       if (c->part.bsp) bsp_pushed_in_clock_ = true;
       if (c->header.type == MsgType::kPull) ++stats_.pulls;
       stats_.bytes_sent += c->keys.size() + c->values.size();
@@ -1111,6 +1129,7 @@ Result<Table> ClientImpl::CreateTable(const TableSpec& spec) {
   if (!fits)
     return Status::Corruption("create table '" + spec.name + "': the scheduler's partition does not fit " +
                               std::to_string(S) + " servers");
+  if (info.spec.consistency.model == Consistency::kBsp) has_bsp_table_ = true;
   Table t;
   t.id = info.id;
   t.name = info.spec.name;
@@ -1503,14 +1522,15 @@ Status ClientImpl::Clock() {
       return sticky_;
     }
   }
-  // After pushes to a BSP table the Clock is settled: sent once every push and Clock before it is
-  // answered by every server, so that each server holds all this worker's pushes of the clocks it
-  // closes. Should this worker die while its Clock reaches some servers and not others, those it
-  // did not reach can then count it as the others do, and the clock's mean is the same on every
-  // server (DESIGN.md, "A worker dying between its clocks"). It costs the caller one round trip a
-  // clock, under BSP only (where the next pull waits for every worker's Clock anyway), and only in
-  // a job that goes on after a worker dies: elsewhere a death ends the job.
-  const bool settle = bsp_pushed_in_clock_.load() && control_.cluster().survives_worker_death;
+  // A worker with a BSP table settles its Clock: sent once every push of the clock succeeded and
+  // every Clock before it was answered, by every server, so that each server holds all this
+  // worker's pushes of the clocks it closes. Should this worker die while its Clock reaches some
+  // servers and not others, those it did not reach can then count it as the others do, and the
+  // clock's mean (its sums and its divisor) is the same on every server (DESIGN.md, "A worker
+  // dying between its clocks"). It costs the caller one round trip a clock with pushes (under BSP
+  // the next pull waits for every worker's Clock anyway), and only in a job that goes on after a
+  // worker dies: elsewhere a death ends the job.
+  const bool settle = control_.cluster().survives_worker_death && (has_bsp_table_ || bsp_pushed_in_clock_);
   if (settle) PP_RETURN_IF_ERROR(WaitForEarlierPushesAndClocks());
   auto fs = NewState("clock", num_servers());
   std::vector<std::unique_ptr<Command>> cmds;
@@ -1533,34 +1553,46 @@ Status ClientImpl::Clock() {
 
 Status ClientImpl::WaitForEarlierPushesAndClocks() {
   const Deadline deadline = Deadline::In(options_.request_timeout_ms);
-  auto late = [&](const std::string& what) {
-    Status st = Status::DeadlineExceeded("clock " + std::to_string(clock_.load()) + " not sent: " + what +
-                                         " (a Clock() after pushes to a BSP table waits for their answers)");
+  auto fail = [&](Code code, const std::string& what) {
+    Status st(code, "clock " + std::to_string(clock_.load()) + " not sent: " + what +
+                        " (in a job that goes on after a worker dies, a worker with a BSP table sends its Clock() "
+                        "once its pushes have succeeded on every server)");
     std::lock_guard<std::mutex> l(mu_);
     if (sticky_.ok()) sticky_ = st;  // its step's pushes may be lost: the clock must not close without them
     return st;
   };
   while (held_back_.load() > 0) {
     if (deadline.Expired())
-      return late(std::to_string(held_back_.load()) + " requests still held back (send_latency_ms) after " +
-                  std::to_string(options_.request_timeout_ms) + " ms");
+      return fail(Code::kDeadlineExceeded, std::to_string(held_back_.load()) + " requests still held back "
+                                           "(send_latency_ms) after " + std::to_string(options_.request_timeout_ms) + " ms");
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  std::vector<std::shared_ptr<FutureState>> open;
+  std::vector<std::shared_ptr<FutureState>> pushes, clocks;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    pushes = clock_pushes_;
+    settled_at_pushes_ = pushes_posted_;
+  }
   {
     std::lock_guard<std::mutex> l(pending_mu_);
     for (auto& [id, part] : pending_)
-      if (part.target != kScheduler && (part.reply_type == MsgType::kPushReply || part.reply_type == MsgType::kClockReply))
-        open.push_back(part.fs);
+      if (part.target != kScheduler && part.reply_type == MsgType::kClockReply) clocks.push_back(part.fs);
   }
-  for (auto& fs : open) {
-    Status st = internal::WaitState(fs, std::max<int64_t>(1, deadline.RemainingMs()), /*abandon=*/false);
-    bool unanswered;
-    {
-      std::lock_guard<std::mutex> l(fs->mu);
-      unanswered = fs->remaining > 0;
+  for (const auto* list : {&pushes, &clocks}) {
+    for (auto& fs : *list) {
+      Status st = internal::WaitState(fs, std::max<int64_t>(1, deadline.RemainingMs()), /*abandon=*/false);
+      bool unanswered;
+      Status result;
+      {
+        std::lock_guard<std::mutex> l(fs->mu);
+        unanswered = fs->remaining > 0;
+        result = fs->status;
+      }
+      // ("dense push to table 'w': no answer within ..."; a push refused, or given up unsent)
+      if (unanswered) return fail(Code::kDeadlineExceeded, st.message());
+      if (!result.ok())
+        return fail(result.code(), (list == &pushes ? "a push of it failed: " : "an earlier clock failed: ") + result.message());
     }
-    if (unanswered) return late(st.message());  // ("dense push to table 'w': no answer within ...")
   }
   return Status::OK();
 }
