@@ -1442,6 +1442,14 @@ struct WorkerDyingBetweenServers {
       return ::testing::AssertionFailure() << st.ToString();
     return ::testing::AssertionSuccess();
   }
+  // (--on_worker_death=wait) A new worker takes rank 2, and starts at clock 1 (the agreed one).
+  ::testing::AssertionResult ReplaceWorker2AtClock1() {
+    cluster.KillClient(2);
+    if (Status st = cluster.ReplaceClient(2); !st.ok()) return ::testing::AssertionFailure() << st.ToString();
+    if (cluster.client(2).clock() != 1)
+      return ::testing::AssertionFailure() << "the new worker starts at clock " << cluster.client(2).clock();
+    return ::testing::AssertionSuccess();
+  }
   // Workers 0 and 1 close clock 0; worker 0 pulls at clock 1 (which waits for worker 2's fate)
   // and finds every row at `expected`; then the job finishes.
   void ExpectEveryRowAfterClock0(float expected) {
@@ -1479,10 +1487,7 @@ TEST(WorkerReplacement, AWorkerDyingBetweenItsClockMessagesIsReplacedWhereEveryS
   WorkerDyingBetweenServers job(MsgType::kClock, /*wait=*/true);
   ASSERT_TRUE(job.ok());
   ASSERT_TRUE(job.Worker2ClocksOnServer0AndDies());
-  job.cluster.KillClient(2);
-  Status replaced = job.cluster.ReplaceClient(2);
-  ASSERT_TRUE(replaced.ok()) << replaced.ToString();
-  EXPECT_EQ(job.cluster.client(2).clock(), 1);
+  ASSERT_TRUE(job.ReplaceWorker2AtClock1());
   job.ExpectEveryRowAfterClock0(-0.1f * (1 + 2 + 4) / 3);  // the mean of three workers' pushes
 }
 
@@ -1535,10 +1540,7 @@ TEST(WorkerReplacement, AServerThatMissedTheAgreementTakesTheReplacementsRequest
   WorkerDyingBetweenServers job(MsgType::kClock, /*wait=*/true, &control);
   ASSERT_TRUE(job.ok());
   ASSERT_TRUE(job.Worker2ClocksOnServer0AndDies());
-  job.cluster.KillClient(2);
-  Status replaced = job.cluster.ReplaceClient(2);
-  ASSERT_TRUE(replaced.ok()) << replaced.ToString();
-  EXPECT_EQ(job.cluster.client(2).clock(), 1);
+  ASSERT_TRUE(job.ReplaceWorker2AtClock1());
   Client& fresh = job.cluster.client(2);
   job.t[2] = fresh.CreateTable(WorkerDyingBetweenServers::Spec());
   ASSERT_TRUE(job.t[2].ok()) << job.t[2].status().ToString();
