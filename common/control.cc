@@ -53,7 +53,14 @@ Status ControlChannel::Register(const std::string& address) {
   // Heartbeats while waiting: the scheduler frees the slot of a node that went silent before the
   // job started (a node killed while registering), so that its restart, or another, can have it.
   int64_t next_beat = NowMs() + options_.heartbeat_interval_ms;
+  bool said_not_yet = false;
+  std::string not_yet;  // the scheduler's last "not yet"
+  int64_t ask_again_ms = INT64_MAX;  // after an Unavailable answer: when Register goes again
   while (!deadline.Expired()) {
+    if (NowMs() >= ask_again_ms) {
+      ask_again_ms = INT64_MAX;
+      PP_RETURN_IF_ERROR(SendMessage(sock_, nullptr, h));
+    }
     if (NowMs() >= next_beat) {
       Header beat;
       beat.type = MsgType::kHeartbeat;
@@ -67,7 +74,8 @@ Status ControlChannel::Register(const std::string& address) {
       next_note = NowMs() + 10000;
     }
     zmq::pollitem_t item{static_cast<void*>(sock_), 0, ZMQ_POLLIN, 0};
-    Poll(&item, 1, std::max<int64_t>(0, std::min({deadline.RemainingMs(), int64_t{200}, next_beat - NowMs()})));
+    Poll(&item, 1, std::max<int64_t>(0, std::min({deadline.RemainingMs(), int64_t{200}, next_beat - NowMs(),
+                                                   ask_again_ms - NowMs()})));
     if (!(item.revents & ZMQ_POLLIN)) continue;
     if (!RecvFrames(sock_, &frames_)) continue;
     Message m;
@@ -81,6 +89,16 @@ Status ControlChannel::Register(const std::string& address) {
     if (m.header.type == MsgType::kMembership && m.header.membership.job_state != Membership::kRunning)
       return Status::Aborted("the scheduler ended the job before it started: " + m.header.membership.reason);
     if (m.header.type != MsgType::kRegisterReply) continue;
+    if (m.header.status == Code::kUnavailable) {
+      // Not yet (a worker for a rank whose dead worker the scheduler has not declared dead yet):
+      // asked again every 250 ms until the deadline.
+      if (!said_not_yet) PP_LOG(Warning) << "the scheduler cannot take this node yet (" << m.header.error << "); asking again "
+                                         << "every 250 ms for " << deadline.RemainingMs() / 1000 << " s";
+      said_not_yet = true;
+      not_yet = m.header.error;
+      ask_again_ms = NowMs() + 250;
+      continue;
+    }
     if (m.header.status != Code::kOk) return m.header.status_obj().Annotate("registration refused");
     rank_ = m.header.sender_rank;  // the scheduler puts the assigned rank here
     cluster_ = m.header.cluster;
@@ -89,6 +107,9 @@ Status ControlChannel::Register(const std::string& address) {
     next_heartbeat_ms_ = last_heard_ms_ + options_.heartbeat_interval_ms;
     return Status::OK();
   }
+  if (said_not_yet)
+    return Status::DeadlineExceeded("the scheduler at " + options_.scheduler + " could not take this node within " +
+                                    std::to_string(options_.register_timeout_ms) + " ms: " + not_yet);
   const std::string unresolved = UnresolvedHostNote(options_.scheduler);
   return Status::DeadlineExceeded("waited " + std::to_string(options_.register_timeout_ms) +
                                   " ms for the scheduler at " + options_.scheduler + " to answer registration (" +

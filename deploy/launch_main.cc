@@ -435,8 +435,8 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
                    worker_restarts < FLAGS_max_worker_restarts) {
           // Its rank waits for a new worker (the scheduler's --on_worker_death=wait): one is
           // started with the same flags, --rank among them, once the dead one can be declared dead.
-          // (Not before the scheduler can have declared the dead one dead: it refuses a worker
-          // for a rank still held.)
+          // (Not before the scheduler can have declared the dead one dead: a worker started
+          // earlier waits for that in its registration, and its deadline runs meanwhile.)
           // (At most half the scheduler's --replacement_timeout_s: a longer --restart_delay_ms, fit for
           // whole-job restarts, would start every replacement after the job had given up on it.)
           const int64_t delay_ms = std::max<int64_t>(

@@ -104,19 +104,14 @@ ClientOptions LocalCluster::ClientOptionsFor(int w) const {
 }
 
 Status LocalCluster::ReplaceClient(int w) {
-  // Registration is refused until the scheduler has declared the dead worker dead: asked again.
-  const Deadline deadline = Deadline::In(int64_t(config_.heartbeat_timeout_ms) * 4 + 10000 * kTimeoutScale);
-  for (;;) {
-    ClientOptions o = ClientOptionsFor(w);
-    o.register_timeout_ms = 2000;
-    auto c = Client::Connect(o);
-    if (c.ok()) {
-      clients_[w] = std::move(c.value());
-      return Status::OK();
-    }
-    if (deadline.Expired()) return c.status().Annotate("replacing worker " + std::to_string(w));
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  // Until the scheduler has declared the dead worker dead, it answers "not yet", and the client
+  // asks again (common/control.cc) within its registration deadline.
+  ClientOptions o = ClientOptionsFor(w);
+  o.register_timeout_ms = config_.heartbeat_timeout_ms * 4 + 10000 * kTimeoutScale;
+  auto c = Client::Connect(o);
+  if (!c.ok()) return c.status().Annotate("replacing worker " + std::to_string(w));
+  clients_[w] = std::move(c.value());
+  return Status::OK();
 }
 
 Status LocalCluster::FinishAndJoin() {

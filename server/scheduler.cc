@@ -589,12 +589,16 @@ void SchedulerImpl::HandleRegister(Message& m) {
   const bool replacement = registered_ && role == Role::kWorker && !replacing_.empty() && !nodes_.count(identity) &&
                            membership_.job_state == Membership::kRunning;
   if (!replacement && (role == Role::kScheduler || registered_ || nodes_.count(identity))) {
-    Status st = Status::FailedPrecondition(
-        !registered_ ? "bad registration"
-        : options_.wait_for_replacement && role == Role::kWorker
-            ? "the job is running with all its workers: a new worker takes a dead one's place once the "
-              "scheduler has declared it dead (after --heartbeat_timeout_ms of silence); try again then"
-            : "the job is already running with all its nodes");
+    // Under --on_worker_death=wait a worker may come before the one it replaces is declared dead
+    // (an orchestrator restarting it at once): Unavailable, which it asks again on until its
+    // registration deadline.
+    const bool early = registered_ && options_.wait_for_replacement && role == Role::kWorker &&
+                       membership_.job_state == Membership::kRunning && !nodes_.count(identity);
+    Status st = early ? Status::Unavailable("the job is running with all its workers: a new worker takes a dead one's "
+                                            "place once the scheduler has declared it dead (after "
+                                            "--heartbeat_timeout_ms of silence)")
+                      : Status::FailedPrecondition(!registered_ ? "bad registration"
+                                                                : "the job is already running with all its nodes");
     if (registered_) PP_LOG(Warning) << "refused a " << RoleName(role) << "'s registration: " << st.message();
     ReplyTo(w, MsgType::kRegisterReply, st);
     return;

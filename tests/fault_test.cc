@@ -322,6 +322,26 @@ TEST(WorkerReplacement, NoReplacementInTimeAbortsTheJobNamingTheRank) {
   EXPECT_EQ(cluster.scheduler_status().code(), Code::kAborted);
 }
 
+// Under --on_worker_death=wait a worker that comes while every rank is held is told "not yet" and
+// asks again (a replacement an orchestrator starts before the death is declared: ReplaceClient
+// relies on it); when no rank frees up within its registration deadline, it says so.
+TEST(WorkerReplacement, AWorkerComingWhileEveryRankIsHeldWaitsWithinItsDeadline) {
+  LocalClusterConfig cfg;
+  cfg.workers = 1;
+  cfg.wait_for_replacement = true;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  ClientOptions o;
+  o.scheduler = cluster.scheduler_address();
+  o.register_timeout_ms = 1200;
+  auto c = Client::Connect(o);  // (the message below comes only at the deadline: it asked again)
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Code::kDeadlineExceeded) << c.status().ToString();
+  EXPECT_NE(c.status().message().find("could not take this node within 1200 ms: the job is running with all its workers"),
+            std::string::npos) << c.status().ToString();
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 // A worker whose connection to the scheduler drops (a network blip: a proxy in between cuts it,
 // once cleanly and once leaving the scheduler's side open, which it has then not noticed when
 // the worker reconnects) reconnects under the routing id it had, and the scheduler's router hands
