@@ -921,7 +921,10 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
       if (c->header.type == MsgType::kPush) {
         ++stats_.pushes, ++pushes_posted_;
         pushed_in_clock_ = true;
-        if (clock_pushes_.empty() || clock_pushes_.back() != c->part.fs) clock_pushes_.push_back(c->part.fs);
+        // (Listed only where a Clock() may settle: an app that never clocks keeps none.)
+        if ((has_bsp_table_ || c->part.bsp) && control_.cluster().survives_worker_death &&
+            (clock_pushes_.empty() || clock_pushes_.back() != c->part.fs))
+          clock_pushes_.push_back(c->part.fs);
       }
       if (c->part.bsp) bsp_pushed_in_clock_ = true;
       if (c->header.type == MsgType::kPull) ++stats_.pulls;
