@@ -216,6 +216,7 @@ class SchedulerImpl final : public Scheduler {
     Deadline deadline = Deadline::Never();
   };
   std::map<int, Dying> dying_;
+  std::set<std::string> told_not_yet_;  // early workers told "not yet" (logged once each)
   // Each server's latest kWorkerClocks: the membership version it answered, its clocks and flags.
   struct ClocksReport {
     uint64_t version = 0;
@@ -469,13 +470,15 @@ void SchedulerImpl::Handle(Message& m) {
     } else {  // a node waiting for a registration this scheduler no longer holds: it hears so, once a beat
       PP_LOG(Debug) << "a heartbeat from a node whose registration is not held here";
       ReplyTo(Waiter{identity, 0}, MsgType::kRegisterReply,
-              Status::Unavailable("the scheduler holds no registration of this node (dropped for its silence, or "
+              Status::Aborted("the scheduler holds no registration of this node (dropped for its silence, or "
                                   "lost with a connection): start it again"));
     }
     return;
   }
   if (it == nodes_.end() || !registered_) {
-    PP_LOG(Warning) << "ignoring " << MsgTypeName(m.header.type) << " from an unregistered peer";
+    // (A worker waiting to take a dead one's place heartbeats meanwhile: not worth a warning each.)
+    if (m.header.type == MsgType::kHeartbeat) PP_LOG(Debug) << "ignoring a heartbeat from an unregistered peer";
+    else PP_LOG(Warning) << "ignoring " << MsgTypeName(m.header.type) << " from an unregistered peer";
     return;
   }
   Node& n = it->second;
@@ -586,20 +589,27 @@ void SchedulerImpl::HandleRegister(Message& m) {
   Role role = m.header.sender_role;
   Waiter w{identity, m.header.request_id};
   // A worker taking a dead one's place in a running job (wait_for_replacement).
+  // (One that asks for a rank takes that rank's place only: a deployment's rank stays its node's.)
+  const int asked = m.header.sender_rank;
   const bool replacement = registered_ && role == Role::kWorker && !replacing_.empty() && !nodes_.count(identity) &&
-                           membership_.job_state == Membership::kRunning;
+                           membership_.job_state == Membership::kRunning && (asked < 0 || replacing_.count(asked));
   if (!replacement && (role == Role::kScheduler || registered_ || nodes_.count(identity))) {
     // Under --on_worker_death=wait a worker may come before the one it replaces is declared dead
     // (an orchestrator restarting it at once): Unavailable, which it asks again on until its
     // registration deadline.
     const bool early = registered_ && options_.wait_for_replacement && role == Role::kWorker &&
-                       membership_.job_state == Membership::kRunning && !nodes_.count(identity);
-    Status st = early ? Status::Unavailable("the job is running with all its workers: a new worker takes a dead one's "
-                                            "place once the scheduler has declared it dead (after "
-                                            "--heartbeat_timeout_ms of silence)")
+                       membership_.job_state == Membership::kRunning && !nodes_.count(identity) &&
+                       asked < options_.num_workers;
+    Status st = early ? Status::Unavailable((asked >= 0 ? "rank " + std::to_string(asked) + " is held"
+                                                        : std::string("the job is running with all its workers")) +
+                                            ": a new worker takes a dead one's place once the scheduler has declared "
+                                            "it dead (after --heartbeat_timeout_ms of silence)")
                       : Status::FailedPrecondition(!registered_ ? "bad registration"
                                                                 : "the job is already running with all its nodes");
-    if (registered_) PP_LOG(Warning) << "refused a " << RoleName(role) << "'s registration: " << st.message();
+    if (registered_ && !early) PP_LOG(Warning) << "refused a " << RoleName(role) << "'s registration: " << st.message();
+    if (early && told_not_yet_.insert(identity).second)  // (it asks again every 250 ms: said once)
+      PP_LOG(Warning) << "a worker" << (asked >= 0 ? " for rank " + std::to_string(asked) : std::string())
+                      << " came before a rank is free: told to ask again";
     ReplyTo(w, MsgType::kRegisterReply, st);
     return;
   }
@@ -845,7 +855,7 @@ void SchedulerImpl::DropSilentRegistrants(int64_t now) {
                     << " ms) before the job started: its slot is free again";
     // (Told, in case it is alive behind a stalled connection: it stops rather than wait.)
     ++it;  // (before n goes)
-    DropRegistrant(n, Status::Unavailable("no heartbeat reached the scheduler for " +
+    DropRegistrant(n, Status::Aborted("no heartbeat reached the scheduler for " +
                                           std::to_string(now - n.last_seen_ms) +
                                           " ms while this node waited for the job to start: its slot was given up"));
   }

@@ -342,6 +342,27 @@ TEST(WorkerReplacement, AWorkerComingWhileEveryRankIsHeldWaitsWithinItsDeadline)
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// A worker that asks for a rank waits for that rank: rank 1 frees up (its worker died) while it
+// waits for rank 0, which it does not take; rank 1 goes to the worker asking for it.
+TEST(WorkerReplacement, AWorkerAskingForAHeldRankWaitsForItAndTakesNoOther) {
+  LocalClusterConfig cfg;
+  cfg.workers = 2;
+  cfg.wait_for_replacement = true;
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  cluster.KillClient(1);
+  ClientOptions o;
+  o.scheduler = cluster.scheduler_address();
+  o.requested_rank = 0;
+  o.register_timeout_ms = cfg.heartbeat_timeout_ms * 3;  // (rank 1 is declared dead meanwhile)
+  auto c = Client::Connect(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("rank 0 is held"), std::string::npos) << c.status().ToString();
+  Status replaced = cluster.ReplaceClient(1);
+  ASSERT_TRUE(replaced.ok()) << replaced.ToString();
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 // A worker whose connection to the scheduler drops (a network blip: a proxy in between cuts it,
 // once cleanly and once leaving the scheduler's side open, which it has then not noticed when
 // the worker reconnects) reconnects under the routing id it had, and the scheduler's router hands
@@ -623,7 +644,7 @@ TEST(ServerFailure, ANodeSilentBeforeTheJobStartsGivesItsSlotBack) {
   Message told;
   ASSERT_TRUE(Decode(&frames, &told).ok());
   EXPECT_EQ(told.header.type, MsgType::kRegisterReply);
-  EXPECT_EQ(told.header.status, Code::kUnavailable);
+  EXPECT_EQ(told.header.status, Code::kAborted);  // (Unavailable is "not yet": asked again)
   EXPECT_NE(told.header.error.find("its slot was given up"), std::string::npos) << told.header.error;
   ServerOptions o;
   o.bind_host = "127.0.0.1";
@@ -1521,6 +1542,21 @@ TEST(WorkerFailure, AWorkerDyingBetweenTheClockMessagesOfAClockItDidNotPushInCou
   ASSERT_TRUE(job.ok());
   ASSERT_TRUE(job.Worker2ClocksOnServer0AndDies(/*worker2_pushes=*/false));
   job.ExpectEveryRowAfterClock0(-0.1f * (1 + 2) / 3);  // worker 2's clock passed clock 0: three
+}
+
+// A push whose caller stopped waiting for it (WaitFor(0)) and that every server then applied
+// does not stop the settled Clock() after it: it reads DeadlineExceeded to its caller, but the
+// servers' answers were OK.
+TEST(WorkerFailure, ASettledClockGoesOutAfterAPushItsCallerGaveUpOnButTheServersApplied) {
+  WorkerDyingBetweenServers job(MsgType::kHelloReply);  // (nothing lost)
+  ASSERT_TRUE(job.ok());
+  Future given_up = job.Push(0);
+  EXPECT_EQ(given_up.WaitFor(0).code(), Code::kDeadlineExceeded);
+  ASSERT_TRUE(Eventually([&] { return job.cluster.server(0).stats().pushes == 1 && job.cluster.server(1).stats().pushes == 1; }, 5000));
+  Status clocked = job.cluster.client(0).Clock();
+  EXPECT_TRUE(clocked.ok()) << clocked.ToString();
+  ASSERT_TRUE(Eventually([&] { return job.cluster.server(0).stats().clocks == 1 && job.cluster.server(1).stats().clocks == 1; }, 5000));
+  EXPECT_TRUE(job.cluster.FinishAndJoin().ok());
 }
 
 // Worker 2's push has a NaN in server 1's rows: server 1 refuses it, server 0 sums it. Its Clock()

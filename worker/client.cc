@@ -59,6 +59,8 @@ struct FutureState {
   int remaining = 0;
   std::atomic<int> remaining_hint{1};  // lock-free view of remaining, for the receiving waiter
   Status status;
+  Status answered_status;          // the first error an answer (or a refusal to send) gave, never
+                                   // the caller's giving up (a settled Clock() looks at this)
   bool abandoned = false;          // the waiter gave up: never touch `out` again
   std::atomic<int> handles{0};     // Future copies that refer to it
   bool writes_destination = false; // a pull into the caller's memory: given up with its last Future
@@ -84,6 +86,7 @@ struct FutureState {
   void Complete(int target, const Status& st, int32_t stale = 0) {
     std::lock_guard<std::mutex> l(mu);
     if (!st.ok() && status.ok()) status = st;
+    if (!st.ok() && answered_status.ok()) answered_status = st;
     // A waiter that gave up was told DeadlineExceeded and nothing was written for it since: the
     // call must not turn OK later (a pull's values are not in its destination).
     if (abandoned && status.ok())
@@ -787,8 +790,8 @@ class ClientImpl final : public Client, private internal::Receiver {
   // states, each once), pushes posted in all, and that count when the pushes a Clock() waited for
   // were listed: a push posted after that, by another thread, unsettles the Clock.
   std::vector<std::shared_ptr<FutureState>> clock_pushes_;
-  uint64_t pushes_posted_ = 0;
-  uint64_t settled_at_pushes_ = 0;
+  uint64_t pushes_posted_ = 0, clocks_posted_ = 0;
+  uint64_t settled_at_pushes_ = 0, settled_at_clocks_ = 0;
   bool replacement_ = false;  // set in Start(): took a dead worker's place mid-job
   std::atomic<bool> finished_{false};
   std::mutex finish_mu_;
@@ -907,10 +910,13 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
       cmds[0]->part.fs->what = "clock " + std::to_string(clock);
     }
     std::lock_guard<std::mutex> l(mu_);
-    // A push another thread posted after the Clock() listed what to wait for: not settled.
-    if ((cmds[0]->header.flags & kFlagSettled) && pushes_posted_ != settled_at_pushes_)
+    // A push or Clock() another thread posted after this Clock() listed what to wait for: not
+    // settled.
+    if ((cmds[0]->header.flags & kFlagSettled) &&
+        (pushes_posted_ != settled_at_pushes_ || clocks_posted_ != settled_at_clocks_))
       for (auto& c : cmds) c->header.flags &= uint8_t(~kFlagSettled);
     clock_pushes_.clear();
+    ++clocks_posted_;
   }
   for (auto& c : cmds) {
     const MsgType type = c->header.type;
@@ -921,8 +927,10 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
       if (c->header.type == MsgType::kPush) {
         ++stats_.pushes, ++pushes_posted_;
         pushed_in_clock_ = true;
-        // (Listed only where a Clock() may settle: an app that never clocks keeps none.)
-        if ((has_bsp_table_ || c->part.bsp) && control_.cluster().survives_worker_death &&
+        // (Pushes to BSP tables, whose sums the settled Clock() protects, only where one may
+        // settle: an app that seldom clocks keeps none of its other pushes. Unanswered others are
+        // waited for from pending_.)
+        if (c->part.bsp && control_.cluster().survives_worker_death &&
             (clock_pushes_.empty() || clock_pushes_.back() != c->part.fs))
           clock_pushes_.push_back(c->part.fs);
       }
@@ -1570,16 +1578,21 @@ Status ClientImpl::WaitForEarlierPushesAndClocks() {
                                            "(send_latency_ms) after " + std::to_string(options_.request_timeout_ms) + " ms");
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  // This clock's pushes to BSP tables (answered or not), then every push and Clock() unanswered.
   std::vector<std::shared_ptr<FutureState>> pushes, clocks;
   {
     std::lock_guard<std::mutex> l(mu_);
     pushes = clock_pushes_;
     settled_at_pushes_ = pushes_posted_;
+    settled_at_clocks_ = clocks_posted_;
   }
   {
     std::lock_guard<std::mutex> l(pending_mu_);
-    for (auto& [id, part] : pending_)
-      if (part.target != kScheduler && part.reply_type == MsgType::kClockReply) clocks.push_back(part.fs);
+    for (auto& [id, part] : pending_) {
+      if (part.target == kScheduler) continue;
+      if (part.reply_type == MsgType::kPushReply) pushes.push_back(part.fs);
+      if (part.reply_type == MsgType::kClockReply) clocks.push_back(part.fs);
+    }
   }
   for (const auto* list : {&pushes, &clocks}) {
     for (auto& fs : *list) {
@@ -1589,7 +1602,7 @@ Status ClientImpl::WaitForEarlierPushesAndClocks() {
       {
         std::lock_guard<std::mutex> l(fs->mu);
         unanswered = fs->remaining > 0;
-        result = fs->status;
+        result = fs->answered_status;  // (not DeadlineExceeded for a caller that gave up on an answered push)
       }
       // ("dense push to table 'w': no answer within ..."; a push refused, or given up unsent)
       if (unanswered) return fail(Code::kDeadlineExceeded, st.message());

@@ -223,7 +223,11 @@ class Client {
     return PullSlot(t, std::make_shared<const std::vector<Key>>(std::move(keys)), slot, out);
   }
 
-  // Ends this worker's current iteration: the clock advances on every server.
+  // Ends this worker's current iteration: the clock advances on every server. In a job that goes
+  // on after a worker dies (--on_worker_death=continue or wait), a worker with a BSP table first
+  // waits, up to request_timeout_ms, until this clock's pushes to BSP tables have succeeded and
+  // every push and Clock() before it is answered, on every server; otherwise the clock is not
+  // sent and the error (sticky) says why (DESIGN.md, "A worker dying between its clocks").
   virtual Status Clock() = 0;
   // This worker's clock: starts at 0 (in a job restored from a checkpoint, the scheduler's
   // --restore_from, at the checkpoint's clock, where the app resumes) and grows by one per Clock().
