@@ -161,6 +161,10 @@ class SchedulerImpl final : public Scheduler {
   // clock they agree on (DESIGN.md, "A worker dying between its clocks").
   void HandleWorkerClocks(const Node& server, const Message& m);
   void SettleDying();
+  int LiveWorkers() const;
+  // A worker dying or declared dead: the new membership goes out, and what waited on the worker
+  // (a barrier, a checkpoint, the job's end) is looked at again.
+  void AnnounceWorkerDeaths(const std::string& reason);
   // Before the job starts: a registered node silent for a heartbeat timeout (killed while it
   // waited) gives its slot back, so that its restart, or another node, can have it.
   void DropSilentRegistrants(int64_t now);
@@ -921,20 +925,28 @@ void SchedulerImpl::CheckLiveness(int64_t now) {
     return;
   }
   if (changed) {
-    int live = 0;
-    for (Node* w : workers_) live += w->alive;
-    if (live == 0 && !options_.wait_for_replacement) {
+    if (LiveWorkers() == 0 && !options_.wait_for_replacement) {
       End(Membership::kAborted, "every worker has died");
       return;
     }
-    membership_.version++;
-    membership_.reason = "worker died; asking the servers where its clock is";
-    Broadcast();
-    CheckBarrier();
-    CheckCheckpoint();
-    CheckDone();
+    AnnounceWorkerDeaths("worker died; asking the servers where its clock is");
   }
   SettleDying();
+}
+
+int SchedulerImpl::LiveWorkers() const {
+  int live = 0;
+  for (const Node* w : workers_) live += w->alive;
+  return live;
+}
+
+void SchedulerImpl::AnnounceWorkerDeaths(const std::string& reason) {
+  membership_.version++;
+  membership_.reason = reason;
+  Broadcast();
+  CheckBarrier();
+  CheckCheckpoint();
+  CheckDone();
 }
 
 void SchedulerImpl::HandleWorkerClocks(const Node& server, const Message& m) {
@@ -1000,15 +1012,8 @@ void SchedulerImpl::SettleDying() {
     changed = true;
   }
   if (!changed) return;
-  int live = 0;
-  for (Node* w : workers_) live += w->alive;
-  membership_.version++;
-  membership_.reason = options_.wait_for_replacement ? "worker died; waiting for its replacement"
-                                                     : "worker died; continuing with " + Count(live, "worker");
-  Broadcast();
-  CheckBarrier();
-  CheckCheckpoint();
-  CheckDone();
+  AnnounceWorkerDeaths(options_.wait_for_replacement ? "worker died; waiting for its replacement"
+                                                     : "worker died; continuing with " + Count(LiveWorkers(), "worker"));
 }
 
 void SchedulerImpl::CheckBarrier() {

@@ -193,6 +193,7 @@ class ServerImpl final : public Server {
   // Per worker: declared dead a moment ago (Membership::kWorkerDying): its requests are refused,
   // its clock and sums kept until the scheduler says which clock the servers agree it reached.
   std::vector<uint8_t> dying_;
+  bool any_dying_ = false;             // the last membership had a dying worker
   int64_t next_clocks_report_ms_ = 0;  // while a worker is dying: sent again each heartbeat
   // Per worker: whether the Clock that brought its current clock was settled (kFlagSettled).
   std::vector<uint8_t> settled_;
@@ -390,8 +391,7 @@ Status ServerImpl::Run() {
       break;
     }
     // (A report lost with a dropped connection is sent again while the worker is dying.)
-    if (NowMs() >= next_clocks_report_ms_ && std::find(dying_.begin(), dying_.end(), 1) != dying_.end())
-      ReportWorkerClocks();
+    if (any_dying_ && NowMs() >= next_clocks_report_ms_) ReportWorkerClocks();
   }
 
   if (stop_ && exit_status.ok() && control_.membership().job_state == Membership::kRunning) {
@@ -1490,6 +1490,7 @@ void ServerImpl::OnMembership() {
       clocks_.MarkDead(w);
     }
   }
+  any_dying_ = report;
   if (report) ReportWorkerClocks();
   // Not while a checkpoint is written: released pulls and BSP sums would touch the shards.
   if (!ckpt_.writer.joinable()) AdvanceMinClock();

@@ -657,6 +657,9 @@ class ClientImpl final : public Client, private internal::Receiver {
   // Clock() after pushes to a BSP table: waits (request_timeout_ms) until every push and Clock
   // sent before is answered; DeadlineExceeded, sticky, names what was not.
   Status WaitForEarlierPushesAndClocks();
+  // Until the requests the I/O thread holds back (send_latency_ms) are sent; DeadlineExceeded
+  // (request_timeout_ms from the caller's start) saying how many are left.
+  Status WaitForHeldBack(const Deadline& deadline);
   using Client::Checkpoint;
   Status Checkpoint(const std::string& run) override;
   const std::string& restored_run() const override { return control_.cluster().restore_run; }
@@ -784,7 +787,6 @@ class ClientImpl final : public Client, private internal::Receiver {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> clock_{0};
   std::atomic<bool> pushed_in_clock_{false};  // a push posted since the last Clock() (Finish)
-  std::atomic<bool> bsp_pushed_in_clock_{false};  // ... to a BSP table (Clock() settles)
   std::atomic<bool> has_bsp_table_{false};        // CreateTable gave a BSP table (Clock() settles)
   // Settled clocks (Clock(), under mu_): the pushes posted since the last Clock() (their calls'
   // states, each once), pushes posted in all, and that count when the pushes a Clock() waited for
@@ -934,7 +936,6 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
             (clock_pushes_.empty() || clock_pushes_.back() != c->part.fs))
           clock_pushes_.push_back(c->part.fs);
       }
-      if (c->part.bsp) bsp_pushed_in_clock_ = true;
       if (c->header.type == MsgType::kPull) ++stats_.pulls;
       stats_.bytes_sent += c->keys.size() + c->values.size();
     }
@@ -959,7 +960,6 @@ void ClientImpl::Post(std::vector<std::unique_ptr<Command>> cmds) {
   if (ticks) {
     clock_ = clock;
     pushed_in_clock_ = false;
-    bsp_pushed_in_clock_ = false;
   }
 }
 
@@ -1541,7 +1541,8 @@ Status ClientImpl::Clock() {
   // dying between its clocks"). It costs the caller one round trip a clock with pushes (under BSP
   // the next pull waits for every worker's Clock anyway), and only in a job that goes on after a
   // worker dies: elsewhere a death ends the job.
-  const bool settle = control_.cluster().survives_worker_death && (has_bsp_table_ || bsp_pushed_in_clock_);
+  // (A push to a BSP table needs one from CreateTable: CheckTable.)
+  const bool settle = control_.cluster().survives_worker_death && has_bsp_table_;
   if (settle) PP_RETURN_IF_ERROR(WaitForEarlierPushesAndClocks());
   auto fs = NewState("clock", num_servers());
   std::vector<std::unique_ptr<Command>> cmds;
@@ -1562,6 +1563,16 @@ Status ClientImpl::Clock() {
   return Sticky();  // (a clock that found no room is not sent: the error Post made sticky)
 }
 
+Status ClientImpl::WaitForHeldBack(const Deadline& deadline) {
+  while (held_back_.load() > 0) {
+    if (deadline.Expired())
+      return Status::DeadlineExceeded(std::to_string(held_back_.load()) + " requests still held back (send_latency_ms) after " +
+                                      std::to_string(options_.request_timeout_ms) + " ms");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return Status::OK();
+}
+
 Status ClientImpl::WaitForEarlierPushesAndClocks() {
   const Deadline deadline = Deadline::In(options_.request_timeout_ms);
   auto fail = [&](Code code, const std::string& what) {
@@ -1572,12 +1583,7 @@ Status ClientImpl::WaitForEarlierPushesAndClocks() {
     if (sticky_.ok()) sticky_ = st;  // its step's pushes may be lost: the clock must not close without them
     return st;
   };
-  while (held_back_.load() > 0) {
-    if (deadline.Expired())
-      return fail(Code::kDeadlineExceeded, std::to_string(held_back_.load()) + " requests still held back "
-                                           "(send_latency_ms) after " + std::to_string(options_.request_timeout_ms) + " ms");
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  if (Status sent = WaitForHeldBack(deadline); !sent.ok()) return fail(sent.code(), sent.message());
   // This clock's pushes to BSP tables (answered or not), then every push and Clock() unanswered.
   std::vector<std::shared_ptr<FutureState>> pushes, clocks;
   {
@@ -1648,13 +1654,7 @@ Status ClientImpl::Finish() {
   // the requests the I/O thread still holds back (send_latency_ms), then every open one; the
   // user's own Futures are not given up on if this times out.
   const Deadline deadline = Deadline::In(options_.request_timeout_ms);
-  while (held_back_.load() > 0) {
-    if (deadline.Expired())
-      return Status::DeadlineExceeded("finish: " + std::to_string(held_back_.load()) +
-                                      " requests still held back (send_latency_ms) after " +
-                                      std::to_string(options_.request_timeout_ms) + " ms");
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  PP_RETURN_IF_ERROR(WaitForHeldBack(deadline).Annotate("finish"));
   std::vector<std::shared_ptr<FutureState>> open;
   {
     std::lock_guard<std::mutex> l(pending_mu_);
