@@ -481,6 +481,36 @@ TEST(WorkerFailure, AWorkerThatStopsSaysWhyAndTheJobHearsAtOnce) {
   }
 }
 
+// A call to the scheduler that leaves the worker as the job ends hears the end at once, not
+// after its timeout: the scheduler answers nothing but its membership once the job is over, and
+// the end had already failed every request the worker held (found: a Barrier() that left the
+// calling thread just before the end arrived waited out its 10 s; seen once in a full run of the
+// test above, forced here by holding worker 0's outgoing messages 300 ms).
+TEST(WorkerFailure, ACallSentAsTheJobEndsHearsTheEndAtOnce) {
+  LocalClusterConfig cfg;
+  cfg.servers = 1;
+  cfg.workers = 2;
+  cfg.heartbeat_timeout_ms = 60000;
+  cfg.client_options = [](int w, ClientOptions* o) {
+    if (w == 0) {
+      o->send_latency_ms = 300;
+      o->request_timeout_ms = 30000;
+    }
+  };
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Status st;
+  const int64_t start = NowMs();
+  std::thread waiter([&] { st = cluster.client(0).Barrier(); });  // sent 300 ms from now
+  ASSERT_TRUE(cluster.client(1).Leave(Status::NotFound("cannot open /nowhere/train-images")).ok());
+  waiter.join();
+  EXPECT_LT(NowMs() - start, 10000);
+  EXPECT_EQ(st.code(), Code::kAborted) << st.ToString();
+  EXPECT_NE(st.message().find("worker 1 stopped: NotFound: cannot open /nowhere/train-images"), std::string::npos)
+      << st.ToString();
+  cluster.FinishAndJoin().IgnoreError();
+}
+
 // Sanitizer builds run 5 to 15 times slower: liveness timeouts stretch to match (as LocalCluster's).
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 constexpr int kTimeoutScale = 10;

@@ -414,6 +414,7 @@ struct Command {
   Header header;
   zmq::message_t keys, values;
   Part part;
+  bool despite_sticky = false;  // a request to the scheduler sent after a sticky error (Leave)
 };
 
 constexpr int kScheduler = -1;
@@ -1108,6 +1109,7 @@ Result<Header> ClientImpl::ControlCall(Header h, const std::string& what, int64_
   auto fs = NewState(what, 1);
   cmd->part.fs = fs;
   cmd->part.target = kScheduler;
+  cmd->despite_sticky = despite_sticky;
   switch (cmd->header.type) {
     case MsgType::kCreateTable: cmd->part.reply_type = MsgType::kCreateTableReply; break;
     case MsgType::kBarrier: cmd->part.reply_type = MsgType::kBarrierReply; break;
@@ -2051,13 +2053,24 @@ void ClientImpl::SendCommand(std::unique_ptr<Command> c) {
     std::lock_guard<std::mutex> l(pending_mu_);
     pending_.emplace(id, std::move(c->part));
   }
-  Status st = control_.Send(c->header);
+  // As SendToServer: an error that came between the caller's check and the line above (the job's
+  // end: FailAll) has not failed this request, and after the end the scheduler answers nothing
+  // but its membership, which this worker already holds (found: a Barrier() posted as the job
+  // aborted waited out its whole timeout). A Leave() goes despite another sticky error, not after
+  // the end.
+  Status st;
+  if (control_.membership().job_state == Membership::kAborted)
+    st = Status::Aborted("job aborted: " + control_.membership().reason);
+  else if (!c->despite_sticky)
+    st = Sticky();
+  if (st.ok()) st = control_.Send(c->header);
   if (!st.ok()) {
+    bool mine;  // (else already completed by whoever took it out)
     {
       std::lock_guard<std::mutex> l(pending_mu_);
-      pending_.erase(id);
+      mine = pending_.erase(id) > 0;
     }
-    fs->Complete(kScheduler, st);
+    if (mine) fs->Complete(kScheduler, st);
     return;
   }
   const int64_t resend = NowMs() + ResendIntervalMs();
