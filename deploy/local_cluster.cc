@@ -40,6 +40,7 @@ Status LocalCluster::Start() {
   so.verify_restore = config_.verify_restore;
   so.checkpoint_timeout_ms = config_.checkpoint_timeout_ms;
   so.checkpoint_keep = config_.checkpoint_keep;
+  so.metrics_port = config_.metrics ? 0 : -1;
   auto s = Scheduler::Create(so);
   if (!s.ok()) return s.status();
   scheduler_ = std::move(s.value());
@@ -57,6 +58,7 @@ Status LocalCluster::Start() {
     o.stats_every_ms = config_.stats_every_ms;
     o.copy_on_write_budget_bytes = config_.copy_on_write_budget_bytes;
     o.copy_on_write_wait_ms = config_.copy_on_write_wait_ms;
+    o.metrics_port = config_.metrics ? 0 : -1;
     if (config_.server_options) config_.server_options(i, &o);
     auto srv = Server::Create(o);
     if (!srv.ok()) return srv.status();

@@ -33,6 +33,7 @@ struct LocalClusterConfig {
   int checkpoint_keep = 2;
   size_t copy_on_write_budget_bytes = ServerOptions().copy_on_write_budget_bytes;  // per server
   int64_t copy_on_write_wait_ms = ServerOptions().copy_on_write_wait_ms;
+  bool metrics = false;  // the scheduler and servers serve /metrics, each on a free port
   // The scheduler address worker w connects to, given the scheduler's own (unset: that one);
   // fault tests put a proxy in between.
   std::function<std::string(int w, const std::string& scheduler)> worker_scheduler_address;
@@ -59,6 +60,7 @@ class LocalCluster {
   // Stops server s (its thread returns): to the scheduler it looks like a dead server.
   void StopServer(int s);
   const std::string& scheduler_address() const { return scheduler_->address(); }
+  int scheduler_metrics_port() const { return scheduler_->metrics_port(); }
   const LocalClusterConfig& config() const { return config_; }
 
   // Runs fn(client, rank) on one thread per worker and waits for all.

@@ -5,11 +5,13 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <vector>
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/time.h"
 #include "common/wire.h"
 #include "server/checkpoint.h"
@@ -85,8 +87,14 @@ class SchedulerImpl final : public Scheduler {
     address_ = a.value();
     // A checkpoint directory that cannot be written fails now, not at the first checkpoint.
     if (!options_.checkpoint_dir.empty()) PP_RETURN_IF_ERROR(EnsureWritableDir(options_.checkpoint_dir));
+    if (options_.metrics_port >= 0) {
+      auto m = MetricsEndpoint::Start(options_.bind_host, options_.metrics_port, [this] { return RenderMetrics(); });
+      if (!m.ok()) return m.status();
+      metrics_ = std::move(m.value());
+    }
     return Status::OK();
   }
+  int metrics_port() const override { return metrics_ ? metrics_->port() : -1; }
   Status PrepareRestore() override {
     if (!restore_prepared_) {
       restore_prepared_ = true;
@@ -250,6 +258,24 @@ class SchedulerImpl final : public Scheduler {
   CheckpointManifest restore_;     // clock 0, no dir: a fresh job
   bool restore_prepared_ = false;
   Status restore_status_;
+
+  // What /metrics shows: copied from the loop's state after each pass (PublishMetrics), read on
+  // the metrics thread (RenderMetrics).
+  struct MetricsSnapshot {
+    Membership membership;
+    bool registered = false;
+    size_t tables = 0, barrier_waiting = 0;
+    size_t servers_registered = 0, workers_registered = 0;  // before the job starts
+    int64_t committed_clock = -1;
+    uint64_t checkpoints = 0;
+  };
+  void PublishMetrics();
+  std::string RenderMetrics() const;
+  uint64_t checkpoints_committed_ = 0;
+  mutable std::mutex metrics_mu_;
+  MetricsSnapshot metrics_snapshot_;  // guarded by metrics_mu_
+  // Declared after everything RenderMetrics reads: destroyed, its thread stopped, before them.
+  std::unique_ptr<MetricsEndpoint> metrics_;
 };
 
 std::string SchedulerImpl::NodeName(const Node& n) const {
@@ -399,6 +425,7 @@ Status SchedulerImpl::Run() {
       if (stalled > 1000) PP_LOG(Warning) << "this loop stalled for " << stalled << " ms; not held against any node";
     }
     last_pass_ms = now;
+    if (metrics_) PublishMetrics();
     // Before the job starts, a registered node gone silent gives its slot back: judged as the
     // running job's nodes are (after the stall is forgiven, on every message that has arrived).
     if (!registered_ && membership_.job_state == Membership::kRunning &&
@@ -448,6 +475,7 @@ Status SchedulerImpl::Run() {
   if (stop_ && membership_.job_state == Membership::kRunning) {
     End(Membership::kAborted, "scheduler stopped");
   }
+  if (metrics_) PublishMetrics();  // (the job's end, for a scrape before the daemon exits)
   if (membership_.job_state == Membership::kFinished) {
     PP_LOG(Info) << "job finished: " << membership_.reason;
     return Status::OK();
@@ -1139,6 +1167,7 @@ void SchedulerImpl::HandleServerCheckpointReply(Node& server, const Message& m) 
                << NowMs() - checkpoint_.started_ms << " ms)";
   for (auto& [rank, wc] : checkpoint_.workers) ReplyTo(wc.waiter, MsgType::kCheckpointReply, Status::OK());
   committed_clock_ = checkpoint_.clock;
+  ++checkpoints_committed_;
   checkpoint_ = PendingCheckpoint();
 }
 
@@ -1169,6 +1198,65 @@ void SchedulerImpl::Broadcast() {
     // A node the end did not reach is told when it next heartbeats, within the end's grace period.
     if (Send(id, h) && membership_.job_state != Membership::kRunning) n.told_end = true;
   }
+}
+
+void SchedulerImpl::PublishMetrics() {
+  std::lock_guard<std::mutex> l(metrics_mu_);
+  MetricsSnapshot& s = metrics_snapshot_;
+  s.membership = membership_;
+  s.registered = registered_;
+  s.servers_registered = servers_.size();
+  s.workers_registered = workers_.size();
+  s.tables = tables_.size();
+  s.barrier_waiting = barrier_.size();
+  s.committed_clock = committed_clock_;
+  s.checkpoints = checkpoints_committed_;
+}
+
+std::string SchedulerImpl::RenderMetrics() const {
+  MetricsSnapshot s;
+  {
+    std::lock_guard<std::mutex> l(metrics_mu_);
+    s = metrics_snapshot_;
+  }
+  const Membership& mem = s.membership;
+  MetricsText m;
+  const char* states[] = {"running", "finished", "aborted"};
+  for (int i = 0; i < 3; ++i)
+    m.Gauge("pushpull_job_state", "The job's state: 1 for the state it is in.", mem.job_state == i,
+            {{"state", states[i]}});
+  m.Gauge("pushpull_job_registered", "1 once every server and worker registered and the job started.", s.registered);
+  if (!s.registered) {
+    m.Gauge("pushpull_job_nodes_registered", "Before the job starts: the nodes registered so far, by role.",
+            double(s.servers_registered), {{"role", "server"}});
+    m.Gauge("pushpull_job_nodes_registered", "", double(s.workers_registered), {{"role", "worker"}});
+  }
+  // (Before the job starts, no worker is in any state.)
+  size_t live = 0, dying = 0, replacing = 0, dead = 0, finished = 0;
+  for (size_t w = 0; s.registered && w < mem.worker_alive.size(); ++w) {
+    if (w < mem.worker_done.size() && mem.worker_done[w]) ++finished;
+    else if (mem.worker_alive[w] == Membership::kWorkerAlive) ++live;
+    else if (mem.worker_alive[w] == Membership::kWorkerDying) ++dying;
+    else if (mem.worker_alive[w] == Membership::kWorkerReplacing) ++replacing;
+    else ++dead;
+  }
+  const std::pair<const char*, size_t> workers[] = {
+      {"live", live}, {"dying", dying}, {"awaiting_replacement", replacing}, {"dead", dead}, {"finished", finished}};
+  for (auto [state, n] : workers)
+    m.Gauge("pushpull_job_workers", "Workers by state (live, dying, awaiting_replacement, dead, finished).", double(n),
+            {{"state", state}});
+  m.Gauge("pushpull_job_workers_expected", "--num_workers.", options_.num_workers);
+  size_t servers_alive = 0;
+  for (size_t i = 0; s.registered && i < mem.server_alive.size(); ++i) servers_alive += mem.server_alive[i] != 0;
+  m.Gauge("pushpull_job_servers_alive", "Servers alive.", double(servers_alive));
+  m.Gauge("pushpull_job_servers_expected", "--num_servers.", options_.num_servers);
+  m.Gauge("pushpull_job_membership_version", "Changes with every death, replacement and finish.", double(mem.version));
+  m.Gauge("pushpull_job_tables", "Tables created.", double(s.tables));
+  m.Gauge("pushpull_job_barrier_waiting", "Workers waiting in a barrier now.", double(s.barrier_waiting));
+  m.Counter("pushpull_job_checkpoints_total", "Checkpoints committed by this scheduler.", double(s.checkpoints));
+  m.Gauge("pushpull_job_checkpoint_clock", "The clock of the newest committed checkpoint (-1: none).",
+          double(s.committed_clock));
+  return m.str();
 }
 
 void SchedulerImpl::End(Membership::JobState state, const std::string& reason) {
@@ -1207,6 +1295,9 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& opt
                           {"table_timeout_ms", options.table_timeout_ms},
                           {"checkpoint_timeout_ms", options.checkpoint_timeout_ms}})
     if (ms < 1) return Status::InvalidArgument(std::string(name) + " must be at least 1, not " + std::to_string(ms));
+  if (options.metrics_port < -1 || options.metrics_port > 65535)
+    return Status::InvalidArgument("metrics_port " + std::to_string(options.metrics_port) +
+                                   " must be in [0, 65535] (0: any free port), or -1 (not served)");
   if (options.checkpoint_keep < 1)
     return Status::InvalidArgument("checkpoint_keep must be at least 1 (the newest checkpoint is always kept), not " +
                                    std::to_string(options.checkpoint_keep));

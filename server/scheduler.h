@@ -42,6 +42,10 @@ struct SchedulerOptions {
   // take the newest intact one under restore_from (false: the servers find damage as they read,
   // and the job fails; for checkpoints too large to read twice).
   bool verify_restore = true;
+  // Serve the job's state (workers live, dying, dead and finished; servers; tables; the last
+  // checkpoint) over HTTP at http://bind_host:metrics_port/metrics in the Prometheus text format
+  // (common/metrics.h; -1: not served, 0: a free port).
+  int metrics_port = -1;
 };
 
 class Scheduler {
@@ -58,6 +62,7 @@ class Scheduler {
   virtual Status Run() = 0;
   virtual void Stop() = 0;
   virtual const std::string& address() const = 0;
+  virtual int metrics_port() const = 0;  // the port /metrics is served at (-1: not served)
 };
 
 }  // namespace pushpull

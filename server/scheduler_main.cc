@@ -40,6 +40,9 @@ DEFINE_bool(verify_restore, true, "with --restore_from: read every file of the c
             "checking its checksum; a damaged newest checkpoint is then passed over for the newest intact one "
             "of the same run before it (false: servers find damage while restoring and the job fails, exit 2); "
             "the nodes' --register_timeout_ms runs meanwhile");
+DEFINE_int32(metrics_port, -1,
+             "serve the job's state (workers live, dying, dead, finished; servers; tables; the last checkpoint) at "
+             "http://BIND_HOST:PORT/metrics in the Prometheus text format (-1: not served; 0: any free port, logged)");
 DEFINE_bool(verbose, false, "debug logging");
 
 int main(int argc, char** argv) {
@@ -93,11 +96,15 @@ int main(int argc, char** argv) {
   o.checkpoint_timeout_ms = FLAGS_checkpoint_timeout_s * 1000;
   o.restore_from = absolute(FLAGS_restore_from);
   o.verify_restore = FLAGS_verify_restore;
+  o.metrics_port = FLAGS_metrics_port;
   auto s = pushpull::Scheduler::Create(o);
   if (!s.ok()) {
     PP_LOG(Error) << s.status().ToString();
     return 2;
   }
+  if ((*s)->metrics_port() >= 0)
+    PP_LOG(Info) << "metrics at http://" << (FLAGS_bind_host == "0.0.0.0" ? FLAGS_advertise_host : FLAGS_bind_host)
+                 << ":" << (*s)->metrics_port() << "/metrics";
   if (!FLAGS_endpoint_file.empty()) {
     std::string tmp = FLAGS_endpoint_file + ".tmp";
     std::ofstream f(tmp);

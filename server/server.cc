@@ -13,11 +13,13 @@
 #include <future>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "common/log.h"
 #include "common/memory.h"
+#include "common/metrics.h"
 #include "common/spsc_queue.h"
 #include "common/time.h"
 #include "common/wire.h"
@@ -86,6 +88,11 @@ class ServerImpl final : public Server {
     // one while the I/O thread is blocked handing it more work, or joining it at shutdown.
     done_.set(zmq::sockopt::rcvhwm, 0);
     done_.bind(done_endpoint_);
+    if (options_.metrics_port >= 0) {
+      auto m = MetricsEndpoint::Start(options_.bind_host, options_.metrics_port, [this] { return RenderMetrics(); });
+      if (!m.ok()) return m.status();
+      metrics_ = std::move(m.value());
+    }
     return Status::OK();
   }
 
@@ -94,8 +101,13 @@ class ServerImpl final : public Server {
   const std::string& address() const override { return address_; }
   int rank() const override { return rank_; }
   const ServerStats& stats() const override { return stats_; }
+  int metrics_port() const override { return metrics_ ? metrics_->port() : -1; }
 
  private:
+  // What /metrics serves (on the metrics thread): stats_, the budgets, and what the request loop
+  // last published (PublishMetrics).
+  std::string RenderMetrics() const;
+  void PublishMetrics();
   void UpdateLoop(int t);
   // Runs r's part in stripe i (ExecuteOrThrow), a failure recorded in r.
   void Execute(Request* r, int i) noexcept;
@@ -218,6 +230,16 @@ class ServerImpl final : public Server {
   // them: the checkpoint writer, a request handed to the update threads, a parked pull.
   std::vector<std::unique_ptr<TableShard>> retired_;
   StalenessHistogram staleness_;
+  // The request loop's own state that /metrics shows, copied every control pass while served.
+  struct MetricsSnapshot {
+    int64_t slowest_clock = -1;  // of the live workers (-1: none)
+    StalenessHistogram staleness;
+    uint64_t membership_version = 0;
+  };
+  mutable std::mutex metrics_mu_;
+  MetricsSnapshot metrics_snapshot_;  // guarded by metrics_mu_
+  // Declared after everything RenderMetrics reads: destroyed, its thread stopped, before them.
+  std::unique_ptr<MetricsEndpoint> metrics_;
   std::vector<std::unique_ptr<SpscQueue<Request>>> queues_;
   std::unique_ptr<std::atomic<int>[]> inflight_;     // per update thread: requests handed over, not done
   int64_t awaiting_done_ = 0;                        // requests handed over whose "done" is not in yet
@@ -368,6 +390,7 @@ Status ServerImpl::Run() {
       stats_.copy_on_write_waits = cow_budget_->waits.load();
       stats_.copy_on_write_overdrafts = cow_budget_->overdrafts.load();
       stats_.table_bytes = table_memory_->used();
+      if (metrics_) PublishMetrics();
       next_control = now + kControlEveryMs;
       if (now >= next_stats) {
         LogStats(now);
@@ -543,6 +566,73 @@ void ServerImpl::LogStats(int64_t now) {
   }
   PP_LOG(Info) << line << tables << spare << ckpt;
   logged_ = {now, pushes, pulls, clocks, in, out};
+}
+
+void ServerImpl::PublishMetrics() {
+  std::lock_guard<std::mutex> l(metrics_mu_);
+  metrics_snapshot_.slowest_clock = min_live_ == std::numeric_limits<int64_t>::max() ? -1 : min_live_;
+  metrics_snapshot_.staleness = staleness_;
+  metrics_snapshot_.membership_version = control_.membership().version;
+}
+
+std::string ServerImpl::RenderMetrics() const {
+  MetricsSnapshot snap;
+  {
+    std::lock_guard<std::mutex> l(metrics_mu_);
+    snap = metrics_snapshot_;
+  }
+  const MetricsText::Labels server = {{"server", std::to_string(rank_.load())}};
+  MetricsText m;
+  auto counter = [&](const char* name, const char* help, uint64_t v) {
+    m.Counter(std::string("pushpull_server_") + name, help, double(v), server);
+  };
+  auto gauge = [&](const char* name, const char* help, double v) {
+    m.Gauge(std::string("pushpull_server_") + name, help, v, server);
+  };
+  counter("pushes_total", "Push requests taken to apply (refused ones count in refused_total).", stats_.pushes);
+  counter("pulls_total", "Pull requests taken to answer.", stats_.pulls);
+  counter("clocks_total", "Clock requests taken.", stats_.clocks);
+  counter("malformed_total", "Messages dropped or answered with an error because they did not decode.",
+          stats_.bad_messages);
+  counter("refused_total", "Well-formed requests refused (a wrong shape, a non-finite gradient, a limit).",
+          stats_.rejected);
+  counter("duplicates_total", "Requests asked again after a reconnect: answered once, never run twice.",
+          stats_.duplicates);
+  counter("received_bytes_total", "Bytes received in requests (headers and keys included).", stats_.bytes_in);
+  counter("sent_bytes_total", "Bytes of values sent in pull replies.", stats_.bytes_out);
+  counter("parked_pulls_total", "Pulls that waited for slower workers (SSP, BSP).", stats_.parked_pulls);
+  gauge("parked_pulls", "Pulls waiting for slower workers now.", double(stats_.parked_now.load()));
+  gauge("slowest_worker_clock", "The clock of the slowest live worker (-1: none yet).", double(snap.slowest_clock));
+  gauge("max_staleness", "The largest staleness a pull was answered at, in clocks.", double(stats_.max_staleness.load()));
+  {
+    std::vector<double> bounds;
+    std::vector<uint64_t> counts;
+    double sum = 0;
+    for (int b = 0; b < StalenessHistogram::kBuckets; ++b) {
+      if (b + 1 < StalenessHistogram::kBuckets) bounds.push_back(b);
+      counts.push_back(snap.staleness.counts()[b]);
+      sum += double(b) * double(snap.staleness.counts()[b]);  // (the last bucket at its bound: a lower bound)
+    }
+    m.Histogram("pushpull_server_pull_staleness", "Clocks a pull's answer was behind its worker's clock.", bounds,
+                counts, sum, server);
+  }
+  gauge("tables", "Tables this server holds a shard of.", double(stats_.tables.load()));
+  gauge("table_bytes", "What this server's tables hold (parameters, optimizer slots, steps, key index).",
+        double(table_memory_->used()));
+  if (table_memory_->limit() != std::numeric_limits<size_t>::max())
+    gauge("table_bytes_limit", "The limit on table_bytes (--max_table_mb).", double(table_memory_->limit()));
+  gauge("copy_on_write_bytes", "Parameter arrays that pull replies still hold while pushes moved on.",
+        double(cow_budget_->used()));
+  gauge("copy_on_write_budget_bytes", "The limit on copy_on_write_bytes (--copy_on_write_budget_mb).",
+        double(cow_budget_->limit()));
+  counter("copy_on_write_waits_total", "Pushes that waited for a pull reply to be sent (the budget spent).",
+          cow_budget_->waits.load());
+  counter("copy_on_write_overdrafts_total", "Pushes that copied over the budget after --copy_on_write_wait_ms.",
+          cow_budget_->overdrafts.load());
+  counter("checkpoints_total", "Checkpoint files this server wrote.", stats_.checkpoints);
+  gauge("membership_version", "The scheduler's membership version this server holds.", double(snap.membership_version));
+  gauge("resident_bytes", "The server process's resident memory.", double(ResidentBytes()));
+  return m.str();
 }
 
 void ServerImpl::CountBad(const Status& st, const char* what) {
@@ -1530,6 +1620,9 @@ Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   if (options.port < 0 || options.port > 65535 || options.advertise_port < 0 || options.advertise_port > 65535)
     return Status::InvalidArgument("port " + std::to_string(options.port) + " and advertise_port " +
                                    std::to_string(options.advertise_port) + " must be in [0, 65535] (0: any free port)");
+  if (options.metrics_port < -1 || options.metrics_port > 65535)
+    return Status::InvalidArgument("metrics_port " + std::to_string(options.metrics_port) +
+                                   " must be in [0, 65535] (0: any free port), or -1 (not served)");
   PP_RETURN_IF_ERROR(options.control.Validate());
   auto s = std::make_unique<ServerImpl>(options);
   PP_RETURN_IF_ERROR(s->Init());

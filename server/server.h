@@ -38,6 +38,9 @@ struct ServerOptions {
   // refused with ResourceExhausted, naming the table, and the server goes on serving; without
   // it a worker pushing ever new keys grows the server until the machine kills it.
   size_t max_table_bytes = std::numeric_limits<size_t>::max();
+  // Serve this server's counters and gauges over HTTP at http://bind_host:metrics_port/metrics, in
+  // the Prometheus text format (common/metrics.h; -1: not served, 0: a free port).
+  int metrics_port = -1;
 };
 
 struct ServerStats {
@@ -70,6 +73,7 @@ class Server {
   virtual const std::string& address() const = 0;
   virtual int rank() const = 0;  // -1 before registration
   virtual const ServerStats& stats() const = 0;
+  virtual int metrics_port() const = 0;  // the port /metrics is served at (-1: not served)
 };
 
 }  // namespace pushpull

@@ -35,6 +35,9 @@ DEFINE_int64(max_table_mb, 0,
              "a table creation or a push or pull of new sparse keys past it is refused with ResourceExhausted, "
              "which ends the job with a message (exit 2, not restarted) instead of the machine killing the server "
              "(0: no limit)");
+DEFINE_int32(metrics_port, -1,
+             "serve this server's counters and gauges (requests, bytes, staleness, memory, slowest worker) at "
+             "http://BIND_HOST:PORT/metrics in the Prometheus text format (-1: not served; 0: any free port, logged)");
 DEFINE_bool(verbose, false, "debug logging");
 
 int main(int argc, char** argv) {
@@ -90,11 +93,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (FLAGS_max_table_mb > 0) o.max_table_bytes = size_t(FLAGS_max_table_mb) << 20;
+  o.metrics_port = FLAGS_metrics_port;
   auto s = pushpull::Server::Create(o);
   if (!s.ok()) {
     PP_LOG(Error) << s.status().ToString();
     return 2;
   }
+  if ((*s)->metrics_port() >= 0)
+    PP_LOG(Info) << "metrics at http://" << (FLAGS_bind_host == "0.0.0.0" ? FLAGS_advertise_host : FLAGS_bind_host)
+                 << ":" << (*s)->metrics_port() << "/metrics";
   auto on_stop = pushpull::CallOnStopSignal([&] { (*s)->Stop(); });
   pushpull::Status st = (*s)->Run();
   if (!st.ok()) PP_LOG(Error) << st.ToString();
