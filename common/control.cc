@@ -135,6 +135,14 @@ bool ControlChannel::Receive(Message* out, bool* membership_changed) {
     PP_LOG(Info) << "heard from the scheduler again";
     warned_silence_ = false;
   }
+  if (out->header.type == MsgType::kRegisterReply && rank_ >= 0 && out->header.status != Code::kOk) {
+    if (dropped_.ok()) {
+      dropped_ = Status::Aborted("the scheduler at " + options_.scheduler + " no longer counts this node: " +
+                                 out->header.error);
+      PP_LOG(Error) << dropped_.message();
+    }
+    return false;
+  }
   if (out->header.type == MsgType::kMembership) {
     if (ApplyMembership(out->header.membership)) *membership_changed = true;
     return false;
@@ -143,6 +151,7 @@ bool ControlChannel::Receive(Message* out, bool* membership_changed) {
 }
 
 Status ControlChannel::Tick(bool at_once) {
+  if (!dropped_.ok()) return dropped_;
   int64_t now = NowMs();
   if (at_once) next_heartbeat_ms_ = now;
   if (now - last_heard_ms_ > options_.scheduler_timeout_ms)

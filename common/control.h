@@ -45,8 +45,13 @@ class ControlChannel {
   bool Receive(Message* out, bool* membership_changed);
 
   // Sends a heartbeat when one is due (or now); Unavailable when the scheduler has been silent
-  // too long.
+  // too long, Aborted once it said it no longer counts this node (dropped()).
   Status Tick(bool at_once = false);
+  // After registration, the scheduler answering with a refused registration: it declared this
+  // node dead (silent past its timeout, yet alive), or it is another scheduler (restarted at the
+  // same address) that never registered it. Either way nothing this node asks will be answered:
+  // the node stops. OK until then.
+  const Status& dropped() const { return dropped_; }
   // Milliseconds until the next Tick is due (for poll timeouts).
   int64_t MsUntilTick() const;
 
@@ -63,6 +68,7 @@ class ControlChannel {
   Membership membership_;
   int64_t last_heard_ms_ = 0;
   bool warned_silence_ = false;  // the scheduler silent for half the timeout: said once
+  Status dropped_;
   int64_t next_heartbeat_ms_ = 0;
   std::vector<zmq::message_t> frames_;
 };

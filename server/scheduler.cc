@@ -27,6 +27,7 @@ struct Node {
   bool alive = true;
   bool done = false;
   Status left;  // why it stopped early, as it said (Client::Leave; a server stopped mid-job)
+  std::string death;  // why it was declared dead (alive false)
   bool told_end = false;   // has been sent the final membership
   bool end_heard = false;  // told_end only once it heartbeats that it holds the final membership
   int64_t last_seen_ms = 0;
@@ -168,7 +169,11 @@ class SchedulerImpl final : public Scheduler {
   // (kWorkerClocks), or kDyingReportMs passed; then it is dead (or awaits a replacement) at the
   // clock they agree on (DESIGN.md, "A worker dying between its clocks").
   void HandleWorkerClocks(const Node& server, const Message& m);
-  void SettleDying();
+  // Past a dying worker's deadline, decides without the servers that have not reported; only from
+  // CheckLiveness, whose pass has forgiven a stall first (found in review: the first report
+  // handled after a stall found the deadline passed and decided on that one server's word, with
+  // the others' reports next in the same batch).
+  void SettleDying(bool decide_without_missing = false);
   int LiveWorkers() const;
   // A worker dying or declared dead: the new membership goes out, and what waited on the worker
   // (a barrier, a checkpoint, the job's end) is looked at again.
@@ -422,6 +427,8 @@ Status SchedulerImpl::Run() {
     const int64_t now = NowMs(), stalled = now - last_pass_ms - kPassSlackMs;
     if (stalled > 0 && stalled + kPassSlackMs >= options_.heartbeat_timeout_ms / 2) {
       for (auto& [id, n] : nodes_) n.last_seen_ms = std::min(now, n.last_seen_ms + stalled);
+      // (And the wait for the servers' word on a dying worker's clock: theirs may be in.)
+      for (auto& [rank, d] : dying_) d.deadline = Deadline::In(d.deadline.at_ms() + stalled - now);
       if (stalled > 1000) PP_LOG(Warning) << "this loop stalled for " << stalled << " ms; not held against any node";
     }
     last_pass_ms = now;
@@ -516,7 +523,18 @@ void SchedulerImpl::Handle(Message& m) {
   Node& n = it->second;
   n.last_seen_ms = NowMs();
   if (!n.alive) {
-    // Declared dead already: tell it so it stops.
+    // Declared dead already, yet it speaks (silent past the timeout: a paused process, a network
+    // partition that healed): tell it so it stops. A worker in a running job hears it as a
+    // registration the scheduler no longer holds, which ends the node (ControlChannel), with its
+    // calls: the membership alone does not say which node it is (under --on_worker_death=wait its
+    // rank may be alive again, another worker's), and its requests are never answered (found in
+    // review: a Barrier() of a worker declared dead waited out its whole deadline).
+    if (n.role == Role::kWorker && membership_.job_state == Membership::kRunning) {
+      ReplyTo(Waiter{identity, 0}, MsgType::kRegisterReply,
+              Status::Aborted("the scheduler declared this worker dead (" + n.death +
+                              ") and the job went on without it: it must stop"));
+      return;
+    }
     Header h;
     h.type = MsgType::kMembership;
     h.membership = membership_;
@@ -911,6 +929,7 @@ void SchedulerImpl::CheckLiveness(int64_t now) {
     std::string why = left ? NodeName(n) + " stopped: " + n.left.ToString()
                            : NodeName(n) + " sent no heartbeat for " + std::to_string(now - n.last_seen_ms) +
                                  " ms (timeout " + std::to_string(options_.heartbeat_timeout_ms) + " ms)";
+    n.death = why;
     PP_LOG(Error) << why << ": declared dead";
     if (n.role == Role::kServer) {
       membership_.server_alive[n.rank] = 0;
@@ -959,7 +978,7 @@ void SchedulerImpl::CheckLiveness(int64_t now) {
     }
     AnnounceWorkerDeaths("worker died; asking the servers where its clock is");
   }
-  SettleDying();
+  SettleDying(/*decide_without_missing=*/true);
 }
 
 int SchedulerImpl::LiveWorkers() const {
@@ -984,10 +1003,10 @@ void SchedulerImpl::HandleWorkerClocks(const Node& server, const Message& m) {
   r.version = version;
   r.clocks = m.header.worker_clocks;
   r.settled = m.header.worker_settled;
-  SettleDying();
+  SettleDying(/*decide_without_missing=*/false);
 }
 
-void SchedulerImpl::SettleDying() {
+void SchedulerImpl::SettleDying(bool decide_without_missing) {
   if (dying_.empty() || membership_.job_state != Membership::kRunning) return;
   bool changed = false;
   for (auto it = dying_.begin(); it != dying_.end();) {
@@ -1009,7 +1028,7 @@ void SchedulerImpl::SettleDying() {
       if (c > highest) highest = c, settled = s_settled;
       else if (c == highest) settled = settled || s_settled;
     }
-    if (!missing.empty() && !d.deadline.Expired()) {
+    if (!missing.empty() && (!decide_without_missing || !d.deadline.Expired())) {
       ++it;
       continue;
     }
@@ -1069,6 +1088,16 @@ void SchedulerImpl::HandleCheckpoint(Node& worker, const Message& m) {
     ReplyTo(w, MsgType::kCheckpointReply,
             Status::InvalidArgument("a run's description must be one line of at most " + std::to_string(kMaxRunText) +
                                     " bytes"));
+    return;
+  }
+  if (checkpoint_.writing && !checkpoint_.workers.count(worker.rank) && m.header.clock == checkpoint_.clock &&
+      m.header.address == checkpoint_.run) {
+    // A worker that asks for the checkpoint being written, having not asked before: the
+    // replacement of one that asked and died meanwhile (it catches up on the checkpoint due at
+    // the clock it starts at). It is answered with the others, at the commit.
+    PP_LOG(Info) << "worker " << worker.rank << " joins the checkpoint at clock " << checkpoint_.clock
+                 << " being written";
+    checkpoint_.workers[worker.rank] = {w, m.header.clock, m.header.address};
     return;
   }
   if (checkpoint_.writing || checkpoint_.workers.count(worker.rank)) {

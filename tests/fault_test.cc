@@ -305,6 +305,59 @@ TEST(WorkerReplacement, ADeadWorkersCheckpointAskIsNotItsReplacements) {
   std::filesystem::remove_all(tmpl);
 }
 
+// A worker that dies while the servers write the checkpoint it asked for: its replacement, which
+// catches up on that checkpoint (it starts at its clock), joins the one being written and is
+// answered when it commits (found in review: it was refused "a checkpoint in progress", failed,
+// and the rank went back to waiting for a replacement). The servers' answers are lost until then
+// (a proxy on server 0's control connection), which keeps the checkpoint in its writing phase.
+TEST(WorkerReplacement, AReplacementJoinsTheCheckpointBeingWritten) {
+  char tmpl[] = "/tmp/pp-ckpt-writing-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  TcpProxy proxy;
+  auto lose = std::make_shared<std::atomic<bool>>(true);
+  proxy.DropToUpstream([lose](const std::vector<std::string>& frames, int64_t) {
+    Header h;
+    return lose->load() && !frames.empty() && DecodeHeader(frames[0].data(), frames[0].size(), &h).ok() &&
+           h.type == MsgType::kCheckpointReply;
+  });
+  LocalClusterConfig cfg;
+  cfg.workers = 2;
+  cfg.wait_for_replacement = true;
+  cfg.checkpoint_dir = tmpl;
+  cfg.server_options = ServerControlThrough(proxy, 0);
+  auto instances = std::make_shared<std::atomic<int>>(0);
+  cfg.client_options = [instances](int w, ClientOptions* o) {
+    if (w == 1 && instances->fetch_add(1) == 0) o->checkpoint_timeout_ms = 300;  // (as above)
+  };
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  TableSpec spec = Dense("w", 8);
+  spec.consistency = *ParseConsistency("asp");
+  for (int w = 0; w < 2; ++w) ASSERT_TRUE(cluster.client(w).CreateTable(spec).ok());
+  for (int w = 0; w < 2; ++w) ASSERT_TRUE(cluster.client(w).Clock().ok());
+  Status first;
+  std::thread w0([&] { first = cluster.client(0).Checkpoint(); });
+  // Both asked: the server writes (its answer lost), and worker 1 gives up waiting, and dies.
+  EXPECT_EQ(cluster.client(1).Checkpoint().code(), Code::kDeadlineExceeded);
+  ASSERT_TRUE(Eventually([&] { return cluster.server(0).stats().checkpoints == 1; }));
+  cluster.KillClient(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(cfg.heartbeat_timeout_ms + 500));
+  ASSERT_TRUE(cluster.ReplaceClient(1).ok());
+  Client& fresh = cluster.client(1);
+  ASSERT_EQ(fresh.clock(), 1);
+  Status caught_up;
+  std::thread w1([&] { caught_up = fresh.Checkpoint(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  lose->store(false);  // the server's next answer (to the scheduler's asking again) arrives
+  w0.join();
+  w1.join();
+  EXPECT_TRUE(first.ok()) << first.ToString();
+  EXPECT_TRUE(caught_up.ok()) << caught_up.ToString();
+  EXPECT_EQ(cluster.server(0).stats().checkpoints, 1u);  // written once
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+  std::filesystem::remove_all(tmpl);
+}
+
 // Nobody takes the dead worker's place in time: the job aborts, naming its rank and the flag.
 TEST(WorkerReplacement, NoReplacementInTimeAbortsTheJobNamingTheRank) {
   LocalClusterConfig cfg;
@@ -479,6 +532,43 @@ TEST(WorkerFailure, AWorkerThatStopsSaysWhyAndTheJobHearsAtOnce) {
     // and pushpull-launch does not restart the job.
     EXPECT_EQ(cluster.scheduler_status().code(), Code::kNotFound) << cluster.scheduler_status().ToString();
   }
+}
+
+// A worker declared dead while it was alive (its connection to the scheduler stalled past the
+// heartbeat timeout: a paused process, a partition that healed) is told so the moment it speaks
+// again, and stops, with its calls failing saying why; it was answered only with memberships,
+// which do not say which node is dead, and its Barrier() waited out its whole deadline (found in
+// review). The job goes on without it.
+TEST(WorkerFailure, AWorkerDeclaredDeadWhileAliveIsToldAndStops) {
+  TcpProxy proxy;
+  LocalClusterConfig cfg;
+  cfg.servers = 1;
+  cfg.workers = 2;
+  cfg.heartbeat_timeout_ms = 600;
+  cfg.continue_on_worker_death = true;
+  cfg.worker_scheduler_address = WorkerControlThrough(proxy, 1);
+  cfg.client_options = [](int w, ClientOptions* o) {
+    o->scheduler_timeout_ms = 60000;  // (worker 1 must not give up on the silence itself)
+    o->request_timeout_ms = 60000;
+  };
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  proxy.Hold(/*to_upstream=*/true, /*from_upstream=*/true);
+  // Under --on_worker_death=continue worker 0's barrier passes once worker 1 is declared dead.
+  ASSERT_TRUE(cluster.client(0).Barrier().ok());
+  proxy.Cut();  // the stall ends: worker 1's connection comes back
+  const int64_t start = NowMs();
+  Status st = cluster.client(1).Barrier();
+  EXPECT_LT(NowMs() - start, 10000);
+  EXPECT_EQ(st.code(), Code::kAborted) << st.ToString();
+  EXPECT_NE(st.message().find("the scheduler declared this worker dead (worker 1"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("sent no heartbeat"), std::string::npos) << st.ToString();
+  // Whatever it calls next fails the same way, at once.
+  auto t = cluster.client(1).CreateTable(Dense("w", 8));
+  EXPECT_EQ(t.status().code(), Code::kAborted) << t.status().ToString();
+  ASSERT_TRUE(cluster.client(0).Finish().ok());
+  cluster.FinishAndJoin().IgnoreError();  // (worker 1's Finish fails: it was told to stop)
+  EXPECT_TRUE(cluster.scheduler_status().ok()) << cluster.scheduler_status().ToString();
 }
 
 // A call to the scheduler that leaves the worker as the job ends hears the end at once, not

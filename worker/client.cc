@@ -2056,12 +2056,14 @@ void ClientImpl::SendCommand(std::unique_ptr<Command> c) {
   // As SendToServer: an error that came between the caller's check and the line above (the job's
   // end: FailAll) has not failed this request, and after the end the scheduler answers nothing
   // but its membership, which this worker already holds (found: a Barrier() posted as the job
-  // aborted waited out its whole timeout). A Leave() goes despite another sticky error, not after
-  // the end.
-  Status st;
-  if (control_.membership().job_state == Membership::kAborted)
-    st = Status::Aborted("job aborted: " + control_.membership().reason);
-  else if (!c->despite_sticky)
+  // aborted waited out its whole timeout); nor does it answer a node it no longer counts. A
+  // Leave() goes despite another sticky error, not after those.
+  const Membership& mem = control_.membership();
+  Status st = control_.dropped();
+  if (st.ok() && mem.job_state != Membership::kRunning)
+    st = Status::Aborted(std::string(mem.job_state == Membership::kAborted ? "job aborted: " : "job finished: ") +
+                         mem.reason);
+  else if (st.ok() && !c->despite_sticky)
     st = Sticky();
   if (st.ok()) st = control_.Send(c->header);
   if (!st.ok()) {
