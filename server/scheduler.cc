@@ -562,6 +562,17 @@ void SchedulerImpl::Handle(Message& m) {
   }
   switch (type) {
     case MsgType::kHeartbeat: {
+      if (m.header.clock == 0) {
+        // Holding no membership yet (a node in its Register(), which heartbeats with clock 0):
+        // the answer to its registration was lost with a dropped connection. Sent again; it
+        // waited out its registration deadline while the job counted it alive (found in review).
+        Header h = RegisterReply();
+        h.sender_rank = n.rank;
+        h.request_id = n.register_request;
+        if (Send(identity, h))
+          PP_LOG(Warning) << NodeName(n) << " has not heard that it registered: told again";
+        break;
+      }
       Header h;
       h.type = MsgType::kMembership;
       h.membership = membership_;

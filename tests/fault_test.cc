@@ -534,6 +534,37 @@ TEST(WorkerFailure, AWorkerThatStopsSaysWhyAndTheJobHearsAtOnce) {
   }
 }
 
+// A node whose registration answer is lost (its connection dropped as the job started) is told
+// again at its next heartbeat, not left waiting out its registration deadline while the job
+// counts it alive (found in review).
+TEST(ConnectionFailure, ALostRegistrationAnswerIsSentAgain) {
+  TcpProxy proxy;
+  proxy.DropFromUpstream([lost = std::make_shared<std::atomic<bool>>(false)](const std::vector<std::string>& frames,
+                                                                              int64_t) {
+    Header h;
+    return !frames.empty() && DecodeHeader(frames[0].data(), frames[0].size(), &h).ok() &&
+           h.type == MsgType::kRegisterReply && !lost->exchange(true);
+  });
+  LocalClusterConfig cfg;
+  cfg.servers = 1;
+  cfg.workers = 2;
+  cfg.worker_scheduler_address = WorkerControlThrough(proxy, 1);
+  LocalCluster cluster(cfg);
+  const int64_t start = NowMs();
+  ASSERT_TRUE(cluster.Start().ok());
+  EXPECT_LT(NowMs() - start, 10000);  // (its registration deadline here: 30 s)
+  EXPECT_EQ(cluster.client(1).rank(), 1);
+  EXPECT_EQ(cluster.client(1).num_servers(), 1);
+  ASSERT_TRUE(cluster.client(0).CreateTable(Dense("w", 8)).ok());
+  ASSERT_TRUE(cluster.client(1).CreateTable(Dense("w", 8)).ok());
+  Status b0;
+  std::thread w0([&] { b0 = cluster.client(0).Barrier(); });
+  EXPECT_TRUE(cluster.client(1).Barrier().ok());
+  w0.join();
+  EXPECT_TRUE(b0.ok()) << b0.ToString();
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 // A worker declared dead while it was alive (its connection to the scheduler stalled past the
 // heartbeat timeout: a paused process, a partition that healed) is told so the moment it speaks
 // again, and stops, with its calls failing saying why; it was answered only with memberships,
