@@ -252,5 +252,44 @@ TEST(Monitoring, TheSchedulerAndServersReportTheJob) {
   EXPECT_EQ(Sample(job, "pushpull_job_state{state=\"finished\"}"), 1.0) << job;
 }
 
+// pushpull-launch --metrics_port: the scheduler at the port, server s at port + 1 + s, each
+// scraped while the job (real processes) runs.
+TEST(Monitoring, TheLauncherServesEachDaemonsMetrics) {
+  // (Three consecutive free ports: the first of a bound range the kernel picked, let go.)
+  int port = 0;
+  for (int attempt = 0; attempt < 20 && port == 0; ++attempt) {
+    auto probe = MetricsEndpoint::Start("127.0.0.1", 0, [] { return std::string(); });
+    ASSERT_TRUE(probe.ok());
+    const int p = (*probe)->port();
+    probe->reset();
+    if (p > 65000) continue;
+    auto next = MetricsEndpoint::Start("127.0.0.1", p + 1, [] { return std::string(); });
+    auto after = MetricsEndpoint::Start("127.0.0.1", p + 2, [] { return std::string(); });
+    if (next.ok() && after.ok()) port = p;
+  }
+  ASSERT_GT(port, 0);
+  std::string scheduler_text, server_text;
+  std::string out;
+  const int code = RunCommandLines(
+      BinDir() + "/pushpull-launch --servers=2 --workers=1 --metrics_port=" + std::to_string(port) +
+          " -- --app=linreg --epochs=150",  // (seconds: scraped after the first epoch)
+      120, &out, [&](const std::string& line) {
+        // (Once a worker trains, its servers count: scraped then, both daemons alive.)
+        if (server_text.empty() && line.find("[worker 0]") != std::string::npos &&
+            line.find("epoch") != std::string::npos) {
+          scheduler_text = Get(port);
+          server_text = Get(port + 2);
+        }
+      });
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("metrics at http://127.0.0.1:" + std::to_string(port) + "/metrics"), std::string::npos) << out;
+  EXPECT_EQ(Sample(scheduler_text, "pushpull_job_workers{state=\"live\"}"), 1.0) << scheduler_text << out;
+  EXPECT_EQ(Sample(scheduler_text, "pushpull_job_servers_alive"), 2.0) << scheduler_text;
+  EXPECT_GT(Sample(server_text, "pushpull_server_pushes_total{server=\"1\"}"), 0.0) << server_text;
+  // A port the launcher cannot give out: refused before anything starts.
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --metrics_port=65535 -- --app=linreg", 30, &out), 2) << out;
+  EXPECT_NE(out.find("--metrics_port must be"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace pushpull
