@@ -116,6 +116,11 @@ Child Spawn(const std::string& name, const std::string& role, const std::vector<
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
+    // A process group of its own: a Ctrl-C at the terminal (SIGINT to the foreground group) reaches
+    // the launcher only, which stops each child with one SIGTERM. Sent both, a child took the
+    // launcher's as a second signal and exited at once (143), without telling the job (found in
+    // review).
+    setpgid(0, 0);
     dup2(fds[1], 1);
     dup2(fds[1], 2);
     std::vector<char*> args;

@@ -2403,6 +2403,21 @@ TEST(MultiProcess, LauncherStoppedBySigtermExits143) {
   EXPECT_NE(out.find("terminated; stopping every process"), std::string::npos) << out;
 }
 
+// A Ctrl-C at the terminal (SIGINT to the launcher's whole process group, as the terminal sends
+// it) stops every process once, cleanly: each was sent the terminal's SIGINT and the launcher's
+// SIGTERM, took the second for a second signal and exited at once (143) without telling the job
+// (found in review). The children now have process groups of their own.
+TEST(MultiProcess, ACtrlCStopsEveryProcessCleanly) {
+  std::string out;
+  const int rc = RunCommand("sh -c 'setsid " + BinDir() +
+                                "/pushpull-launch --servers=1 --workers=1 -- --app=linreg --epochs=100000 "
+                                "--examples=4000 --progress_s=0 & p=$!; sleep 3; /bin/kill -s INT -- -$p; wait $p'",
+                            60, &out);
+  EXPECT_EQ(rc, 130) << out;
+  EXPECT_NE(out.find("interrupted; stopping every process"), std::string::npos) << out;
+  EXPECT_EQ(out.find("exited with status 143"), std::string::npos) << out;
+}
+
 // A restart uses only checkpoints its own job wrote: one an earlier job left in the directory is
 // not resumed (here the server dies before this job's first checkpoint).
 TEST(MultiProcess, LauncherRestartIgnoresAnEarlierJobsCheckpoint) {
