@@ -136,10 +136,21 @@ Result<StartPoint> FirstEpochOf(int64_t c, int epochs, const std::function<int64
     PP_LOG(Info) << app_name << ": resuming after epoch " << e << " (clock " << c << ")";
     return StartPoint{e + 1, 0};
   }
-  return Status::FailedPrecondition(std::string(app_name) + ": restored at clock " + std::to_string(c) +
-                                    ", which ends no epoch of this run (epochs end at clocks " +
-                                    std::to_string(clock_after(1)) + ", " + std::to_string(clock_after(2)) +
-                                    ", ...): resume with the data, batch size and workers of the checkpointed run");
+  // Both are the run's flags against the checkpoint's: InvalidArgument, a setup error (exit 2, not
+  // restarted into the same failure; found in review: FailedPrecondition, exit 1, was).
+  if (epochs >= 1 && c > clock_after(epochs)) {
+    int e = epochs + 1;
+    while (e < epochs + 1000000 && clock_after(e) < c) ++e;
+    return Status::InvalidArgument(
+        std::string(app_name) + ": the checkpoint (clock " + std::to_string(c) + ") is " +
+        (clock_after(e) == c ? "after epoch " + std::to_string(e) : "past epoch " + std::to_string(e - 1)) +
+        ", beyond this run's last (--epochs=" + std::to_string(epochs) + "): resume with --epochs=" +
+        std::to_string(clock_after(e) == c ? e : e - 1) + " or more");
+  }
+  return Status::InvalidArgument(std::string(app_name) + ": restored at clock " + std::to_string(c) +
+                                 ", which ends no epoch of this run (epochs end at clocks " +
+                                 std::to_string(clock_after(1)) + ", " + std::to_string(clock_after(2)) +
+                                 ", ...): resume with the data, batch size and workers of the checkpointed run");
 }
 }  // namespace
 

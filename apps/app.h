@@ -51,9 +51,10 @@ struct AppOptions {
 // Checkpoints at epoch ends, and resuming from one. A job restored from a checkpoint starts at the
 // checkpoint's clock (Client::clock()); clock_after(e) is this app's clock at the end of epoch e
 // (0 for e = 0). Returns the first epoch to run: 1 in a fresh job, the one after the checkpoint's
-// otherwise; epochs + 1 when the checkpoint is after the last epoch (the job had trained, then was
-// restarted before it ended: the app evaluates the restored model and ends); FailedPrecondition
-// when the clock ends no epoch of this run (other data, batch size or worker count);
+// otherwise; epochs + 1 when the checkpoint is at the last epoch's end (the job had trained, then
+// was restarted before it ended: the app evaluates the restored model and ends); InvalidArgument
+// when the clock ends no epoch of this run (other data, batch size or worker count) or is past
+// its last epoch (fewer --epochs than the checkpointed run trained);
 // InvalidArgument when checkpoints are asked for (app.checkpoint_every_epochs) in a job without
 // them (the scheduler has no checkpoint directory): before training, not after the first epoch.
 // A client that took a dead worker's place (Client::replacement()) may start mid-epoch: `skip` is

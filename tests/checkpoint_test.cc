@@ -883,6 +883,22 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
               std::string::npos) << st.ToString();
   });
   other.FinishAndJoin().IgnoreError();
+  // Restored with fewer --epochs than it had trained: a setup error naming the epoch (exit 2; it
+  // was FailedPrecondition, exit 1, and a launcher restarted into it).
+  LocalCluster fewer(cfg);
+  ASSERT_TRUE(fewer.Start().ok());
+  AppOptions three = app;
+  three.epochs = 3;
+  fewer.RunWorkers([&](Client& c, int w) {
+    AppResult r;
+    Status st = RunLinreg(c, three, o, &r);
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("the checkpoint (clock 40) is after epoch 4, beyond this run's last (--epochs=3): "
+                                "resume with --epochs=4 or more"),
+              std::string::npos)
+        << st.ToString();
+  });
+  fewer.FinishAndJoin().IgnoreError();
 
   // The newest checkpoint damaged (one byte of a server's file):
   {
