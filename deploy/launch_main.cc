@@ -197,6 +197,18 @@ int main(int argc, char** argv) {
                             "launch_main", true,  // leaves what follows "--" in argv
                             "flags for the workers (--app=..., see pushpull-worker --help) go after \"--\"");
   std::vector<std::string> worker_args(argv + 1, argv + argc);
+  // The launcher gives each worker these; after "--" they would override them (every worker
+  // asking for one rank, a consistency the servers' tables were not told of).
+  for (const std::string& a : worker_args)
+    for (const char* own : {"--rank", "--scheduler", "--consistency", "--heartbeat_interval_ms", "--register_timeout_ms"})
+      if (a == own || a.rfind(std::string(own) + "=", 0) == 0) {
+        std::fprintf(stderr, "pushpull-launch: %s is the launcher's to give each worker%s; not after \"--\"\n", own,
+                     std::string(own) == "--consistency" || std::string(own) == "--heartbeat_interval_ms" ||
+                             std::string(own) == "--register_timeout_ms"
+                         ? " (give it before \"--\")"
+                         : "");
+        return 2;
+      }
   if (FLAGS_servers < 1 || FLAGS_workers < 1) {
     std::fprintf(stderr, "pushpull-launch: --servers and --workers must be >= 1\n");
     return 2;
@@ -413,10 +425,11 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       Drain(c, true);
       const bool failed = Failed(st);
       if (failed || c.role == "scheduler") Say(c.name + " (pid " + std::to_string(c.pid) + ") " + Describe(st));
-      if (c.role == "worker" && WIFEXITED(st) && WEXITSTATUS(st) == 2) {
+      if (WIFEXITED(st) && WEXITSTATUS(st) == 2) {
         // Bad flags or setup: it fails the same way again, whoever noticed first (a worker that
         // stops tells the scheduler why, which may end the job, and exit 1, before the worker
-        // has exited).
+        // has exited; a server's setup error, another worker's exit 1 first: found in review, a
+        // server's or the scheduler's 2 after the stop began was lost, and the job restarted).
         *crashed = false;
         if (stopping) exit_code = 2;
       }
@@ -433,9 +446,10 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
           job_finished = true;
           kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(FLAGS_grace_ms);
         }
-      } else if (failed && job_finished && c.role == "server") {
-        // The job finished; a server that then missed the scheduler's last word and gave up on it
-        // is no failure of the job (and nothing to restart).
+      } else if (failed && job_finished && (c.role == "server" || WIFSIGNALED(st))) {
+        // The job finished; a server that then missed the scheduler's last word and gave up on it,
+        // or a process killed from outside meanwhile, is no failure of the job (and nothing to
+        // restart: found in review, a worker killed then restarted a finished job).
         Say(c.name + " ended after the job finished; the job is not failed for it");
       } else if (failed) {
         if (c.role == "worker" && FLAGS_on_worker_death == "continue" &&
@@ -449,14 +463,15 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
                    worker_restarts < FLAGS_max_worker_restarts) {
           // Its rank waits for a new worker (the scheduler's --on_worker_death=wait): one is
           // started with the same flags, --rank among them, once the dead one can be declared dead.
-          // (Not before the scheduler can have declared the dead one dead: a worker started
-          // earlier waits for that in its registration, and its deadline runs meanwhile.)
+          // (One started before the scheduler has declared the dead one dead is told "not yet" and
+          // asks again until its registration deadline.)
           // (At most half the scheduler's --replacement_timeout_s: a longer --restart_delay_ms, fit for
-          // whole-job restarts, would start every replacement after the job had given up on it.)
-          const int64_t delay_ms = std::max<int64_t>(
+          // whole-job restarts, would start every replacement after the job had given up on it;
+          // found in review: a floor of a heartbeat timeout overrode this, and with
+          // --heartbeat_timeout_ms=30000 --replacement_timeout_s=30 every replacement came late.)
+          const int64_t delay_ms =
               std::min<int64_t>({int64_t(FLAGS_restart_delay_ms) << std::min(worker_restarts, 16),
-                                 std::max(60000, FLAGS_restart_delay_ms), int64_t(FLAGS_replacement_timeout_s) * 500}),
-              int64_t(FLAGS_heartbeat_timeout_ms) + 2 * FLAGS_heartbeat_interval_ms);
+                                 std::max(60000, FLAGS_restart_delay_ms), int64_t(FLAGS_replacement_timeout_s) * 500});
           ++worker_restarts;
           Say(c.name + " died; starting a new one in its place in " + std::to_string(delay_ms) + " ms (" +
               std::to_string(worker_restarts) + " of " + std::to_string(FLAGS_max_worker_restarts) +
