@@ -5,9 +5,11 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/time.h"
 #include "worker/pushpull.h"
 
@@ -15,12 +17,60 @@
 
 namespace pushpull {
 
+namespace {
+std::mutex g_app_metrics_mu;
+AppMetrics g_app_metrics;  // guarded by g_app_metrics_mu
+}  // namespace
+
+AppMetrics AppMetricsNow() {
+  std::lock_guard<std::mutex> l(g_app_metrics_mu);
+  return g_app_metrics;
+}
+
+std::string WorkerMetricsText(const Client* client, const std::string& app) {
+  MetricsText m;
+  const MetricsText::Labels w = {{"worker", std::to_string(client ? client->rank() : -1)}};
+  if (client) {
+    const ClientStats s = client->stats();
+    m.Gauge("pushpull_worker_clock", "The worker's clock (Clock() calls, from the start clock).",
+            double(client->clock()), w);
+    m.Counter("pushpull_worker_pushes_total", "Pushes sent.", double(s.pushes), w);
+    m.Counter("pushpull_worker_pulls_total", "Pulls sent.", double(s.pulls), w);
+    m.Counter("pushpull_worker_sent_bytes_total", "Bytes of keys and values sent.", double(s.bytes_sent), w);
+    m.Counter("pushpull_worker_received_bytes_total", "Bytes of values received.", double(s.bytes_received), w);
+    m.Gauge("pushpull_worker_max_staleness", "The largest staleness a pull was answered at, in clocks.",
+            double(s.max_staleness), w);
+    m.Counter("pushpull_worker_resent_total", "Requests sent again after a connection to a server dropped.",
+              double(s.resent), w);
+    m.Gauge("pushpull_worker_unanswered_bytes", "Payload of requests not answered yet.", double(s.unanswered_bytes), w);
+    m.Counter("pushpull_worker_waits_for_room_total", "Calls that waited for room (--max_unanswered_mb).",
+              double(s.waits_for_room), w);
+  }
+  const AppMetrics a = AppMetricsNow();
+  MetricsText::Labels l = w;
+  l.emplace_back("app", app);
+  m.Gauge("pushpull_app_step", "The app's last training step (-1: none yet).", double(a.step), l);
+  m.Gauge("pushpull_app_loss", "The last step's minibatch loss.", a.loss, l);
+  m.Counter("pushpull_app_samples_total", "Examples trained on.", double(a.samples), l);
+  for (const auto& [field, v] : a.epoch) {
+    MetricsText::Labels f = l;
+    f.emplace_back("field", field);
+    m.Gauge("pushpull_app_last_epoch", "The last epoch's figures (--metrics_out's fields), by field.", v, f);
+  }
+  return m.str();
+}
+
+
 MetricsWriter::MetricsWriter(std::string path) : path_(std::move(path)) {
   if (!path_.empty() && !std::ofstream(path_, std::ios::app))
     status_ = Status::NotFound("cannot open --metrics_out file '" + path_ + "'");
 }
 
 Status MetricsWriter::Write(const std::map<std::string, double>& fields) const {
+  {
+    std::lock_guard<std::mutex> l(g_app_metrics_mu);
+    g_app_metrics.epoch = fields;
+  }
   if (path_.empty()) return Status::OK();
   std::ostringstream os;
   os.precision(8);
@@ -42,6 +92,12 @@ Progress::Progress(std::string prefix, int interval_s)
     : prefix_(std::move(prefix)), interval_s_(interval_s), start_ms_(NowMs()), last_ms_(NowMs()) {}
 
 void Progress::Update(int64_t step, double loss, int64_t samples) {
+  {
+    std::lock_guard<std::mutex> l(g_app_metrics_mu);
+    g_app_metrics.step = step;
+    g_app_metrics.loss = loss;
+    g_app_metrics.samples = samples;
+  }
   int64_t now = NowMs();
   if (interval_s_ <= 0 || now - last_ms_ < interval_s_ * 1000) return;
   double rate = (samples - last_samples_) * 1000.0 / std::max<int64_t>(1, now - last_ms_);

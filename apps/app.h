@@ -137,6 +137,20 @@ class MetricsWriter {
   Status status_;
 };
 
+// What a worker's /metrics shows of its app (pushpull-worker --metrics_port): the latest step
+// (Progress::Update, every step) and the last epoch's fields (MetricsWriter::Write, whether or not
+// it has a file). Process-wide: a worker process runs one app. Thread-safe.
+struct AppMetrics {
+  int64_t step = -1;                  // -1: no step yet
+  double loss = 0;                    // the last step's minibatch loss
+  int64_t samples = 0;                // trained on so far
+  std::map<std::string, double> epoch;  // the last epoch's fields ("epoch", "test_accuracy", ...)
+};
+AppMetrics AppMetricsNow();
+// A worker's /metrics (Prometheus text): its client's counters (client may be null: not joined
+// yet) and AppMetricsNow(), labelled with the worker's rank and the app's name.
+std::string WorkerMetricsText(const Client* client, const std::string& app);
+
 // Rate-limited progress: prints "step N loss L samples/s S" at most every interval seconds.
 class Progress {
  public:

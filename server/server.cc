@@ -1217,6 +1217,20 @@ ServerImpl::Repeat ServerImpl::LookUpRepeat(const Message& m) {
       return Repeat::kHandled;
     case RequestRecord::Seen::kAnswered: {
       ++stats_.duplicates;
+      // A repeat is the same request: an id answered as another kind of request is a client's
+      // bug (a push given a pull's id would be served as that pull, or run at its old clock;
+      // found in review). Refused, not recorded, nothing run.
+      const MsgType asked = h.type == MsgType::kPush   ? MsgType::kPushReply
+                            : h.type == MsgType::kPull ? MsgType::kPullReply
+                            : h.type == MsgType::kClock ? MsgType::kClockReply
+                                                        : MsgType::kHelloReply;
+      if (a->type != asked) {
+        ReplyError(m, Status::InvalidArgument(std::string(MsgTypeName(h.type)) + " " + std::to_string(h.request_id) +
+                                              " from worker " + std::to_string(h.sender_rank) + " reuses the id of a " +
+                                              MsgTypeName(a->type) + "'s request; not run"),
+                   /*record=*/false);
+        return Repeat::kHandled;
+      }
       if (a->type == MsgType::kPullReply) {
         record.Begin(h.request_id);
         return Repeat::kServeAgain;

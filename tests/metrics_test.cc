@@ -16,6 +16,8 @@
 
 #include "common/metrics.h"
 #include "common/time.h"
+#include "apps/app.h"
+#include "apps/linreg.h"
 #include "deploy/local_cluster.h"
 #include "tests/eventually.h"
 
@@ -252,6 +254,44 @@ TEST(Monitoring, TheSchedulerAndServersReportTheJob) {
   EXPECT_EQ(Sample(job, "pushpull_job_state{state=\"finished\"}"), 1.0) << job;
 }
 
+// A worker's /metrics read while its app trains (another thread: what pushpull-worker
+// --metrics_port does): its client's counters and the app's progress, the last epoch's figures.
+TEST(Monitoring, AWorkersMetricsFollowItsApp) {
+  LocalCluster cluster(LocalClusterConfig{});
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  auto e = MetricsEndpoint::Start("127.0.0.1", 0, [&c] { return WorkerMetricsText(&c, "linreg"); });
+  ASSERT_TRUE(e.ok());
+  std::atomic<bool> done{false};
+  std::vector<std::string> scraped;
+  std::thread scraper([&] {
+    while (!done) {
+      scraped.push_back(Get((*e)->port()));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  AppOptions app;
+  app.consistency = *ParseConsistency("bsp");
+  app.epochs = 3;
+  app.progress_interval_s = 0;
+  LinregOptions o;
+  o.examples_per_worker = 2000;
+  AppResult r;
+  Status st = RunLinreg(c, app, o, &r);
+  done = true;
+  scraper.join();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_FALSE(scraped.empty());
+  const std::string last = Get((*e)->port());
+  const std::string l = "{worker=\"0\",app=\"linreg\"";
+  EXPECT_EQ(Sample(last, "pushpull_app_last_epoch" + l + ",field=\"epoch\"}"), 3.0) << last;
+  EXPECT_EQ(Sample(last, "pushpull_app_samples_total" + l + "}"), 3.0 * 2000) << last;
+  EXPECT_EQ(Sample(last, "pushpull_worker_clock{worker=\"0\"}"), double(c.clock())) << last;
+  EXPECT_EQ(Sample(last, "pushpull_worker_pushes_total{worker=\"0\"}"), double(c.stats().pushes)) << last;
+  EXPECT_GT(Sample(last, "pushpull_app_step" + l + "}"), 0.0) << last;
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
 // pushpull-launch --metrics_port: the scheduler at the port, server s at port + 1 + s, each
 // scraped while the job (real processes) runs.
 TEST(Monitoring, TheLauncherServesEachDaemonsMetrics) {
@@ -268,17 +308,22 @@ TEST(Monitoring, TheLauncherServesEachDaemonsMetrics) {
     if (next.ok() && after.ok()) port = p;
   }
   ASSERT_GT(port, 0);
-  std::string scheduler_text, server_text;
+  std::string scheduler_text, server_text, worker_text;
   std::string out;
+  int worker_port = -1;
   const int code = RunCommandLines(
       BinDir() + "/pushpull-launch --servers=2 --workers=1 --metrics_port=" + std::to_string(port) +
-          " -- --app=linreg --epochs=150",  // (seconds: scraped after the first epoch)
+          " -- --app=linreg --epochs=150 --metrics_port=0",  // (seconds: scraped after the first epoch)
       120, &out, [&](const std::string& line) {
-        // (Once a worker trains, its servers count: scraped then, both daemons alive.)
+        const std::string tag = "metrics at http://0.0.0.0:";  // (the worker's: any free port)
+        if (line.rfind("worker 0 |", 0) == 0 && line.find(tag) != std::string::npos)
+          worker_port = std::stoi(line.substr(line.find(tag) + tag.size()));
+        // (Once a worker trains, its servers count: scraped then, every daemon alive.)
         if (server_text.empty() && line.find("[worker 0]") != std::string::npos &&
             line.find("epoch") != std::string::npos) {
           scheduler_text = Get(port);
           server_text = Get(port + 2);
+          if (worker_port > 0) worker_text = Get(worker_port);
         }
       });
   EXPECT_EQ(code, 0) << out;
@@ -286,6 +331,11 @@ TEST(Monitoring, TheLauncherServesEachDaemonsMetrics) {
   EXPECT_EQ(Sample(scheduler_text, "pushpull_job_workers{state=\"live\"}"), 1.0) << scheduler_text << out;
   EXPECT_EQ(Sample(scheduler_text, "pushpull_job_servers_alive"), 2.0) << scheduler_text;
   EXPECT_GT(Sample(server_text, "pushpull_server_pushes_total{server=\"1\"}"), 0.0) << server_text;
+  ASSERT_GT(worker_port, 0) << out;
+  EXPECT_GT(Sample(worker_text, "pushpull_worker_pushes_total{worker=\"0\"}"), 0.0) << worker_text;
+  EXPECT_GT(Sample(worker_text, "pushpull_app_samples_total{worker=\"0\",app=\"linreg\"}"), 0.0) << worker_text;
+  EXPECT_GE(Sample(worker_text, "pushpull_app_last_epoch{worker=\"0\",app=\"linreg\",field=\"epoch\"}"), 1.0)
+      << worker_text;
   // A port the launcher cannot give out: refused before anything starts.
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --metrics_port=65535 -- --app=linreg", 30, &out), 2) << out;
   EXPECT_NE(out.find("--metrics_port must be"), std::string::npos) << out;

@@ -890,6 +890,27 @@ TEST_F(PeersOfRankOne, ARepeatOlderThanTheRecordIsDecidedByKind) {
   EXPECT_EQ(Row2(), float(1 + kMaxUnansweredRequests));  // nothing applied twice
 }
 
+// A request id answered as one kind of request and reused for another (a client's bug) is
+// refused, not served as the first nor run: a push given a pull's id was run at the pull's old
+// clock (found in review), a pull given a push's id answered with the push's reply.
+TEST_F(PeersOfRankOne, AnIdReusedForAnotherKindOfRequestIsRefused) {
+  auto p = Peer();
+  ASSERT_EQ(Hello(*p), MsgType::kHelloReply);
+  Header pull = PullOfRow2(table_, 0, 1);
+  p->Send(pull, {2}, {});
+  ASSERT_EQ(p->Reply().status, Code::kOk);
+  ASSERT_EQ(Push(*p, 2), Code::kOk);
+  EXPECT_EQ(Row2(), 1.0f);
+  EXPECT_EQ(Push(*p, 1), Code::kInvalidArgument);  // the pull's id
+  p->Send(PullOfRow2(table_, 0, 2), {2}, {});       // the push's id
+  Header r = p->Reply();
+  EXPECT_EQ(r.status, Code::kInvalidArgument) << r.error;
+  EXPECT_NE(r.error.find("reuses the id of a PushReply's request"), std::string::npos) << r.error;
+  EXPECT_EQ(Row2(), 1.0f);  // nothing run
+  EXPECT_EQ(Push(*p, 3), Code::kOk);  // and the worker goes on
+  EXPECT_EQ(Row2(), 2.0f);
+}
+
 // A client of a worker rank that another has replaced (declared dead, but still running) is
 // refused, and its request ids stay out of the new client's record: the new client's requests of
 // the same ids are run and answered (found in review: the old one's refused id was marked begun

@@ -7,8 +7,11 @@
 #include <map>
 #include <utility>
 
+#include <atomic>
+
 #include "common/flags.h"
 #include "common/memory.h"
+#include "common/metrics.h"
 #include "common/signals.h"
 #include "apps/app.h"
 #include "apps/fmnist_data.h"
@@ -30,6 +33,10 @@ DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this w
 DEFINE_int32(scheduler_timeout_ms, 15000, "give up when the scheduler is silent this long, once registered");
 DEFINE_int32(register_timeout_ms, 120000, "how long to wait for the whole job to register, a scheduler not (yet) listening included");
 DEFINE_int32(rank, -1, "ask the scheduler for this rank (-1: any free one)");
+DEFINE_int32(metrics_port, -1,
+             "serve this worker's counters (pushes, pulls, bytes, staleness, its clock) and its app's progress (step, "
+             "loss, examples, the last epoch's figures) at http://0.0.0.0:PORT/metrics in the Prometheus text format "
+             "(-1: not served; 0: any free port, logged)");
 DEFINE_bool(verbose, false, "debug logging");
 // Common app flags.
 DEFINE_int32(epochs, 10, "passes over this worker's shard of the data (sparse_lr: one streamed pass of "
@@ -257,6 +264,20 @@ int main(int argc, char** argv) {
     PP_LOG(Error) << st.ToString() << "; see --help";
     return 2;
   }
+  // Served from before the job starts (a port in use is a setup error, found now), the client's
+  // counters once it has joined.
+  std::atomic<const pushpull::Client*> joined{nullptr};
+  std::unique_ptr<pushpull::MetricsEndpoint> metrics;
+  if (FLAGS_metrics_port != -1) {
+    auto m = pushpull::MetricsEndpoint::Start("0.0.0.0", FLAGS_metrics_port,
+                                              [&joined] { return pushpull::WorkerMetricsText(joined.load(), FLAGS_app); });
+    if (!m.ok()) {
+      PP_LOG(Error) << "--metrics_port: " << m.status().ToString();
+      return 2;
+    }
+    metrics = std::move(m.value());
+    PP_LOG(Info) << "metrics at http://0.0.0.0:" << metrics->port() << "/metrics";
+  }
   pushpull::ClientOptions o;
   o.scheduler = FLAGS_scheduler;
   o.request_timeout_ms = FLAGS_request_timeout_ms;
@@ -272,6 +293,7 @@ int main(int argc, char** argv) {
     return client.status().code() == pushpull::Code::kInvalidArgument ? 2 : 1;
   }
   pushpull::SetLogTag("worker " + std::to_string((*client)->rank()));
+  joined = client->get();
   // SIGINT/SIGTERM: the job hears that this worker stops, and why, now rather than from its
   // silence a heartbeat timeout later (the scheduler's --on_worker_death decides what follows);
   // exit 1, as a worker whose calls fail (a second signal exits at once).
