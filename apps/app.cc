@@ -197,11 +197,11 @@ Result<StartPoint> FirstEpochOf(int64_t c, int epochs, const std::function<int64
   if (epochs >= 1 && c > clock_after(epochs)) {
     int e = epochs + 1;
     while (e < epochs + 1000000 && clock_after(e) < c) ++e;
-    return Status::InvalidArgument(
-        std::string(app_name) + ": the checkpoint (clock " + std::to_string(c) + ") is " +
-        (clock_after(e) == c ? "after epoch " + std::to_string(e) : "past epoch " + std::to_string(e - 1)) +
-        ", beyond this run's last (--epochs=" + std::to_string(epochs) + "): resume with --epochs=" +
-        std::to_string(clock_after(e) == c ? e : e - 1) + " or more");
+    if (clock_after(e) == c)
+      return Status::InvalidArgument(std::string(app_name) + ": the checkpoint (clock " + std::to_string(c) +
+                                     ") is after epoch " + std::to_string(e) + ", beyond this run's last (--epochs=" +
+                                     std::to_string(epochs) + "): resume with --epochs=" + std::to_string(e) +
+                                     " or more");
   }
   return Status::InvalidArgument(std::string(app_name) + ": restored at clock " + std::to_string(c) +
                                  ", which ends no epoch of this run (epochs end at clocks " +

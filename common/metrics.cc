@@ -176,7 +176,7 @@ void MetricsEndpoint::Loop() {
       auto it = conns.find(id);
       if (data.size() == 0) {  // a connection opened, or closed by the client
         if (it != conns.end()) conns.erase(it);
-        else if (conns.size() < 4 * kMaxConnections) conns[id].since_ms = now;
+        else conns[id].since_ms = now;  // (the oldest past kMaxConnections are closed below)
         continue;
       }
       if (it == conns.end()) it = conns.emplace(id, Impl::Conn{std::string(), now}).first;

@@ -199,7 +199,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> worker_args(argv + 1, argv + argc);
   // The launcher gives each worker these; after "--" they would override them (every worker
   // asking for one rank, a consistency the servers' tables were not told of).
-  for (const std::string& a : worker_args)
+  for (const std::string& arg : worker_args) {
+    const std::string a = arg.rfind("--", 0) == 0 || arg.rfind("-", 0) != 0 ? arg : "-" + arg;  // (gflags takes -flag too)
     for (const char* own : {"--rank", "--scheduler", "--consistency", "--heartbeat_interval_ms", "--register_timeout_ms"})
       if (a == own || a.rfind(std::string(own) + "=", 0) == 0) {
         std::fprintf(stderr, "pushpull-launch: %s is the launcher's to give each worker%s; not after \"--\"\n", own,
@@ -209,6 +210,7 @@ int main(int argc, char** argv) {
                          : "");
         return 2;
       }
+  }
   if (FLAGS_servers < 1 || FLAGS_workers < 1) {
     std::fprintf(stderr, "pushpull-launch: --servers and --workers must be >= 1\n");
     return 2;

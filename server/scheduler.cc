@@ -32,6 +32,7 @@ struct Node {
   bool end_heard = false;  // told_end only once it heartbeats that it holds the final membership
   int64_t last_seen_ms = 0;
   uint64_t register_request = 0;
+  int64_t register_answered_ms = 0;  // when its registration was last answered
   // A worker's requests still in progress and the last kRememberedAnswers it was answered (by
   // request id), with their answers: a worker asks again what it has no answer to (its
   // connection may have dropped with the request or the answer), and a repeat is answered from
@@ -566,11 +567,15 @@ void SchedulerImpl::Handle(Message& m) {
         // Holding no membership yet (a node in its Register(), which heartbeats with clock 0):
         // the answer to its registration was lost with a dropped connection. Sent again; it
         // waited out its registration deadline while the job counted it alive (found in review).
-        Header h = RegisterReply();
-        h.sender_rank = n.rank;
-        h.request_id = n.register_request;
-        if (Send(identity, h))
-          PP_LOG(Warning) << NodeName(n) << " has not heard that it registered: told again";
+        // (Not for a heartbeat that crossed the answer: one a second after it, at most.)
+        if (NowMs() - n.register_answered_ms >= 1000) {
+          Header h = RegisterReply();
+          h.sender_rank = n.rank;
+          h.request_id = n.register_request;
+          n.register_answered_ms = NowMs();
+          if (Send(identity, h))
+            PP_LOG(Warning) << NodeName(n) << " has not heard that it registered: told again";
+        }
         break;
       }
       Header h;
@@ -758,6 +763,7 @@ void SchedulerImpl::HandleRegister(Message& m) {
       hh.sender_role = Role::kScheduler;
       SendMessage(router_, &idm, hh).IgnoreError();
       node.last_seen_ms = now;
+      node.register_answered_ms = now;
     }
     PP_LOG(Info) << "all nodes registered; job running";
   }
@@ -793,6 +799,7 @@ void SchedulerImpl::RegisterReplacement(Message& m) {
   n.rank = rank;
   n.register_request = m.header.request_id;
   n.last_seen_ms = NowMs();
+  n.register_answered_ms = NowMs();
   workers_[rank] = &n;  // the dead one's Node stays in nodes_, not alive
   membership_.worker_alive[rank] = Membership::kWorkerAlive;
   membership_.version++;

@@ -292,6 +292,12 @@ int main(int argc, char** argv) {
     PP_LOG(Error) << "cannot join the job: " << client.status().ToString();
     return client.status().code() == pushpull::Code::kInvalidArgument ? 2 : 1;
   }
+  // Destroyed before the client, whatever the return: the endpoint's thread renders from it (found
+  // in review: a scrape during the client's teardown read it freed).
+  struct StopMetricsFirst {
+    std::unique_ptr<pushpull::MetricsEndpoint>* m;
+    ~StopMetricsFirst() { m->reset(); }
+  } stop_metrics_first{&metrics};
   pushpull::SetLogTag("worker " + std::to_string((*client)->rank()));
   joined = client->get();
   // SIGINT/SIGTERM: the job hears that this worker stops, and why, now rather than from its
