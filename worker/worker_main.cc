@@ -53,8 +53,9 @@ DEFINE_double(target, -1, "what the app must reach, <= 0: its default. linreg: a
               "(0.02: within 2%)");
 DEFINE_int32(progress_s, 5, "seconds between progress lines (0: none)");
 DEFINE_bool(staleness_aware, false, "divide each push's step by its staleness (Zhang et al. 2016)");
-DEFINE_int32(eval_every, 0, "worker 0 evaluates on a test subset every this many clocks (0: per epoch only)");
-DEFINE_int32(eval_subset, 1000, "examples in that subset evaluation");
+DEFINE_int32(eval_every, 0, "fmnist_mlp, sparse_lr: worker 0 evaluates on a test subset every this many clocks "
+             "(0: per epoch only; linreg evaluates per epoch only)");
+DEFINE_int32(eval_subset, 1000, "fmnist_mlp, sparse_lr: examples in that subset evaluation");
 DEFINE_int32(checkpoint_every_epochs, 0, "checkpoint after every this many epochs and after the last (0: never; the scheduler "
              "needs --checkpoint_dir); a job started with the scheduler's --restore_from resumes there");
 DEFINE_string(trace_out, "", "write a CSV row per clock here, clock,wall_s,loss,metric,staleness,kind, and worker 0's "
