@@ -2,6 +2,7 @@
 
 #include "common/address.h"
 #include "common/log.h"
+#include "common/signals.h"
 #include "common/time.h"
 
 namespace pushpull {
@@ -57,6 +58,11 @@ Status ControlChannel::Register(const std::string& address) {
   std::string not_yet;  // the scheduler's last "not yet"
   int64_t ask_again_ms = INT64_MAX;  // after an Unavailable answer: when Register goes again
   while (!deadline.Expired()) {
+    // Stopped meanwhile (a SIGINT or SIGTERM to a daemon, its owner's Stop()): not after the
+    // registration deadline (found: a server waiting for a scheduler ignored SIGTERM for 120 s).
+    if (StopRequested() || (stop_ && stop_->load()))
+      return Status::Aborted("stopped while waiting for the scheduler at " + options_.scheduler +
+                             " to answer registration");
     if (NowMs() >= ask_again_ms) {
       ask_again_ms = INT64_MAX;
       PP_RETURN_IF_ERROR(SendMessage(sock_, nullptr, h));

@@ -6,6 +6,7 @@
 
 #include <zmq.hpp>
 
+#include <atomic>
 #include <string>
 
 #include "common/cluster.h"
@@ -31,8 +32,10 @@ class ControlChannel {
   ControlChannel(zmq::context_t& ctx, Role role, ControlOptions options);
 
   // Sends Register and waits (deadline: register_timeout_ms) for the scheduler's reply, which
-  // comes once every expected node has registered.
+  // comes once every expected node has registered. Aborted as soon as the process was asked to
+  // stop (common/signals.h) or *stop (SetStop) is set.
   Status Register(const std::string& address);
+  void SetStop(const std::atomic<bool>* stop) { stop_ = stop; }
 
   zmq::socket_t& socket() { return sock_; }
   int rank() const { return rank_; }
@@ -69,6 +72,7 @@ class ControlChannel {
   int64_t last_heard_ms_ = 0;
   bool warned_silence_ = false;  // the scheduler silent for half the timeout: said once
   Status dropped_;
+  const std::atomic<bool>* stop_ = nullptr;
   int64_t next_heartbeat_ms_ = 0;
   std::vector<zmq::message_t> frames_;
 };

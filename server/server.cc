@@ -286,6 +286,7 @@ class ServerImpl final : public Server {
 };
 
 Status ServerImpl::Run() {
+  control_.SetStop(&stop_);
   Status st = control_.Register(address_);
   if (!st.ok()) return st;
   rank_ = control_.rank();

@@ -6,7 +6,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <functional>
@@ -2419,6 +2422,55 @@ TEST(MultiProcess, ACtrlCStopsEveryProcessCleanly) {
   EXPECT_EQ(rc, 130) << out;
   EXPECT_NE(out.find("interrupted; stopping every process"), std::string::npos) << out;
   EXPECT_EQ(out.find("exited with status 143"), std::string::npos) << out;
+}
+
+// A daemon (here a server waiting for a scheduler that is not there) stops on SIGTERM at once,
+// also while it registers (it waited out its 120 s registration deadline); and a second signal
+// before the first's clean stop is done kills it by that signal, as its parent sees it (a
+// launcher replaces or restarts it as a process killed from outside), rather than exiting 143
+// as if it had chosen to (found in review).
+TEST(MultiProcess, SignalsStopADaemonAtOnceAndASecondKillsIt) {
+  const std::string bin = BinDir() + "/pushpull-server";
+  auto start = [&] {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int null = open("/dev/null", O_WRONLY);
+      dup2(null, 1);
+      dup2(null, 2);
+      execl(bin.c_str(), bin.c_str(), "--scheduler=tcp://127.0.0.1:1", "--register_timeout_ms=60000",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // (registering, its handlers installed)
+    return pid;
+  };
+  auto wait = [](pid_t pid, int* st) {  // true when it ended within 10 s
+    for (int i = 0; i < 1000; ++i) {
+      if (waitpid(pid, st, WNOHANG) == pid) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, st, 0);
+    return false;
+  };
+  int st = 0;
+  pid_t pid = start();
+  ASSERT_GT(pid, 0);
+  kill(pid, SIGTERM);
+  ASSERT_TRUE(wait(pid, &st)) << "still registering 10 s after SIGTERM";
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << st;
+  // Two signals at once (held while it is stopped, delivered together: one of a kind would merge).
+  pid = start();
+  ASSERT_GT(pid, 0);
+  kill(pid, SIGSTOP);
+  kill(pid, SIGINT);
+  kill(pid, SIGTERM);
+  kill(pid, SIGCONT);
+  ASSERT_TRUE(wait(pid, &st));
+  EXPECT_TRUE(WIFSIGNALED(st)) << "exited " << (WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+  if (WIFSIGNALED(st)) {
+    EXPECT_TRUE(WTERMSIG(st) == SIGINT || WTERMSIG(st) == SIGTERM) << WTERMSIG(st);
+  }
 }
 
 // A restart uses only checkpoints its own job wrote: one an earlier job left in the directory is
