@@ -201,13 +201,14 @@ int main(int argc, char** argv) {
   // asking for one rank, a consistency the servers' tables were not told of).
   for (const std::string& arg : worker_args) {
     const std::string a = arg.rfind("--", 0) == 0 || arg.rfind("-", 0) != 0 ? arg : "-" + arg;  // (gflags takes -flag too)
-    for (const char* own : {"--rank", "--scheduler", "--consistency", "--heartbeat_interval_ms", "--register_timeout_ms"})
+    // (Those the launcher takes itself are to be given before "--".)
+    for (auto [own, hint] : {std::pair<const char*, const char*>{"--rank", ""}, {"--scheduler", ""},
+                             {"--consistency", " (give it before \"--\")"},
+                             {"--heartbeat_interval_ms", " (give it before \"--\")"},
+                             {"--register_timeout_ms", " (give it before \"--\")"}})
       if (a == own || a.rfind(std::string(own) + "=", 0) == 0) {
         std::fprintf(stderr, "pushpull-launch: %s is the launcher's to give each worker%s; not after \"--\"\n", own,
-                     std::string(own) == "--consistency" || std::string(own) == "--heartbeat_interval_ms" ||
-                             std::string(own) == "--register_timeout_ms"
-                         ? " (give it before \"--\")"
-                         : "");
+                     hint);
         return 2;
       }
   }

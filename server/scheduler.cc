@@ -163,6 +163,8 @@ class SchedulerImpl final : public Scheduler {
   void HandleRegister(Message& m);
   void RegisterReplacement(Message& m);
   Header RegisterReply() const;
+  // Sends node n its registration's answer (h: a RegisterReply()), noting when.
+  bool AnswerRegistration(Node& n, Header h);
   void HandleCreateTable(Message& m);
   void HandleServerTableReply(Node& server, const Message& m);
   void CheckLiveness(int64_t now);
@@ -568,14 +570,8 @@ void SchedulerImpl::Handle(Message& m) {
         // the answer to its registration was lost with a dropped connection. Sent again; it
         // waited out its registration deadline while the job counted it alive (found in review).
         // (Not for a heartbeat that crossed the answer: one a second after it, at most.)
-        if (NowMs() - n.register_answered_ms >= 1000) {
-          Header h = RegisterReply();
-          h.sender_rank = n.rank;
-          h.request_id = n.register_request;
-          n.register_answered_ms = NowMs();
-          if (Send(identity, h))
-            PP_LOG(Warning) << NodeName(n) << " has not heard that it registered: told again";
-        }
+        if (NowMs() - n.register_answered_ms >= 1000 && AnswerRegistration(n, RegisterReply()))
+          PP_LOG(Warning) << NodeName(n) << " has not heard that it registered: told again";
         break;
       }
       Header h;
@@ -753,17 +749,11 @@ void SchedulerImpl::HandleRegister(Message& m) {
     auto by_rank = [](const Node* a, const Node* b) { return a->rank < b->rank; };
     std::sort(servers_.begin(), servers_.end(), by_rank);
     std::sort(workers_.begin(), workers_.end(), by_rank);
-    Header h = RegisterReply();
+    const Header h = RegisterReply();
     int64_t now = NowMs();
     for (auto& [id, node] : nodes_) {
-      h.sender_rank = node.rank;
-      h.request_id = node.register_request;
-      zmq::message_t idm(id.data(), id.size());
-      Header hh = h;
-      hh.sender_role = Role::kScheduler;
-      SendMessage(router_, &idm, hh).IgnoreError();
+      AnswerRegistration(node, h);
       node.last_seen_ms = now;
-      node.register_answered_ms = now;
     }
     PP_LOG(Info) << "all nodes registered; job running";
   }
@@ -799,20 +789,21 @@ void SchedulerImpl::RegisterReplacement(Message& m) {
   n.rank = rank;
   n.register_request = m.header.request_id;
   n.last_seen_ms = NowMs();
-  n.register_answered_ms = NowMs();
   workers_[rank] = &n;  // the dead one's Node stays in nodes_, not alive
   membership_.worker_alive[rank] = Membership::kWorkerAlive;
   membership_.version++;
   membership_.reason = "worker " + std::to_string(rank) + " replaced";
   PP_LOG(Warning) << "worker " << rank << " replaced: a new worker took its place"
                   << (replacing_.empty() ? "" : "; " + std::to_string(replacing_.size()) + " more awaited");
-  Header h = RegisterReply();
-  h.sender_role = Role::kScheduler;
-  h.sender_rank = rank;
-  h.request_id = m.header.request_id;
-  zmq::message_t idm(identity.data(), identity.size());
-  SendMessage(router_, &idm, h).IgnoreError();
+  AnswerRegistration(n, RegisterReply());
   Broadcast();
+}
+
+bool SchedulerImpl::AnswerRegistration(Node& n, Header h) {
+  h.sender_rank = n.rank;  // (its rank: the scheduler's own is implied)
+  h.request_id = n.register_request;
+  n.register_answered_ms = NowMs();
+  return Send(n.identity, h);
 }
 
 void SchedulerImpl::HandleCreateTable(Message& m) {
