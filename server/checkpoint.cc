@@ -252,7 +252,7 @@ std::string ServerCheckpointFile(const std::string& dir, int rank) {
 
 Status WriteServerCheckpoint(const std::string& dir, int rank, int num_servers, int64_t clock,
                              const std::vector<const TableShard*>& tables, uint64_t* bytes,
-                             const std::function<bool()>& abandon) {
+                             const std::function<bool()>& abandon, const std::vector<const TableCheckpoint*>& kept) {
   // Only the checkpoint's own directory is made: the root is the scheduler's, on a filesystem
   // every server shares. Missing here, this host does not see it (a mount gone, or never made),
   // and writing it afresh on a local disk would pass for a checkpoint nobody can restore.
@@ -267,7 +267,7 @@ Status WriteServerCheckpoint(const std::string& dir, int rank, int num_servers, 
   w.Pod(int32_t(rank));
   w.Pod(int32_t(num_servers));
   w.Pod(int64_t(clock));
-  w.Pod(uint32_t(tables.size()));
+  w.Pod(uint32_t(tables.size() + kept.size()));
   for (const TableShard* t : tables) {
     const std::string info = EncodeInfo(t->info());
     w.Pod(uint32_t(info.size()));
@@ -294,6 +294,26 @@ Status WriteServerCheckpoint(const std::string& dir, int rank, int num_servers, 
     for (int s = 0; s < nslots; ++s)
       for (int i = 0; i < S; ++i) w.Put(stripe(i).slot(s), stripe(i).num_rows() * dim * sizeof(float));
     for (int i = 0; i < S; ++i) w.Put(stripe(i).steps(), stripe(i).num_rows() * sizeof(uint32_t));
+  }
+  // The same layout from the rows as read: whole, or dense rows in pieces of a block each.
+  for (const TableCheckpoint* t : kept) {
+    const std::string info = EncodeInfo(t->info);
+    w.Pod(uint32_t(info.size()));
+    w.Put(info.data(), info.size());
+    w.Pod(int64_t(t->table_step));
+    const ShardRows& all = t->rows;
+    std::vector<const ShardRows*> pieces;
+    if (all.blocks.empty()) pieces.push_back(&all);
+    for (const ShardRows& b : all.blocks) pieces.push_back(&b);
+    const size_t nslots = pieces.front()->slots.size();
+    w.Pod(uint64_t(all.rows()));
+    w.Pod(uint32_t(t->info.spec.dim));
+    w.Pod(uint32_t(nslots));
+    w.Put(all.keys.data(), all.keys.size() * sizeof(Key));
+    for (const ShardRows* p : pieces) w.Put(p->params.data(), p->params.size() * sizeof(float));
+    for (size_t s = 0; s < nslots; ++s)
+      for (const ShardRows* p : pieces) w.Put(p->slots[s].data(), p->slots[s].size() * sizeof(float));
+    for (const ShardRows* p : pieces) w.Put(p->steps.data(), p->steps.size() * sizeof(uint32_t));
   }
   return w.Commit(bytes);
 }

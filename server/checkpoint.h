@@ -43,9 +43,12 @@ struct TableCheckpoint {
 // while no update thread works on them. *bytes: the file's size. `abandon`, when given, is asked
 // before each write of at most 4 MB (the last comes just before the sync): once it says yes, the write
 // stops, what it wrote is removed and the result is Aborted (a server stopping mid-write).
+// kept: tables restored from a checkpoint that no worker has created again yet, written as they
+// were read (a table is part of the job's state whether or not this run has used it yet).
 Status WriteServerCheckpoint(const std::string& dir, int rank, int num_servers, int64_t clock,
                              const std::vector<const TableShard*>& tables, uint64_t* bytes,
-                             const std::function<bool()>& abandon = nullptr);
+                             const std::function<bool()>& abandon = nullptr,
+                             const std::vector<const TableCheckpoint*>& kept = {});
 // Reads and checks a server's file (checksum, then rank, server count and clock); tables by name.
 // in_blocks: dense rows come in pieces of a block each (ShardRows::blocks), what a shard with a
 // stripe per block takes without a copy.

@@ -109,7 +109,17 @@ int main(int argc, char** argv) {
   }
   if (!m.ok()) return Fail(m.status());
   // Every server's rows of every table, gathered as one server would own them all.
-  auto tables = pushpull::ReadCheckpointForServer(m->dir, 0, 1);
+  std::fflush(stdout);  // (the list above stays whatever happens below)
+  auto tables = [&]() -> pushpull::Result<std::map<std::string, pushpull::TableCheckpoint>> {
+    try {
+      return pushpull::ReadCheckpointForServer(m->dir, 0, 1);
+    } catch (const std::bad_alloc&) {
+      // (Every table is read whole: about the checkpoint's size, more while a file is read.)
+      return Status::ResourceExhausted("out of memory reading " + m->dir +
+                                       ": this tool holds the whole checkpoint in memory; run it where there is "
+                                       "room for about 1.5 times the checkpoint's size");
+    }
+  }();
   if (!tables.ok()) return Fail(tables.status());
   if (FLAGS_export_table.empty()) {
     std::printf("%s: clock %lld, written by %d servers and %d workers; checksums verified\n", m->dir.c_str(),

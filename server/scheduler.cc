@@ -111,8 +111,12 @@ class SchedulerImpl final : public Scheduler {
     std::error_code ec;
     std::filesystem::path named = std::filesystem::path(options_.restore_from).lexically_normal();
     if (!named.has_filename()) named = named.parent_path();
+    // A ckpt-... directory without a MANIFEST is one checkpoint left incomplete (said so below),
+    // unless it is a root itself (a LATEST, or checkpoints under it): an operator's root may be
+    // named ckpt-something too.
     const bool one = std::filesystem::exists(named / "MANIFEST", ec) ||
-                     named.filename().string().rfind("ckpt-", 0) == 0;  // (one without: incomplete, said so)
+                     (named.filename().string().rfind("ckpt-", 0) == 0 &&
+                      !std::filesystem::exists(named / "LATEST", ec) && CheckpointNames(named.string()).empty());
     // Every file is read once here, so that a damaged newest checkpoint is passed over for the
     // one before it instead of failing every server's restore (and every restart's).
     if (options_.verify_restore)
@@ -151,7 +155,16 @@ class SchedulerImpl final : public Scheduler {
                       << ": data shards and BSP means differ from the checkpointed run";
     PP_LOG(Info) << "restoring from " << restore_.dir << ": clock " << restore_.clock << ", written by "
                  << Count(restore_.servers, "server") << " and " << Count(restore_.workers, "worker");
-    committed_clock_ = restore_.clock;
+    // The newest checkpoint this job has, when it is in --checkpoint_dir: a checkpoint asked for
+    // at its clock is taken already, and LATEST goes back to it while a newer one is rewritten.
+    // One from elsewhere is another run's (found in review: a checkpoint at the restored clock was
+    // "already taken" though --checkpoint_dir had none, and LATEST there could be pointed at
+    // whatever that directory held under the restored clock's name).
+    std::filesystem::path from = std::filesystem::path(restore_.dir).lexically_normal();
+    if (!from.has_filename()) from = from.parent_path();
+    if (!options_.checkpoint_dir.empty() &&
+        std::filesystem::equivalent(from.parent_path(), options_.checkpoint_dir, ec))
+      committed_clock_ = restore_.clock;
     return Status::OK();
   }
   Status Run() override;

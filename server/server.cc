@@ -253,8 +253,11 @@ class ServerImpl final : public Server {
     ++*n;
     return *n <= 20 || *n % 1000 == 0;
   }
-  // Restoring: the checkpoint's tables of this server not created yet, by name.
+  // Restoring: the checkpoint's tables of this server not created yet, by name (each checkpoint
+  // writes them too, as read). A restore that failed part way consumed its rows: its error, for
+  // every later creation of the name (found in review: a retry restored an empty table).
   std::map<std::string, TableCheckpoint> restore_;
+  std::map<std::string, Status> restore_failed_;
   // Checkpointing (server/checkpoint.h): asked by the scheduler, written by a thread of its own
   // once every live worker reached the clock and the update threads are idle. While it writes,
   // the data socket is not read (nothing may change the shards); control and heartbeats go on.
@@ -1416,9 +1419,22 @@ void ServerImpl::CreateTable(const Message& m) {
         --stats_.tables;
       }
       auto saved = restore_.find(info.spec.name);
+      if (auto failed = restore_failed_.find(info.spec.name); failed != restore_failed_.end())
+        st = Status(failed->second.code(), "table '" + info.spec.name + "' cannot be restored by this server any more: " +
+                                               failed->second.message() + " (restart the job to restore it again)");
+      // The checkpoint writer may be reading the saved rows (written again as they are): they
+      // are taken only once it is done.
+      if (st.ok() && saved != restore_.end() && ckpt_.writer.joinable()) {
+        PP_LOG(Info) << "table '" << info.spec.name << "' waits for the checkpoint being written before it is restored";
+        WhileHeartbeating([&] {
+          ckpt_.writer.join();
+          return 0;
+        });
+        FinishCheckpoint();
+      }
       const bool fill = saved == restore_.end();
       std::unique_ptr<TableShard> shard;
-      try {
+      if (st.ok()) try {
         shard = WhileHeartbeating([&] {
           return std::make_unique<TableShard>(info, rank_, options_.update_threads, fill, cow_budget_, table_memory_);
         });
@@ -1439,8 +1455,10 @@ void ServerImpl::CreateTable(const Message& m) {
           // so InvalidArgument, which a worker exits 2 on.)
           st = Status::InvalidArgument("table '" + info.spec.name + "' differs from the checkpoint's: it was " +
                                           was.spec.ToString() + "; asked for " + info.spec.ToString());
+        bool consumed = false;  // (the rows are the shard's, whatever Restore answers)
         if (st.ok()) {
           try {
+            consumed = true;
             st = WhileHeartbeating([&] { return shard->Restore(std::move(saved->second.rows)); });
           } catch (const std::bad_alloc&) {
             st = Status::ResourceExhausted("out of memory restoring table " + info.spec.ToString());
@@ -1450,6 +1468,9 @@ void ServerImpl::CreateTable(const Message& m) {
           shard->table_step = saved->second.table_step;
           restore_.erase(saved);
           PP_LOG(Info) << "table " << info.id << " '" << info.spec.name << "' restored from the checkpoint";
+        } else if (consumed) {
+          restore_failed_.emplace(info.spec.name, st);
+          restore_.erase(saved);
         }
       }
       if (st.ok()) {
@@ -1485,6 +1506,21 @@ void ServerImpl::StartCheckpointWhenReady() {
     st = Status::FailedPrecondition("live workers are at clocks " + std::to_string(min_live_) + " to " +
                                     std::to_string(fastest) + ", not all at the checkpoint's clock " +
                                     std::to_string(ckpt_.clock));
+  // Nor pushes of the clock itself (SSP/ASP tables apply them as they come; BSP's are pending sums,
+  // refused above): a worker that went on after its Checkpoint() failed, or another of its
+  // threads pushing meanwhile. Resumed from the checkpoint, that clock is trained again whole, so
+  // they would count twice (found in review). A replacement's pushes to redo are its
+  // predecessor's of this clock, the same.
+  for (size_t w = 0; st.ok() && w < pushed_in_clock_.size(); ++w) {
+    if (!clocks_.alive(static_cast<int>(w))) continue;
+    int64_t n = 0;
+    for (const auto* of : {&pushed_in_clock_[w], &redo_[w]})
+      for (const auto& [table, k] : *of) n += k;
+    if (n > 0)
+      st = Status::FailedPrecondition("worker " + std::to_string(w) + " pushed " + std::to_string(n) +
+                                      " time(s) at the checkpoint's clock " + std::to_string(ckpt_.clock) +
+                                      " before it was written: a checkpoint is taken between clocks");
+  }
   ckpt_.written = false;
   if (!st.ok()) {
     ckpt_.status = st;
@@ -1495,11 +1531,16 @@ void ServerImpl::StartCheckpointWhenReady() {
   // are visible through the acquire below) and this thread reads no request until it is done.
   for (int k = 0; k < static_cast<int>(queues_.size()); ++k) (void)inflight_[k].load(std::memory_order_acquire);
   const int servers = static_cast<int>(control_.cluster().servers.size());
-  ckpt_.writer = std::thread([this, tables, servers] {
+  std::vector<const TableCheckpoint*> kept;  // (CreateTable takes none of them while this writes)
+  for (const auto& [name, saved] : restore_) kept.push_back(&saved);
+  if (!kept.empty())
+    PP_LOG(Info) << "checkpoint at clock " << ckpt_.clock << " also holds " << Count(kept.size(), "table")
+                 << " restored but not created again yet, as restored";
+  ckpt_.writer = std::thread([this, tables, servers, kept] {
     SetThreadName("pp-checkpoint");
     try {
       ckpt_.status = WriteServerCheckpoint(ckpt_.dir, rank_, servers, ckpt_.clock, tables, &ckpt_.bytes,
-                                           [this] { return ckpt_.abandon.load(std::memory_order_relaxed); });
+                                           [this] { return ckpt_.abandon.load(std::memory_order_relaxed); }, kept);
     } catch (const std::bad_alloc&) {  // (a sparse stripe's key list copied for the file)
       ckpt_.status = Status::ResourceExhausted("out of memory writing the checkpoint");
     } catch (const std::exception& e) {

@@ -726,6 +726,87 @@ TEST(Checkpoint, RestoredBspJobContinuesExactlyOnAnyNumberOfServers) {
   }
 }
 
+// A restored table that no worker created again before the next checkpoint is in that checkpoint
+// as it was restored (found in review: it was left out, and gone once its checkpoint was pruned),
+// also across a change in the number of servers.
+TEST(Checkpoint, ATableNotCreatedAgainIsKeptInTheNextCheckpoint) {
+  TempDir first, second;
+  std::vector<std::vector<float>> full(2);
+  {
+    LocalClusterConfig cfg;
+    cfg.servers = 2;
+    cfg.workers = 2;
+    cfg.checkpoint_dir = first.path();
+    LocalCluster cluster(cfg);
+    ASSERT_TRUE(cluster.Start().ok());
+    cluster.RunWorkers([&](Client& c, int w) { Train(c, 8, 4, &full[w]); });
+    ASSERT_TRUE(cluster.FinishAndJoin().ok());
+  }
+  {  // Resumed on 3 servers, checkpointed again at once, creating neither table.
+    LocalClusterConfig cfg;
+    cfg.servers = 3;
+    cfg.workers = 2;
+    cfg.restore_from = first.path();
+    cfg.checkpoint_dir = second.path();
+    LocalCluster cluster(cfg);
+    ASSERT_TRUE(cluster.Start().ok());
+    cluster.RunWorkers([&](Client& c, int) { EXPECT_TRUE(c.Checkpoint().ok()); });
+    ASSERT_TRUE(cluster.FinishAndJoin().ok());
+  }
+  auto latest = ReadLatestCheckpoint(second.path());
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_EQ(latest->clock, 4);
+  std::vector<std::vector<float>> resumed(2);
+  LocalClusterConfig cfg;
+  cfg.servers = 2;
+  cfg.workers = 2;
+  cfg.restore_from = second.path();
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  cluster.RunWorkers([&](Client& c, int w) { Train(c, 8, -1, &resumed[w]); });
+  ASSERT_TRUE(cluster.FinishAndJoin().ok());
+  EXPECT_EQ(full[0], resumed[0]);
+  EXPECT_EQ(full[1], resumed[1]);
+}
+
+// A restore that failed once its rows were handed over (here: past the server's table memory
+// limit) fails every later creation of the table the same way; it was retried into an empty
+// sparse table, logged as restored (found in review).
+TEST(Checkpoint, ARestoreThatFailedPartWayIsNotRetriedIntoAnEmptyTable) {
+  TempDir root;
+  TableSpec s = Spec("sparse", true, opt::Kind::kAdaGrad);
+  {
+    LocalClusterConfig cfg;
+    cfg.checkpoint_dir = root.path();
+    LocalCluster cluster(cfg);
+    ASSERT_TRUE(cluster.Start().ok());
+    auto t = cluster.client(0).CreateTable(s);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    std::vector<Key> keys(1000);
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = 3 * i + 1;
+    ASSERT_TRUE(cluster.client(0).Push(*t, keys, std::vector<float>(keys.size() * s.dim, 0.5f)).Wait().ok());
+    ASSERT_TRUE(cluster.client(0).Clock().ok());
+    ASSERT_TRUE(cluster.client(0).Checkpoint().ok());
+    ASSERT_TRUE(cluster.FinishAndJoin().ok());
+  }
+  LocalClusterConfig cfg;
+  cfg.restore_from = root.path();
+  cfg.server_options = [](int, ServerOptions* o) { o->max_table_bytes = 16 << 10; };  // < the 1000 rows
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto t = cluster.client(0).CreateTable(s);
+    ASSERT_FALSE(t.ok()) << "attempt " << attempt;
+    EXPECT_EQ(t.status().code(), Code::kResourceExhausted) << t.status().ToString();
+    EXPECT_NE(t.status().message().find("rows from the checkpoint"), std::string::npos) << t.status().ToString();
+    if (attempt == 1) {
+      EXPECT_NE(t.status().message().find("cannot be restored by this server any more"), std::string::npos)
+          << t.status().ToString();
+    }
+  }
+  cluster.FinishAndJoin().IgnoreError();
+}
+
 // Under SSP and ASP too a checkpoint is an exact cut: what every worker reads right after it (the
 // others held at a barrier) is exactly what a job restored from it reads first, tables and
 // optimizer state alike, even with workers running at different speeds before it.
@@ -987,6 +1068,17 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
     });
     EXPECT_TRUE(older.FinishAndJoin().ok());
   }
+  // A root whose own name starts like a checkpoint's is still a root (found in review: it was
+  // read as one incomplete checkpoint, so a job in --checkpoint_dir=.../ckpt-fmnist could not
+  // resume).
+  TempDir links;
+  const std::string named_like_one = links.path() + "/ckpt-fmnist";
+  std::filesystem::create_directory_symlink(root.path(), named_like_one);
+  damaged.restore_from = named_like_one;
+  LocalCluster renamed(damaged);
+  ASSERT_TRUE(renamed.Start().ok());
+  EXPECT_EQ(renamed.client(0).clock(), 30);
+  EXPECT_TRUE(renamed.FinishAndJoin().ok());
 }
 
 // The other apps too: restored from the checkpoint after their last epoch, they evaluate the
@@ -1141,6 +1233,30 @@ TEST(Checkpoint, MisuseGetsClearErrors) {
     EXPECT_NE(st.message().find("worker 1"), std::string::npos) << st.ToString();
     cluster.RunWorkers([&](Client& c, int) { EXPECT_TRUE(c.Checkpoint().ok()); });
     EXPECT_TRUE(ReadLatestCheckpoint(r3.path()).ok());
+    ASSERT_TRUE(cluster.FinishAndJoin().ok());
+  }
+  {  // Pushes at the checkpoint's clock itself (a worker that went on after a failed
+     // Checkpoint(), or another thread of it): they would be in the checkpoint and trained again
+     // on resuming, so it is refused, and taken once the clock is closed (found in review).
+    TempDir r4;
+    LocalClusterConfig cfg;
+    cfg.checkpoint_dir = r4.path();
+    LocalCluster cluster(cfg);
+    ASSERT_TRUE(cluster.Start().ok());
+    Client& c = cluster.client(0);
+    for (const char* model : {"ssp:2", "asp"}) {
+      TableSpec s = Spec(std::string("pushed_") + model, false, opt::Kind::kSgd);
+      s.consistency = *ParseConsistency(model);
+      auto t = c.CreateTable(s);
+      ASSERT_TRUE(t.ok()) << t.status().ToString();
+      ASSERT_TRUE(c.Clock().ok());  // (a clock with no checkpoint yet: one taken is not taken again)
+      ASSERT_TRUE(c.PushDense(*t, std::vector<float>(s.rows * s.dim, 1.0f)).Wait().ok());
+      Status st = c.Checkpoint();
+      EXPECT_EQ(st.code(), Code::kFailedPrecondition) << model << ": " << st.ToString();
+      EXPECT_NE(st.message().find("pushed 1 time(s) at the checkpoint's clock"), std::string::npos) << st.ToString();
+      ASSERT_TRUE(c.Clock().ok());
+      EXPECT_TRUE(c.Checkpoint().ok()) << model;
+    }
     ASSERT_TRUE(cluster.FinishAndJoin().ok());
   }
   {  // Nothing to restore from.

@@ -2372,6 +2372,19 @@ TEST(MultiProcess, LauncherDoesNotRestartAJobPastItsTableMemory) {
   EXPECT_EQ(out.find("killed by signal"), std::string::npos) << out;
 }
 
+// Nor one whose app's data does not fit in the worker's memory (found in review: linreg with a
+// huge --dim or --examples aborted the worker with an uncaught std::bad_alloc, signal 6, which the launcher
+// restarts into).
+TEST(MultiProcess, AWorkerOutOfMemoryForItsDataSaysSoAndIsNotRestarted) {
+  std::string out;
+  int code = RunCommand(BinDir() + "/pushpull-launch --max_restarts=2 -- --app=linreg --epochs=1 --examples=2000000000 --dim=10000", 60,
+                        &out);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("ResourceExhausted: worker 0: linreg: out of memory on this worker"), std::string::npos) << out;
+  EXPECT_EQ(out.find("restart"), std::string::npos) << out;
+  EXPECT_EQ(out.find("killed by signal"), std::string::npos) << out;
+}
+
 // Neither is a worker that --on_worker_death=continue let go, when the job later fails on its own
 // (its target missed: exit 3). Killed, or stopped by SIGTERM (it then tells the scheduler and
 // exits 1): the job goes on. And when the job then finishes, it succeeded: such a worker does not

@@ -310,7 +310,18 @@ int main(int argc, char** argv) {
     std::_Exit(1);
   });
   pushpull::AppResult result;
-  pushpull::Status st = RunApp(**client, app, &result);
+  pushpull::Status st;
+  try {
+    st = RunApp(**client, app, &result);
+  } catch (const std::bad_alloc&) {
+    // Its data or model, as the flags size them, past this machine's memory: the same on every
+    // restart, so a setup error (exit 2), said to the job like any app error (found in review:
+    // linreg --dim=20000000 aborted the worker with an uncaught std::bad_alloc).
+    st = pushpull::Status::ResourceExhausted(FLAGS_app + ": out of memory on this worker for the data and model "
+                                             "its flags ask for (e.g. linreg holds --examples x --dim floats)");
+  } catch (const std::exception& e) {
+    st = pushpull::Status::Internal(FLAGS_app + ": " + e.what());
+  }
   if (!st.ok()) {
     PP_LOG(Error) << FLAGS_app << " failed: " << st.ToString();
     // The job hears why now, rather than from this worker's silence a heartbeat timeout later.
