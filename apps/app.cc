@@ -213,9 +213,9 @@ Result<StartPoint> FirstEpochOf(int64_t c, int epochs, const std::function<int64
 std::string RunDescription(const char* app_name, const std::function<int64_t(int)>& clock_after,
                            const std::string& what) {
   // The first three epochs' ends, whatever --epochs is: a run resumed to train longer counts
-  // its clocks as the checkpointed one did. (fmnist_mlp's tables are another matter: its cosine
-  // schedule's length, from --epochs, is part of their spec, so a server refuses its restore
-  // with another --epochs, naming both specs.)
+  // its clocks as the checkpointed one did. (fmnist_mlp's cosine schedule, as long as --epochs,
+  // then goes on over the new length: a server restores a table under a changed learning-rate
+  // schedule, saying so, and refuses only another shape, optimizer state or consistency model.)
   std::string s = std::string(app_name) + ": epochs end at clocks ";
   for (int e = 1; e <= 3; ++e) s += (e > 1 ? ", " : "") + std::to_string(clock_after(e));
   return s + ", ... (" + what + ")";
@@ -226,7 +226,7 @@ Result<StartPoint> FirstEpoch(Client& client, const AppOptions& app, const std::
   const std::string& was = client.restored_run();
   if (!was.empty() && was != run)
     return Status::InvalidArgument(std::string(app_name) + ": the checkpoint was taken by a run where \"" + was +
-                                   "\"; this one: \"" + run + "\". Resume with the data, batch size and workers of "
+                                   "\"; this one: \"" + run + "\". Resume with the data, seed, batch size and workers of "
                                    "the checkpointed run");
   auto first = FirstEpochOf(client.clock(), app.epochs, clock_after, app_name, client.replacement());
   // Checkpoints asked for in a job without them fail now rather than after an epoch (a job

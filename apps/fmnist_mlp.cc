@@ -127,7 +127,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
   const std::string run =
       RunDescription("fmnist_mlp", clock_after,
                      "batch " + std::to_string(batch) + ", " + Count(W, "worker") + ", " +
-                         std::to_string(train_all->n) + " training images");
+                         std::to_string(train_all->n) + " training images, seed " + std::to_string(app.seed));
   auto first = FirstEpoch(client, app, clock_after, "fmnist_mlp", run);
   if (!first.ok()) return first.status();
   // Resuming: the skipped epochs' shuffles, so that the next epoch sees the order it would have.

@@ -68,7 +68,9 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   const auto clock_after = [&](int e) { return int64_t(e) * batches; };
   const std::string run = RunDescription("linreg", clock_after,
                                          "batch " + std::to_string(app.batch) + ", " +
-                                             std::to_string(o.examples_per_worker) + " examples a worker");
+                                             Count(client.num_workers(), "worker") + ", " +
+                                             std::to_string(o.examples_per_worker) + " examples a worker, seed " +
+                                             std::to_string(app.seed));
   auto first = FirstEpoch(client, app, clock_after, "linreg", run);
   if (!first.ok()) return first.status();
   int64_t start = NowMs(), samples = 0;

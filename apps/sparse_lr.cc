@@ -159,7 +159,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   const std::string run = RunDescription("sparse_lr", clock_after,
                                          Count(app.epochs, "epoch") + ", batch " + std::to_string(app.batch) + ", " +
                                              Count(W, "worker") + ", " + std::to_string(o.examples_total) +
-                                             " examples");
+                                             " examples, seed " + std::to_string(o.data.seed));
   auto first = FirstEpoch(client, app, clock_after, "sparse_lr", run);
   if (!first.ok()) return first.status();
   // Resuming: the examples of the skipped epochs are drawn and dropped (the stream is seeded).

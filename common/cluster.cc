@@ -83,6 +83,71 @@ bool TableSpec::operator==(const TableSpec& o) const {
          consistency == o.consistency;
 }
 
+namespace {
+template <class T>
+void Differs(std::string* out, const char* what, const T& was, const T& now) {
+  if (was == now) return;
+  std::ostringstream os;
+  os << (out->empty() ? "" : ", ") << what << " " << was << " -> " << now;
+  *out += os.str();
+}
+}  // namespace
+
+std::string TableSpec::DifferencesFrom(const TableSpec& o) const {
+  std::string d;
+  const opt::OptimizerConfig &a = o.optimizer, &b = optimizer;
+  Differs(&d, "name", o.name, name);
+  Differs(&d, "sparse", o.sparse, sparse);
+  if (!sparse || !o.sparse) Differs(&d, "rows", o.rows, rows);
+  Differs(&d, "dim", o.dim, dim);
+  auto init_name = [](InitKind k) {
+    static const char* const kNames[] = {"zeros", "uniform", "normal", "glorot"};
+    return std::string(size_t(k) < 4 ? kNames[size_t(k)] : "?");
+  };
+  auto schedule_name = [](opt::ScheduleKind k) {
+    static const char* const kNames[] = {"constant", "step", "cosine"};
+    return std::string(size_t(k) < 3 ? kNames[size_t(k)] : "?");
+  };
+  Differs(&d, "init", init_name(o.init), init_name(init));
+  Differs(&d, "init_scale", o.init_scale, init_scale);
+  Differs(&d, "seed", o.seed, seed);
+  Differs(&d, "glorot_bias_columns", o.glorot_bias_columns, glorot_bias_columns);
+  Differs(&d, "optimizer", std::string(opt::KindName(a.kind)), std::string(opt::KindName(b.kind)));
+  Differs(&d, "lr", a.lr, b.lr);
+  Differs(&d, "momentum", a.momentum, b.momentum);
+  Differs(&d, "nesterov", a.nesterov, b.nesterov);
+  Differs(&d, "weight_decay", a.weight_decay, b.weight_decay);
+  Differs(&d, "beta1", a.beta1, b.beta1);
+  Differs(&d, "beta2", a.beta2, b.beta2);
+  Differs(&d, "epsilon", a.epsilon, b.epsilon);
+  Differs(&d, "amsgrad", a.amsgrad, b.amsgrad);
+  Differs(&d, "initial_accumulator", a.initial_accumulator, b.initial_accumulator);
+  Differs(&d, "ftrl_alpha", a.ftrl_alpha, b.ftrl_alpha);
+  Differs(&d, "ftrl_beta", a.ftrl_beta, b.ftrl_beta);
+  Differs(&d, "ftrl_l1", a.ftrl_l1, b.ftrl_l1);
+  Differs(&d, "ftrl_l2", a.ftrl_l2, b.ftrl_l2);
+  Differs(&d, "schedule", schedule_name(a.schedule.kind), schedule_name(b.schedule.kind));
+  Differs(&d, "schedule.warmup_steps", a.schedule.warmup_steps, b.schedule.warmup_steps);
+  Differs(&d, "schedule.step_size", a.schedule.step_size, b.schedule.step_size);
+  Differs(&d, "schedule.gamma", a.schedule.gamma, b.schedule.gamma);
+  Differs(&d, "schedule.total_steps", a.schedule.total_steps, b.schedule.total_steps);
+  Differs(&d, "schedule.min_lr_ratio", a.schedule.min_lr_ratio, b.schedule.min_lr_ratio);
+  Differs(&d, "clip_norm", a.clip_norm, b.clip_norm);
+  Differs(&d, "staleness_aware", a.staleness_aware, b.staleness_aware);
+  Differs(&d, "consistency", o.consistency.ToString(), consistency.ToString());
+  return d;
+}
+
+bool TableSpec::CanRestoreFrom(const TableSpec& was) const {
+  auto slots = [](const opt::OptimizerConfig& c) {
+    auto o = opt::Optimizer::Create(c);
+    return o ? o->num_slots() : -1;
+  };
+  return name == was.name && sparse == was.sparse && (sparse || rows == was.rows) && dim == was.dim &&
+         optimizer.kind == was.optimizer.kind && slots(optimizer) == slots(was.optimizer) &&
+         consistency == was.consistency;
+}
+
 std::string TableSpec::ToString() const {
   std::ostringstream os;
   os << "'" << name << "' " << (sparse ? "sparse" : "dense");

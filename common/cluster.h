@@ -62,6 +62,14 @@ struct TableSpec {
   Status Validate() const;
   bool operator==(const TableSpec& o) const;
   std::string ToString() const;
+  // Every setting that differs from o's, as "name o's -> this one's" ("lr 0.002 -> 0.001,
+  // schedule.total_steps 1876 -> 2814"); "" when they are equal.
+  std::string DifferencesFrom(const TableSpec& o) const;
+  // Whether rows a checkpoint saved under `was` are this table's rows: the same name, kind,
+  // shape, optimizer state (kind and slots) and consistency model. The rest (learning rate and
+  // its schedule, other optimizer settings, the initialisation of rows the checkpoint lacks) may
+  // change when a job resumes: training a few epochs more, or fine-tuning at another rate.
+  bool CanRestoreFrom(const TableSpec& was) const;
 };
 
 // A table as the scheduler created it: its id and its partition over the servers.

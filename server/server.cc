@@ -1447,14 +1447,23 @@ void ServerImpl::CreateTable(const Message& m) {
       }
       if (!st.ok()) PP_LOG(Error) << "refused table " << info.id << ": " << st.ToString();
       if (st.ok() && saved != restore_.end()) {
-        // The checkpoint's table must be this one: same spec, same partition over this job's
-        // servers (ReadCheckpointForServer re-partitions a checkpoint of another server count).
+        // The checkpoint's rows must be this table's: same shape, optimizer state and consistency
+        // model (TableSpec::CanRestoreFrom), same partition over this job's servers
+        // (ReadCheckpointForServer re-partitions a checkpoint of another server count). Its
+        // learning rate, schedule and the like may change: said, and taken.
         const TableInfo& was = saved->second.info;
-        if (!(was.spec == info.spec) || was.row_offsets != info.row_offsets || was.bucket_owner != info.bucket_owner)
+        const std::string changed = info.spec.DifferencesFrom(was.spec);
+        if (!info.spec.CanRestoreFrom(was.spec) || was.row_offsets != info.row_offsets ||
+            was.bucket_owner != info.bucket_owner)
           // (The job's flags and the checkpoint disagree: a setup error, the same on every restart,
           // so InvalidArgument, which a worker exits 2 on.)
-          st = Status::InvalidArgument("table '" + info.spec.name + "' differs from the checkpoint's: it was " +
-                                          was.spec.ToString() + "; asked for " + info.spec.ToString());
+          st = Status::InvalidArgument("table '" + info.spec.name + "' cannot take the checkpoint's rows: " +
+                                       (changed.empty() ? std::string("its partition over the servers differs") : changed) +
+                                       " (checkpoint -> asked for; its shape, optimizer state and consistency model "
+                                       "must stay)");
+        else if (!changed.empty())
+          PP_LOG(Warning) << "table '" << info.spec.name << "' restored under new settings: " << changed
+                          << " (checkpoint -> now)";
         bool consumed = false;  // (the rows are the shard's, whatever Restore answers)
         if (st.ok()) {
           try {

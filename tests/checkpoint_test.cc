@@ -948,7 +948,7 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
   // would end epoch 2 of a run of 20 clocks an epoch, and the job would go on there as if
   // nothing changed (found in review). Refused, naming both.
   EXPECT_EQ(ReadLatestCheckpoint(root.path())->run,
-            "linreg: epochs end at clocks 10, 20, 30, ... (batch 100, 1000 examples a worker)");
+            "linreg: epochs end at clocks 10, 20, 30, ... (batch 100, 2 workers, 1000 examples a worker, seed 42)");
   LocalCluster other(cfg);
   ASSERT_TRUE(other.Start().ok());
   EXPECT_EQ(other.client(0).restored_run(), ReadLatestCheckpoint(root.path())->run);
@@ -962,6 +962,12 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
         << st.ToString();
     EXPECT_NE(st.message().find("this one: \"linreg: epochs end at clocks 20, 40, 60, ... (batch 50"),
               std::string::npos) << st.ToString();
+    // Nor with another seed, which draws another problem (found in review: linreg resumed on it).
+    AppOptions reseeded = app;
+    reseeded.seed = 7;
+    st = RunLinreg(c, reseeded, o, &r);
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("1000 examples a worker, seed 7)\""), std::string::npos) << st.ToString();
   });
   other.FinishAndJoin().IgnoreError();
   // Restored with fewer --epochs than it had trained: a setup error naming the epoch (exit 2; it
@@ -1285,8 +1291,36 @@ TEST(Checkpoint, MisuseGetsClearErrors) {
     ASSERT_TRUE(cluster.Start().ok());
     auto t = cluster.client(0).CreateTable(Spec("dense", false, opt::Kind::kSgd));
     // A setup error (the job's flags against the checkpoint): a worker exits 2 on it, not restarted.
+    // It says what differs (found in review: it printed both specs, which left out most settings
+    // and so read the same).
     EXPECT_EQ(t.status().code(), Code::kInvalidArgument) << t.status().ToString();
-    EXPECT_NE(t.status().message().find("differs from the checkpoint"), std::string::npos) << t.status().ToString();
+    EXPECT_NE(t.status().message().find("cannot take the checkpoint's rows: optimizer adam -> sgd"), std::string::npos)
+        << t.status().ToString();
+    // Its learning rate, schedule and initialisation may change (training longer, fine-tuning):
+    // the rows are the checkpoint's.
+    TableSpec longer = Spec("dense", false, opt::Kind::kAdam);
+    longer.optimizer.lr = 0.01f;
+    longer.optimizer.schedule.kind = opt::ScheduleKind::kCosine;
+    longer.optimizer.schedule.total_steps = 100;
+    longer.seed = 8;
+    EXPECT_EQ(longer.DifferencesFrom(Spec("dense", false, opt::Kind::kAdam)),
+              "seed 7 -> 8, lr 0.05 -> 0.01, schedule constant -> cosine, schedule.total_steps 0 -> 100");
+    auto resumed = cluster.client(0).CreateTable(longer);
+    ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+    std::vector<float> now(10 * 4), fresh(10 * 4);
+    ASSERT_TRUE(cluster.client(0).PullDense(*resumed, now.data()).Wait().ok());
+    for (size_t i = 0; i < now.size(); ++i) fresh[i] = InitialValue(longer, i / 4, i % 4);
+    EXPECT_NE(now, fresh);  // (the checkpoint's rows, not seed 8's)
+    TableSpec was = Spec("dense", false, opt::Kind::kAdam);
+    for (size_t i = 0; i < now.size(); ++i) EXPECT_EQ(now[i], InitialValue(was, i / 4, i % 4)) << i;
+    // Nor may the optimizer's state or the consistency model.
+    TableSpec other = was;
+    other.optimizer.amsgrad = true;  // (a third slot)
+    EXPECT_FALSE(other.CanRestoreFrom(was));
+    other = was;
+    other.consistency = *ParseConsistency("asp");
+    EXPECT_FALSE(other.CanRestoreFrom(was));
+    EXPECT_TRUE(longer.CanRestoreFrom(was));
     ASSERT_TRUE(cluster.FinishAndJoin().ok());
   }
 }
