@@ -151,7 +151,10 @@ void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
     }
     cap_rows_ = cap;
   } else {
-    ReserveBlocks(old, cap_rows_);  // the array BeginWrite moved to (already counted)
+    // The blocks these rows go to (already counted): the first may be the array BeginWrite moved
+    // to. Only those: every block to cap_rows_ was walked for each new key (found in review:
+    // thousands of blocks a key right after the arrays doubled).
+    ReserveBlocks(old, std::min(cap_rows_, ((need - 1) / block_rows_ + 1) * block_rows_));
   }
   for (size_t b = old / block_rows_; b * block_rows_ < need; ++b)
     blocks_[b].params->resize(std::min<size_t>(block_rows_, need - b * block_rows_) * dim_);
