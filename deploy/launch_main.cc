@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cluster.h"
 #include "common/flags.h"
 
 DEFINE_int32(servers, 1, "servers to start");
@@ -101,7 +102,18 @@ Child Spawn(const std::string& name, const std::string& role, const std::vector<
     exit(1);
   }
   pid_t parent = getpid();
+  // The child runs the launcher's signal handler until it execs: a SIGTERM of ours in between
+  // would only set the child's copy of our flag, and the daemon, never told, was killed after
+  // --grace_ms (found in review: every job whose scheduler failed at once, on a bad
+  // --restore_from, took 5 s and SIGKILLs to stop). Blocked over the fork; the child sets them
+  // back to their default first, so that one sent meanwhile ends it.
+  sigset_t stop_signals, before;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigprocmask(SIG_BLOCK, &stop_signals, &before);
   pid_t pid = fork();
+  if (pid != 0) sigprocmask(SIG_SETMASK, &before, nullptr);
   if (pid < 0) {
     // A child that is not there must not be signalled or waited for as pid -1 (every process).
     perror("fork");
@@ -114,6 +126,10 @@ Child Spawn(const std::string& name, const std::string& role, const std::vector<
     return none;
   }
   if (pid == 0) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &before, nullptr);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
     // A process group of its own: a Ctrl-C at the terminal (SIGINT to the foreground group) reaches
@@ -229,6 +245,19 @@ int main(int argc, char** argv) {
   if (FLAGS_metrics_port < -1 || FLAGS_metrics_port == 0 || FLAGS_metrics_port > 65535 - FLAGS_servers) {
     std::fprintf(stderr, "pushpull-launch: --metrics_port must be -1 (not served) or in [1, %d] (the servers take the "
                          "%d ports after it)\n", 65535 - FLAGS_servers, FLAGS_servers);
+    return 2;
+  }
+  // What every node would refuse, refused before any starts (found in review: the one useful line
+  // came buried among every node's "stopped while waiting").
+  if (auto c = pushpull::ParseConsistency(FLAGS_consistency); !c.ok()) {
+    std::fprintf(stderr, "pushpull-launch: --consistency: %s\n", c.status().message().c_str());
+    return 2;
+  }
+  if (FLAGS_heartbeat_timeout_ms < 1 || FLAGS_heartbeat_interval_ms < 1 ||
+      FLAGS_heartbeat_interval_ms > FLAGS_heartbeat_timeout_ms / 2) {
+    std::fprintf(stderr, "pushpull-launch: nodes that heartbeat every %d ms, but the scheduler declares a node dead "
+                         "after %d ms of silence: --heartbeat_interval_ms must be >= 1 and at most half of "
+                         "--heartbeat_timeout_ms\n", FLAGS_heartbeat_interval_ms, FLAGS_heartbeat_timeout_ms);
     return 2;
   }
   const std::string dir = FLAGS_bin_dir.empty() ? pushpull::ExecutableDir() : FLAGS_bin_dir;
@@ -427,7 +456,10 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       c.status = st;
       Drain(c, true);
       const bool failed = Failed(st);
-      if (failed || c.role == "scheduler") Say(c.name + " (pid " + std::to_string(c.pid) + ") " + Describe(st));
+      if (stopping && WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM)  // (ours, before it could heed it: just started)
+        Say(c.name + " (pid " + std::to_string(c.pid) + ") stopped by the launcher's SIGTERM");
+      else if (failed || c.role == "scheduler")
+        Say(c.name + " (pid " + std::to_string(c.pid) + ") " + Describe(st));
       if (WIFEXITED(st) && WEXITSTATUS(st) == 2) {
         // Bad flags or setup: it fails the same way again, whoever noticed first (a worker that
         // stops tells the scheduler why, which may end the job, and exit 1, before the worker

@@ -1971,9 +1971,14 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
                                   "--max_restarts=3 -- --app=linreg --epochs=1",
                        60, &out),
             2) << out;
-  EXPECT_NE(out.find("heartbeats every 600 ms, but the scheduler declares a node dead after 1000 ms"),
+  EXPECT_NE(out.find("heartbeat every 600 ms, but the scheduler declares a node dead after 1000 ms"),
             std::string::npos) << out;
   EXPECT_EQ(out.find("restart 1 of"), std::string::npos) << out;
+  EXPECT_EQ(out.find("started scheduler"), std::string::npos) << out;  // (refused before any node starts)
+  // So is a consistency model no table would take.
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --consistency=ssp -- --app=linreg --epochs=1", 30, &out), 2) << out;
+  EXPECT_NE(out.find("pushpull-launch: --consistency: consistency 'ssp' must be"), std::string::npos) << out;
+  EXPECT_EQ(out.find("started scheduler"), std::string::npos) << out;
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-scheduler --num_servers=1 --num_workers=1 --port=0 "
                                   "--endpoint_file=/nonexistent/endpoint", 30, &out), 2) << out;
   EXPECT_NE(out.find("--endpoint_file"), std::string::npos) << out;
@@ -2370,6 +2375,21 @@ TEST(MultiProcess, LauncherDoesNotRestartAJobPastItsTableMemory) {
   EXPECT_NE(out.find("past their limit of 1.0 MB (--max_table_mb"), std::string::npos) << out;
   EXPECT_EQ(out.find("restart"), std::string::npos) << out;
   EXPECT_EQ(out.find("killed by signal"), std::string::npos) << out;
+}
+
+// A scheduler that fails at once (nothing to restore from): the launcher stops the servers and
+// workers it had just started with SIGTERM, which they heed wherever they are. Sent while a child
+// had not yet exec'd, it ran the launcher's own handler there and was lost: the daemon was killed
+// after --grace_ms (found in review: every such job).
+TEST(MultiProcess, LauncherStopsChildrenItJustStartedWithoutKillingThem) {
+  std::string out;
+  const int code = RunCommand(BinDir() + "/pushpull-launch --servers=2 --workers=2 --restore_from=/nonexistent/ckpt "
+                                         "-- --app=linreg --epochs=1",
+                              60, &out);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--restore_from"), std::string::npos) << out;
+  EXPECT_EQ(out.find("did not exit in time"), std::string::npos) << out;
+  EXPECT_EQ(out.find("signal 9"), std::string::npos) << out;
 }
 
 // Nor one whose app's data does not fit in the worker's memory (found in review: linreg with a

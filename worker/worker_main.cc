@@ -279,6 +279,9 @@ int main(int argc, char** argv) {
     metrics = std::move(m.value());
     PP_LOG(Info) << "metrics at http://0.0.0.0:" << metrics->port() << "/metrics";
   }
+  // A signal while it waits to register ends the wait (exit 1), rather than killing the process
+  // outright; the job hears of it once it has joined (below).
+  pushpull::InstallStopSignals();
   pushpull::ClientOptions o;
   o.scheduler = FLAGS_scheduler;
   o.request_timeout_ms = FLAGS_request_timeout_ms;
