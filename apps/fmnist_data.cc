@@ -1,5 +1,6 @@
 #include "apps/fmnist_data.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -155,9 +156,13 @@ Result<std::vector<uint8_t>> LoadIdxLabels(const std::string& path) {
 }
 
 namespace {
+// The gzipped file as Debian ships it, or the same name without .gz where only that one is
+// there (gunzipped by hand; gzopen reads either).
 std::string SetPath(const std::string& dir, bool train, bool images) {
-  return (dir.empty() ? std::string(".") : dir) + "/" + (train ? "train" : "t10k") +
-         (images ? "-images-idx3-ubyte.gz" : "-labels-idx1-ubyte.gz");
+  const std::string gz = (dir.empty() ? std::string(".") : dir) + "/" + (train ? "train" : "t10k") +
+                         (images ? "-images-idx3-ubyte.gz" : "-labels-idx1-ubyte.gz");
+  const std::string plain = gz.substr(0, gz.size() - 3);
+  return access(gz.c_str(), F_OK) != 0 && access(plain.c_str(), F_OK) == 0 ? plain : gz;
 }
 }  // namespace
 

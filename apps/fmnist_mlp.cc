@@ -41,9 +41,17 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
     train_all->images.resize(size_t(o.train_limit) * train_all->dim());
     train_all->labels.resize(o.train_limit);
   }
+  // Every worker needs a batch's worth of steps at least: too few images (a small --train_limit,
+  // or a data set that holds none) is said as such, not as the schedule's length of 0.
+  const int total_n = train_all->n;
+  if (total_n / W < 1)
+    return Status::InvalidArgument("fmnist_mlp: " + std::to_string(total_n) + " training images for " +
+                                   Count(W, "worker") + ": each needs one at least (--train_limit, or the data in " +
+                                   o.data_dir + ")");
   auto shard = Shard(*train_all, rank, W);
   if (!shard.ok()) return shard.status();
   const Dataset& train = *shard;
+  *train_all = Dataset();  // (this worker's shard is all it reads from here: the rest goes)
   Dataset test;
   if (rank == 0) {
     auto t = LoadFashionMnist(o.data_dir, false);
@@ -54,6 +62,8 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
       test.images.resize(size_t(o.test_limit) * test.dim());
       test.labels.resize(o.test_limit);
     }
+    if (test.n < 1)
+      return Status::InvalidArgument("fmnist_mlp: the test set in " + o.data_dir + " holds no images");
   }
   const int batch = app.batch;
   const int gpu = o.gpu >= 0 || o.device == Device::kCpu ? std::max(o.gpu, 0) : rank % std::max(1, GpuCount());
@@ -83,7 +93,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
     // (the workers' mean), one per push otherwise.
     spec.optimizer.schedule.kind = opt::ScheduleKind::kCosine;
     spec.optimizer.schedule.total_steps =
-        int64_t(app.epochs) * ((train_all->n / W + batch - 1) / batch) *
+        int64_t(app.epochs) * ((total_n / W + batch - 1) / batch) *
         (app.consistency.model == Consistency::kBsp ? 1 : W);
     auto t = client.CreateTable(spec);
     if (!t.ok()) return t.status();
@@ -122,12 +132,12 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
   // The same number of steps on every worker (shards differ by at most one image), so that
   // epochs end at the same clock everywhere (checkpoints are taken there) and the schedule's
   // count above holds: a larger shard's one extra image is seen only when it fits the last batch.
-  const int steps = (train_all->n / W + batch - 1) / batch;
+  const int steps = (total_n / W + batch - 1) / batch;
   const auto clock_after = [&](int e) { return int64_t(e) * steps; };
   const std::string run =
       RunDescription("fmnist_mlp", clock_after,
                      "batch " + std::to_string(batch) + ", " + Count(W, "worker") + ", " +
-                         std::to_string(train_all->n) + " training images, seed " + std::to_string(app.seed));
+                         std::to_string(total_n) + " training images, seed " + std::to_string(app.seed));
   auto first = FirstEpoch(client, app, clock_after, "fmnist_mlp", run);
   if (!first.ok()) return first.status();
   // Resuming: the skipped epochs' shuffles, so that the next epoch sees the order it would have.

@@ -2,6 +2,7 @@
 
 #include <Eigen/Dense>
 
+#include <algorithm>
 #include <random>
 
 #include "common/crc32c.h"
@@ -56,7 +57,8 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   if (!table.ok()) return table.status();
 
   const double floor = 0.5 * o.noise * o.noise;
-  const double target = app.target > 0 ? app.target : floor * 1.5;
+  // (--noise=0: the floor is 0, which float arithmetic never quite reaches; 1e-6 is converged.)
+  const double target = app.target > 0 ? app.target : std::max(floor * 1.5, 1e-6);
   MetricsWriter metrics(app.metrics_out);
   Progress progress("linreg", app.progress_interval_s);
   Injector injector(app.inject, rank, app.seed);

@@ -141,7 +141,6 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   TraceWriter trace(app.trace_out, rank);
   PP_RETURN_IF_ERROR(metrics.status());
   PP_RETURN_IF_ERROR(trace.status());
-  Progress progress("sparse_lr", app.progress_interval_s);
   Injector injector(app.inject, rank, app.seed);
   std::vector<CtrExample> ex(app.batch);
   Batch b;
@@ -164,6 +163,11 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   if (!first.ok()) return first.status();
   // Resuming: the examples of the skipped epochs are drawn and dropped (the stream is seeded).
   if (first->epoch <= app.epochs) {
+    if (examples_after(first->epoch - 1) > 0 || first->skip > 0)
+      PP_LOG(Info) << "sparse_lr: resuming at clock " << client.clock() << ": drawing and dropping the examples "
+                   << "trained before it from the seeded stream (about " << examples_after(first->epoch - 1) +
+                                                                             first->skip * app.batch
+                   << " examples; a few seconds a million)";
     for (; done < examples_after(first->epoch - 1); ++done) gen->Next(&ex[0]);
     // Taking a dead worker's place mid-epoch: the batches it had done, likewise.
     const int64_t until = examples_after(first->epoch);
@@ -174,6 +178,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   // run reported them as trained, and its rate included the time to skip them).
   const int64_t skipped = done;
   start = NowMs();
+  Progress progress("sparse_lr", app.progress_interval_s);  // (from here: its rate leaves the skip out)
   if (first->epoch > app.epochs && rank == 0) {  // restored after the last epoch
     PP_RETURN_IF_ERROR(evaluate(&logloss, &auc, o.heldout).Annotate("sparse_lr: evaluating the restored model"));
     PP_LOG(Info) << "sparse_lr restored model: held-out logloss " << logloss << " (optimal " << optimal << ", gap "

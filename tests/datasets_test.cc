@@ -222,6 +222,22 @@ TEST(Fmnist, MismatchedCountsAndWrongSizeAreCorruption) {
   EXPECT_EQ(d->labels[4], 4);
 }
 
+// Files gunzipped by hand are found under their names without .gz (found in review: only the
+// .gz names were tried, though the loader reads either); the .gz one when both are there.
+TEST(Fmnist, FilesWithoutGzAreFoundToo) {
+  TempDir dir;
+  WriteRaw(dir.path() + "/t10k-images-idx3-ubyte", IdxImages(0x803, 5, 28, 28, 5 * 784));
+  WriteRaw(dir.path() + "/t10k-labels-idx1-ubyte", IdxLabels(5, 5));
+  EXPECT_TRUE(CheckFashionMnistFiles(dir.path(), true).code() == Code::kNotFound);  // (no training set)
+  auto d = LoadFashionMnist(dir.path(), false);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->n, 5);
+  WriteGz(dir.path() + "/t10k-labels-idx1-ubyte.gz", IdxLabels(4, 4));
+  d = LoadFashionMnist(dir.path(), false);
+  EXPECT_EQ(d.status().code(), Code::kCorruption);  // (the .gz one's 4 labels, against 5 images)
+  EXPECT_TRUE(Contains(d.status().message(), "t10k-labels-idx1-ubyte.gz holds 4 labels")) << d.status().ToString();
+}
+
 Dataset Numbered(int n) {
   Dataset d;
   d.n = n;
