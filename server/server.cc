@@ -454,7 +454,7 @@ Status ServerImpl::Run() {
   stats_.copy_on_write_overdrafts = cow_budget_->overdrafts.load();
   PP_LOG(Info) << "stopped: " << stats_.pushes << " pushes, " << stats_.pulls << " pulls, "
                << stats_.clocks << " clocks, " << stats_.bad_messages << " malformed, "
-               << stats_.rejected << " rejected, " << stats_.duplicates << " duplicates; "
+               << stats_.rejected << " refused, " << stats_.duplicates << " duplicates; "
                << "pull staleness histogram {" << staleness_.ToString() << "}";
   return exit_status;
 }
