@@ -118,7 +118,8 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
     size_t nkeys = m == o.heldout ? held_batch.keys.size() : held_prefix_keys[m];
     std::vector<float> w(nkeys);
     std::vector<Key> keys(held_batch.keys.begin(), held_batch.keys.begin() + nkeys);
-    PP_RETURN_IF_ERROR(client.Pull(*table, std::move(keys), w.data()).Wait());
+    // (Lookup: ids the training never drew read as their start, 0, and are not added to the table.)
+    PP_RETURN_IF_ERROR(client.Lookup(*table, std::move(keys), w.data()).Wait());
     std::vector<double> p(m);
     std::vector<uint8_t> y(m);
     for (int i = 0; i < m; ++i) {

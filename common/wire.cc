@@ -422,6 +422,7 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
     return Status::Corruption("push norm " + std::to_string(h.push_norm) + " is neither -1 nor a finite norm");
   const uint8_t flags_known = kFlagRange | (h.type == MsgType::kPush ? kFlagContinues : 0) |
                               (h.type == MsgType::kClock ? kFlagSettled : 0) |
+                              (h.type == MsgType::kPull && !(h.flags & kFlagRange) ? kFlagNoCreate : 0) |
                               (h.type == MsgType::kPullReply && !(h.flags & kFlagRange) ? kFlagByStripe : 0);
   if (h.flags & ~flags_known)
     return Status::Corruption(std::string(MsgTypeName(h.type)) + " carries flags " + std::to_string(int(h.flags)) +

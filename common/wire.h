@@ -24,7 +24,7 @@
 namespace pushpull {
 
 constexpr uint32_t kWireMagic = 0x50505348;  // "PPSH"
-constexpr uint16_t kWireVersion = 9;  // 2: pull replies may split their values over frames; 3: checkpoints;
+constexpr uint16_t kWireVersion = 10;  // 2: pull replies may split their values over frames; 3: checkpoints;
                                       // 4: heartbeats carry the membership version, RegisterReply whether the job checkpoints;
                                       // 5: pushes split over servers carry the whole push's norm (clip_norm);
                                       // 6: checkpoints keep the run's description (Client::Checkpoint(run));
@@ -34,6 +34,7 @@ constexpr uint16_t kWireVersion = 9;  // 2: pull replies may split their values 
                                       //    kFlagByStripe (a keyed pull reply a stripe a frame)
                                       // 9: kWorkerClocks, Membership::worker_last_clock, kFlagSettled,
                                       //    ClusterMap::survives_worker_death and checkpoint_timeout_ms
+                                      // 10: kFlagNoCreate (Client::Lookup)
 // A RegisterReply lists every server's address (up to kMaxNodes of at most 256 bytes): 1.1 MB
 // at most; data-message headers are a few dozen bytes.
 constexpr uint32_t kMaxNodes = 4096;
@@ -95,6 +96,9 @@ enum HeaderFlags : uint8_t {
   // (Client::Clock after pushes to a BSP table): each server then holds all the worker's pushes
   // tagged below it, so a server its Clock did not reach, the worker dying, may count it reached.
   kFlagSettled = 8,
+  // A keyed pull (Client::Lookup) that adds no row: a key the table does not hold reads as its
+  // row would start (initial values, optimizer slots at their start) and stays absent.
+  kFlagNoCreate = 16,
 };
 
 struct Header {

@@ -492,7 +492,8 @@ void ServerImpl::ExecuteOrThrow(Request* r, int i) {
                    r->ctx.grad_scale);
       break;
     case Request::kRead:
-      if (r->out) s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get());
+      if (r->out)
+        s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get(), !(r->msg.header.flags & kFlagNoCreate));
       else if (sel->is_range) r->shared[i] = s.ShareRows(sel->range_begin);
       else {  // in place, or this stripe's rows gathered on their own (stripes run in parallel)
         std::shared_ptr<float[]> own;
@@ -997,7 +998,9 @@ void ServerImpl::PreparePull(Request* r, int64_t min_live) {
   const bool large = h.row_count() * h.dim * sizeof(float) > kInlineBytes;
   const bool range = h.flags & kFlagRange;
   // (A client places a reply's stripes by a key's hash: sparse tables only.)
-  const bool in_place = h.slot < 0 && (stripes <= 1 || (large && (range || r->shard->spec().sparse)));
+  // (A lookup's rows not there are made up in its reply: gathered too.)
+  const bool in_place = h.slot < 0 && !(h.flags & kFlagNoCreate) &&
+                        (stripes <= 1 || (large && (range || r->shard->spec().sparse)));
   if (in_place) r->shared.resize(r->sel.size());
   else r->out = NewFloatBuffer(h.row_count() * h.dim);
   // (Counted once its reply buffer is there: out of memory for it leaves the pull parked.)

@@ -747,7 +747,23 @@ void Stripe::DropAccumulated(int64_t clock, int worker) {
   if (it->second.empty()) bsp_.erase(it);
 }
 
-void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out) {
+void Stripe::Read(const RowSelection& sel, const Key* keys, int slot, float* out, bool create) {
+  if (!create && spec_.sparse) {
+    for (size_t i = 0, n = sel.size(); i < n; ++i) {
+      const uint64_t pos = sel.pos(i);
+      const Key k = keys[pos];
+      float* dst = out + pos * dim_;
+      const uint32_t r = index_.Find(k);
+      if (r != RowIndex::kNone) {
+        std::memcpy(dst, slot < 0 ? Row(r) : &slots_[slot][size_t(r) * dim_], dim_ * sizeof(float));
+      } else if (slot < 0) {
+        for (uint32_t c = 0; c < dim_; ++c) dst[c] = spec_.init == InitKind::kZeros ? 0.0f : InitialValue(spec_, k, c);
+      } else {
+        std::fill(dst, dst + dim_, optimizer_->slot_init(slot));
+      }
+    }
+    return;
+  }
   const uint32_t* rows = LocalRows(sel, keys);  // may add rows, which may move the arrays
   ForEachRun(sel, keys, rows, false, [&](uint32_t r, uint64_t pos, size_t len) {
     const float* src = slot < 0 ? Row(r) : &slots_[slot][size_t(r) * dim_];

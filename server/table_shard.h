@@ -166,7 +166,9 @@ class Stripe {
   // BSP: forgets worker `worker`'s sum for `clock` (a worker that died before finishing it).
   void DropAccumulated(int64_t clock, int worker);
   // Copies rows (parameters, or optimizer slot `slot` >= 0) into out (dim floats per message row).
-  void Read(const RowSelection& sel, const Key* keys, int slot, float* out);
+  // create false (a sparse stripe's Lookup): a key it does not hold reads as its row would start
+  // and is not added; nothing here changes then.
+  void Read(const RowSelection& sel, const Key* keys, int slot, float* out, bool create = true);
   // A keyed pull of parameters: when its rows are consecutive local rows in the selection's order
   // (one run: a recurring key set pulled in the order its rows were made, or ascending dense
   // rows), those rows in place, as ShareRows gives them; otherwise nullptr, and the rows gathered

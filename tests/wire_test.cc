@@ -250,6 +250,22 @@ TEST(Wire, DecodeRejectsEveryMalformedShape) {
     auto g = Frames(bad, 32, 0);
     EXPECT_EQ(Decode(&g, &m).code(), Code::kCorruption);
   }
+  {  // kFlagNoCreate: a keyed pull's (Lookup), no other message's
+    Header look = h;
+    look.type = MsgType::kPull;
+    look.flags = kFlagNoCreate;
+    auto f = Frames(look, 32, 0);
+    EXPECT_TRUE(Decode(&f, &m).ok());
+    look.flags = kFlagNoCreate | kFlagRange;
+    look.num_rows = 4;
+    look.num_keys = 0;
+    auto g = Frames(look, 0, 0);
+    EXPECT_EQ(Decode(&g, &m).code(), Code::kCorruption);
+    Header push = h;
+    push.flags = kFlagNoCreate;
+    auto p = Frames(push, 32, 48);
+    EXPECT_EQ(Decode(&p, &m).code(), Code::kCorruption);
+  }
   {  // a claimed count of 2^40 keys with nothing behind it
     Header big = h;
     big.num_keys = uint64_t(1) << 40;

@@ -635,6 +635,7 @@ class ClientImpl final : public Client, private internal::Receiver {
   bool checkpoints_enabled() const override { return control_.cluster().checkpoints; }
 
   Result<Table> CreateTable(const TableSpec& spec) override;
+  using Client::Lookup;
   using Client::Pull;
   using Client::PullSlot;
   using Client::PullView;
@@ -642,6 +643,9 @@ class ClientImpl final : public Client, private internal::Receiver {
   Future Push(const Table& t, KeyBuffer keys, std::shared_ptr<const std::vector<float>> grads) override;
   Future Pull(const Table& t, KeyBuffer keys, float* out) override {
     return PullImpl(t, std::move(keys), -1, out, nullptr);
+  }
+  Future Lookup(const Table& t, KeyBuffer keys, float* out) override {
+    return PullImpl(t, std::move(keys), -1, out, nullptr, /*create=*/false);
   }
   Future PullSlot(const Table& t, KeyBuffer keys, int slot, float* out) override {
     return PullImpl(t, std::move(keys), slot, out, nullptr);
@@ -728,7 +732,8 @@ class ClientImpl final : public Client, private internal::Receiver {
   // (Leave: a worker failing for that error says so).
   Result<Header> ControlCall(Header h, const std::string& what, int64_t timeout_ms = -1, bool despite_sticky = false);
   // Into out, or kept in view (no copy).
-  Future PullImpl(const Table& t, KeyBuffer keys, int slot, float* out, PulledRows* view);
+  // create false: Lookup (kFlagNoCreate).
+  Future PullImpl(const Table& t, KeyBuffer keys, int slot, float* out, PulledRows* view, bool create = true);
   Status CheckTable(const Table& t, const TableInfo** info);
 
   void IoLoop();
@@ -1328,7 +1333,7 @@ Result<std::vector<uint32_t>> ClientImpl::GroupByServer(const Table& t, std::vec
   return order;
 }
 
-Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out, PulledRows* view) {
+Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out, PulledRows* view, bool create) {
   if (view) ClientAccess::parts(view).reset();  // nothing of an earlier pull stays readable
   auto Failed = [&](const Status& st) { return FailedPull(st, view); };  // (early returns mark the view failed)
   const TableInfo* info;
@@ -1401,6 +1406,7 @@ Future ClientImpl::PullImpl(const Table& t, KeyBuffer kbuf, int slot, float* out
       c->header.num_keys = m;
       c->header.dim = dim;
       c->header.slot = slot;
+      if (!create && info->spec.sparse) c->header.flags |= kFlagNoCreate;
       c->keys = ZeroCopyFrame(ks_at[s] + j, m * sizeof(Key), ks_own[s]);
       c->part.target = s;
       c->part.reply_type = MsgType::kPullReply;

@@ -194,6 +194,15 @@ class Client {
   Future Pull(const Table& t, std::vector<Key> keys, float* out) {
     return Pull(t, std::make_shared<const std::vector<Key>>(std::move(keys)), out);
   }
+  // Reads rows as Pull does (the same consistency), except that a key a sparse table does not
+  // hold yet is not added to it: it reads as its row would start (the table's initial values).
+  // For evaluation and inference over keys training may never touch, which a Pull would add to
+  // the servers' memory, their --max_table_mb and every checkpoint. A dense table's rows are all
+  // there: the same as Pull. Always copied (never read in place by the server).
+  virtual Future Lookup(const Table& t, KeyBuffer keys, float* out) = 0;
+  Future Lookup(const Table& t, std::vector<Key> keys, float* out) {
+    return Lookup(t, std::make_shared<const std::vector<Key>>(std::move(keys)), out);
+  }
   // Keys in the order the servers hold them cost the least: reorders `keys` so that each
   // server's keys come one after the other (in the order they were given) and returns where each
   // came from (keys after[i] == keys before[order[i]]). A keyed push of keys in this order sends
