@@ -127,7 +127,13 @@ void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
   std::shared_ptr<ParamArray> held;
   // The block with room left that the first rows go to is written: moved off an array a reply
   // holds (to one with room for the rows in use only). Rows past it go to blocks no reply holds.
-  if (old % block_rows_ != 0) BeginWrite(old / block_rows_, 0, 0, &held);
+  if (old % block_rows_ != 0) {
+    BeginWrite(old / block_rows_, 0, 0, &held);
+    // The array a reply holds is no spare for this block, which the rows below make longer: not
+    // kept (found in review: kept, it held copy-on-write budget through a phase of pulls only,
+    // which age no spares; the reply frees it once sent).
+    if (held) blocks_[old / block_rows_].spare.reset();
+  }
   if (need > cap_rows_) {
     // Sparse rows come one at a time: the arrays double, or near the limit grow by what is needed.
     const size_t row = RowBytes(spec_, optimizer_->num_slots());

@@ -150,7 +150,7 @@ class Stripe {
   // the rows they added taken away again. A write out of memory for a block's copy-on-write
   // array (ApplyPush, ApplyAccumulated) applies nothing either, but keeps the rows it added, at
   // their initial values (as a pull of them would have made them); a BSP clock that fails so is
-  // dropped. (The machine out of memory later in a call, say for a BSP sum, may leave it part
+  // dropped. So does a keyed read out of memory for its reply buffer (ReadOrShare). (The machine out of memory later in a call, say for a BSP sum, may leave it part
   // done.)
 
   // Applies gradients now (SSP/ASP). grads holds dim floats per message row.

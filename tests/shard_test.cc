@@ -403,6 +403,42 @@ TEST(Shard, CopyOnWriteDropsASparseSpareThatNoLongerFits) {
   EXPECT_EQ(tight.used_after, dry.second);
 }
 
+// Rows added by pulls beside a held reply (an evaluation over new keys: pulls only, no write to
+// age spares) keep no spare of the block they grew: the held array's copy-on-write budget comes
+// back once the reply lets go of it (found in review: it stayed counted until a later push).
+TEST(Shard, RowsAddedBesideAHeldReplyKeepNoSpare) {
+  const TableSpec spec = AdamSparse();
+  const TableInfo info = TableInfo::Make(0, spec, 1);
+  auto budget = std::make_shared<CopyOnWriteBudget>(std::numeric_limits<size_t>::max(), 60000);
+  TableShard t(info, 0, 1, true, budget);
+  Stripe& s = t.stripe(0);
+  auto keyed = [&](Key first, size_t n, std::vector<Key>* keys, std::vector<RowSelection>* sel) {
+    for (size_t i = 0; i < n; ++i) keys->push_back(first + i);
+    t.Split(keys->data(), keys->size(), sel);
+  };
+  std::vector<Key> keys;
+  std::vector<RowSelection> sel;
+  keyed(0, 100, &keys, &sel);
+  std::vector<float> out(100 * spec.dim);
+  s.Read(sel[0], keys.data(), -1, out.data());  // rows 0..99, made by a pull
+  std::vector<Key> one{3};
+  std::vector<RowSelection> one_sel;
+  t.Split(one.data(), 1, &one_sel);
+  std::shared_ptr<float[]> copied;
+  std::shared_ptr<const float> held = s.ReadOrShare(one_sel[0], one.data(), &copied);
+  ASSERT_NE(held, nullptr);
+  for (Key first : {1000, 2000, 3000}) {  // more rows, by pulls, while the reply holds the block
+    std::vector<Key> more;
+    std::vector<RowSelection> more_sel;
+    keyed(first, 40, &more, &more_sel);
+    std::vector<float> got(40 * spec.dim);
+    s.Read(more_sel[0], more.data(), -1, got.data());
+  }
+  EXPECT_GT(budget->used(), 0u);  // (the held array, beside the block's new one)
+  held.reset();
+  EXPECT_EQ(budget->used(), 0u);
+}
+
 // A keyed push while a reply holds the parameters writes the rows it updates out of place and
 // copies the others; a key given twice is updated twice, the second time from the first's
 // result, as in place.
