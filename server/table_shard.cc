@@ -669,13 +669,40 @@ void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* gr
 void Stripe::Accumulate(int64_t clock, int worker, const RowSelection& sel, const Key* keys,
                         const float* grads, float grad_scale) {
   const uint32_t* rows = LocalRows(sel, keys);
-  Accumulator& acc = bsp_[clock][worker];
+  auto& of_clock = bsp_[clock];
+  const bool fresh_sum = of_clock.find(worker) == of_clock.end();
+  Accumulator& acc = of_clock[worker];
+  // Room for every row of the push first, counted against the tables' memory limit (a worker
+  // that pushes clocks ahead without pulling holds a sum per clock: found in review, it was not
+  // counted): past it, or out of memory, nothing of the push is summed.
+  const size_t most = acc.rows.size() + sel.size();  // (each row new, at most)
+  if (most > acc.rows.capacity()) {
+    const size_t cap = std::max<size_t>({16, 2 * acc.rows.size(), most});
+    const size_t bytes = (cap - acc.rows.capacity()) * SumRowBytes();
+    try {
+      Charge(bytes, "worker " + std::to_string(worker) + "'s BSP sum of clock " + std::to_string(clock) + " (" +
+                        std::to_string(cap) + " rows; a worker's pushes are summed until every worker has finished "
+                        "their clock)");
+      try {
+        acc.rows.reserve(cap);
+        acc.sum.reserve(cap * dim_);
+        acc.slot_of.reserve(cap);
+      } catch (...) {
+        Uncharge(bytes);
+        throw;
+      }
+    } catch (...) {
+      if (fresh_sum && acc.rows.empty()) {  // (no empty sum left behind: it would hold the clock open)
+        of_clock.erase(worker);
+        if (of_clock.empty()) bsp_.erase(clock);
+      }
+      ReleaseRows();
+      throw;
+    }
+    acc.charged += bytes;
+  }
   ForEachRun(sel, keys, rows, false, [&](uint32_t r, uint64_t pos, size_t len) {
     for (size_t k = 0; k < len; ++k) {
-      // Room for a new row in every part first: out of memory leaves the sum consistent (rows
-      // summed so far stay summed: the push then fails part done).
-      if (acc.rows.size() == acc.rows.capacity()) acc.rows.reserve(std::max<size_t>(16, 2 * acc.rows.size()));
-      if (acc.sum.size() + dim_ > acc.sum.capacity()) acc.sum.reserve(std::max<size_t>(16 * dim_, 2 * acc.sum.size()));
       auto [it, fresh] = acc.slot_of.try_emplace(r + k, static_cast<uint32_t>(acc.rows.size()));
       if (fresh) {  // (neither allocates now)
         acc.rows.push_back(r + k);
@@ -698,7 +725,10 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
   struct DropClock {
     Stripe* s;
     decltype(bsp_)::iterator it;
-    ~DropClock() { s->bsp_.erase(it); }
+    ~DropClock() {
+      for (auto& [w, acc] : it->second) s->DropSum(acc);
+      s->bsp_.erase(it);
+    }
   } drop{this, it};
   // Rows any worker touched, ascending; then the sum in worker order (deterministic).
   std::vector<uint32_t> rows;
@@ -749,7 +779,10 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
 void Stripe::DropAccumulated(int64_t clock, int worker) {
   auto it = bsp_.find(clock);
   if (it == bsp_.end()) return;
-  it->second.erase(worker);
+  auto sum = it->second.find(worker);
+  if (sum == it->second.end()) return;
+  DropSum(sum->second);
+  it->second.erase(sum);
   if (it->second.empty()) bsp_.erase(it);
 }
 

@@ -353,7 +353,11 @@ class Stripe {
     std::vector<float> sum;       // dim floats per local row touched
     std::vector<uint32_t> rows;   // local rows, in first-touch order
     std::unordered_map<uint32_t, uint32_t> slot_of;  // local row -> index into rows
+    size_t charged = 0;           // against the tables' memory limit (in charged_ too)
   };
+  // A BSP sum's bytes a row: its floats, its row number, an index entry (about).
+  size_t SumRowBytes() const { return dim_ * sizeof(float) + sizeof(uint32_t) + 32; }
+  void DropSum(Accumulator& acc) { Uncharge(acc.charged); acc.charged = 0; }
   std::map<int64_t, std::map<int, Accumulator>> bsp_;  // clock -> worker -> its sum
 };
 

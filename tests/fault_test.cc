@@ -1467,6 +1467,43 @@ TEST(ConnectionFailure, APushOverOneServersLimitIsAppliedNowhere) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// So do BSP sums: a worker that pushes clock after clock without pulling (its clocks run ahead
+// of a slower worker's) holds a sum of each on the server until the slower one catches up
+// (found in review: uncounted, it grew until the machine killed the server). Its push past the
+// limit is refused, naming the sum.
+TEST(ServerFailure, BspSumsOfAWorkerPushingAheadCountAgainstTheMemoryLimit) {
+  LocalClusterConfig cfg;
+  cfg.workers = 2;
+  cfg.server_options = [](int, ServerOptions* o) { o->max_table_bytes = 1 << 20; };
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  TableSpec spec = AspZeros("w", 1024);  // 64 KB of parameters; a sum of it about 100 KB
+  spec.dim = 16;
+  spec.consistency = *ParseConsistency("bsp");
+  Status refused;
+  int64_t refused_at = -1;
+  cluster.RunWorkers([&](Client& c, int w) {
+    auto t = c.CreateTable(spec);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    if (w == 1) return;  // the slow one: at clock 0 throughout
+    for (int clock = 0; clock < 40 && refused.ok(); ++clock) {
+      refused = c.PushDense(*t, std::vector<float>(16384, 1.0f)).WaitFor(10000);
+      if (!refused.ok()) refused_at = clock;
+      else ASSERT_TRUE(c.Clock().ok());
+    }
+  });
+  ASSERT_EQ(refused.code(), Code::kResourceExhausted) << refused.ToString();
+  EXPECT_GT(refused_at, 5);
+  EXPECT_LT(refused_at, 20);
+  EXPECT_NE(refused.message().find("worker 0's BSP sum of clock " + std::to_string(refused_at)), std::string::npos)
+      << refused.ToString();
+  EXPECT_NE(refused.message().find("--max_table_mb"), std::string::npos) << refused.ToString();
+  EXPECT_LE(cluster.server(0).stats().table_bytes, uint64_t(1) << 20);
+  // (The worker then stops on that setup error, and the job with it, as for a table past the
+  // limit: README, "A sparse table grows".)
+  cluster.FinishAndJoin().IgnoreError();
+}
+
 // A server's tables past --max_table_mb: a creation, or a push of new sparse keys, that would
 // take them over is refused with ResourceExhausted naming the table, and the server goes on
 // serving the rows it has (without the limit, a worker pushing ever new keys grows the server

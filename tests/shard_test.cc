@@ -129,6 +129,54 @@ TEST(Shard, RowsPastTheMemoryLimitAreRefusedAndNothingChanges) {
   EXPECT_EQ(memory->used(), 0u);  // given back with the table
 }
 
+// BSP sums count against the same limit (found in review: a worker pushing clocks ahead without
+// pulling held a sum per clock, uncounted): past it a push sums nothing and is refused, and
+// applied or dropped sums give their bytes back.
+TEST(Shard, BspSumsCountAgainstTheMemoryLimit) {
+  TableSpec spec = AdamSparse();
+  spec.sparse = false;
+  spec.rows = 100;
+  spec.optimizer.kind = opt::Kind::kSgd;
+  auto memory = std::make_shared<ByteBudget>(std::numeric_limits<size_t>::max());
+  TableShard t(TableInfo::Make(0, spec, 1), 0, 1, true, nullptr, memory);
+  const size_t table = memory->used();
+  ASSERT_GT(table, 0u);
+  std::vector<Key> keys(100);
+  for (Key i = 0; i < keys.size(); ++i) keys[i] = i;
+  std::vector<RowSelection> sel;
+  t.Split(keys.data(), keys.size(), &sel);
+  std::vector<float> g(keys.size() * spec.dim, 1.0f);
+  Stripe& s = t.stripe(0);
+  s.Accumulate(0, 0, sel[0], keys.data(), g.data(), 1.0f);
+  const size_t sum = memory->used() - table;
+  EXPECT_GE(sum, 100 * spec.dim * sizeof(float));  // a sum of the table's size, counted
+  s.Accumulate(0, 1, sel[0], keys.data(), g.data(), 1.0f);
+  s.Accumulate(1, 0, sel[0], keys.data(), g.data(), 1.0f);  // worker 0 a clock ahead
+  EXPECT_EQ(memory->used(), table + 3 * sum);
+  s.DropAccumulated(1, 0);
+  EXPECT_EQ(memory->used(), table + 2 * sum);
+  opt::StepContext ctx;
+  ctx.lr = 0.1f;
+  s.ApplyAccumulated(0, ctx);
+  EXPECT_EQ(memory->used(), table);
+  // With room for the table and two sums: a third is refused, and nothing of it is summed.
+  auto tight = std::make_shared<ByteBudget>(table + 2 * sum + sum / 2);
+  TableShard u(TableInfo::Make(0, spec, 1), 0, 1, true, nullptr, tight);
+  Stripe& v = u.stripe(0);
+  v.Accumulate(0, 0, sel[0], keys.data(), g.data(), 1.0f);
+  v.Accumulate(1, 0, sel[0], keys.data(), g.data(), 1.0f);
+  EXPECT_THROW(v.Accumulate(2, 0, sel[0], keys.data(), g.data(), 1.0f), TableMemoryExhausted);
+  EXPECT_EQ(tight->used(), table + 2 * sum);
+  std::vector<float> before(keys.size() * spec.dim), after(before.size());
+  v.Read(sel[0], keys.data(), -1, before.data());
+  v.ApplyAccumulated(2, ctx);  // (no sum of clock 2: nothing to apply)
+  v.Read(sel[0], keys.data(), -1, after.data());
+  EXPECT_EQ(before, after);
+  v.ApplyAccumulated(0, ctx);  // room again
+  v.Accumulate(2, 0, sel[0], keys.data(), g.data(), 1.0f);
+  EXPECT_EQ(tight->used(), table + 2 * sum);
+}
+
 // A sparse read of keys never seen creates their rows (initial values) as it goes, and the
 // arrays grow under it while it copies.
 TEST(Shard, SparseReadOfNewKeysGrowsTheStripe) {
