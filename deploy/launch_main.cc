@@ -404,6 +404,11 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
   bool job_finished = false;  // the scheduler exited 0: it ended the job as finished
   sig_atomic_t signals_seen = 0;
   std::chrono::steady_clock::time_point kill_at;
+  // A server that died: the scheduler ends the job naming it once it misses its heartbeats. Until
+  // then the others are left running (stopped at once, each worker told the job it stopped on a
+  // signal, and the job's end blamed the first of them: found in review).
+  std::string server_died;
+  std::chrono::steady_clock::time_point server_died_until;
   auto stop_all = [&](const std::string& why, int code) {
     if (stopping) return;
     stopping = true;
@@ -513,6 +518,14 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
               ", --on_worker_death=wait)");
           c.restart_pending = true;
           c.restart_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
+        } else if (c.role == "server" && !children[0].exited && server_died.empty() &&
+                   (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1))) {
+          *crashed = true;
+          server_died = c.name;
+          server_died_until = std::chrono::steady_clock::now() +
+                              std::chrono::milliseconds(int64_t(FLAGS_heartbeat_timeout_ms) + 2000);
+          Say("waiting up to " + std::to_string((FLAGS_heartbeat_timeout_ms + 2000) / 1000) +
+              " s for the scheduler to declare " + c.name + " dead and end the job");
         } else {
           // Killed from outside, or exit 1: a worker's calls fail that way when a node dies, and
           // it may notice before the scheduler declares the node dead. Not exit 2 (bad flags)
@@ -527,6 +540,8 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       }
     }
     if (all_exited) break;
+    if (!server_died.empty() && !stopping && std::chrono::steady_clock::now() > server_died_until)
+      stop_all(server_died + " failed (the scheduler did not end the job)", 1);
     // After the scheduler ended the job (or we are stopping), children get a grace period.
     bool sched_done = children[0].exited;
     if ((stopping || sched_done) && kill_at.time_since_epoch().count() != 0 &&
