@@ -200,6 +200,16 @@ class FileReader {
   bool Pod(T* v) {
     return Get(v, sizeof *v);
   }
+  // Reads n bytes through (for the checksum) without keeping them.
+  bool Skip(uint64_t n) {
+    std::vector<unsigned char> buf(std::min<uint64_t>(n, kIoChunk));
+    while (n > 0) {
+      const uint64_t k = std::min<uint64_t>(n, buf.size());
+      if (!Get(buf.data(), k)) return false;
+      n -= k;
+    }
+    return true;
+  }
   // After the last read: the whole payload was read and its CRC matches.
   Status Verify() const {
     if (left_ != 0) return Bad(std::to_string(left_) + " bytes left over after the last table");
@@ -320,7 +330,8 @@ Status WriteServerCheckpoint(const std::string& dir, int rank, int num_servers, 
 
 Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::string& dir, int rank,
                                                                     int num_servers, int64_t clock,
-                                                                    bool in_blocks) {
+                                                                    bool in_blocks, const std::string* only,
+                                                                    std::vector<TableSummary>* summary) {
   FileReader r;
   PP_RETURN_IF_ERROR(r.Open(ServerCheckpointFile(dir, rank)));
   int32_t file_rank = 0, file_servers = 0;
@@ -364,6 +375,11 @@ Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::s
     if (dim != t.info.spec.dim || nslots > 8 || need > (long double)r.left())
       return r.Fail("table '" + t.info.spec.name + "': " + std::to_string(rows) + " rows of dim " + std::to_string(dim) +
                    " do not fit in the file");
+    if (summary) summary->push_back({t.info, t.table_step, rows, nslots});
+    if (only && t.info.spec.name != *only) {  // (read through for the checksum, not kept)
+      if (!r.Skip(static_cast<uint64_t>(need))) return r.Fail(r.error());
+      continue;
+    }
     ShardRows& s = t.rows;
     if (sparse) {
       s.keys.resize(rows);
@@ -620,16 +636,17 @@ Result<CheckpointManifest> NewestIntactCheckpoint(const std::string& root, std::
 }
 
 Result<std::map<std::string, TableCheckpoint>> ReadCheckpointForServer(const std::string& dir, int rank,
-                                                                       int num_servers, bool in_blocks) {
+                                                                       int num_servers, bool in_blocks,
+                                                                       const std::string* only) {
   auto m = ReadManifest(dir);
   if (!m.ok()) return m.status();
-  if (m->servers == num_servers) return ReadServerCheckpoint(dir, rank, num_servers, m->clock, in_blocks);
+  if (m->servers == num_servers) return ReadServerCheckpoint(dir, rank, num_servers, m->clock, in_blocks, only);
   // Another number of servers: this one's rows under the new partition, from every old file in
   // turn (old rank order: dense rows come out in row order), one old file in memory at a time.
   std::map<std::string, TableCheckpoint> out;
   std::map<std::string, int> files_with;  // per table: the old files that hold it
   for (int old = 0; old < m->servers; ++old) {
-    auto file = ReadServerCheckpoint(dir, old, m->servers, m->clock);
+    auto file = ReadServerCheckpoint(dir, old, m->servers, m->clock, false, only);
     if (!file.ok()) return file.status();
     // Each table's old rows are let go once this server's are copied out.
     for (auto it = file->begin(); it != file->end(); it = file->erase(it)) {

@@ -49,19 +49,30 @@ Status WriteServerCheckpoint(const std::string& dir, int rank, int num_servers, 
                              const std::vector<const TableShard*>& tables, uint64_t* bytes,
                              const std::function<bool()>& abandon = nullptr,
                              const std::vector<const TableCheckpoint*>& kept = {});
+// A table as a server's file describes it, its rows not read.
+struct TableSummary {
+  TableInfo info;
+  int64_t table_step = 0;
+  uint64_t rows = 0;
+  uint32_t slots = 0;
+};
 // Reads and checks a server's file (checksum, then rank, server count and clock); tables by name.
 // in_blocks: dense rows come in pieces of a block each (ShardRows::blocks), what a shard with a
-// stripe per block takes without a copy.
+// stripe per block takes without a copy. only: just that table's rows are kept (the others'
+// are read through for the checksum, in constant memory). summary: every table's description.
 Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::string& dir, int rank,
                                                                     int num_servers, int64_t clock,
-                                                                    bool in_blocks = false);
+                                                                    bool in_blocks = false,
+                                                                    const std::string* only = nullptr,
+                                                                    std::vector<TableSummary>* summary = nullptr);
 // What server `rank` of a job of `num_servers` restores from checkpoint dir: its own file when the
 // checkpoint was written by as many servers; otherwise the rows it owns under the new partition,
 // gathered from every file (re-sharding: a job may resume on more or fewer servers). The tables'
 // info is the new partition's; a table's step is the largest any old server had.
 // in_blocks: as ReadServerCheckpoint's, for a checkpoint of as many servers (a server restoring).
 Result<std::map<std::string, TableCheckpoint>> ReadCheckpointForServer(const std::string& dir, int rank,
-                                                                       int num_servers, bool in_blocks = false);
+                                                                       int num_servers, bool in_blocks = false,
+                                                                       const std::string* only = nullptr);
 
 // Creates `dir` (and its parents) when missing and checks that a file can be written in it:
 // InvalidArgument naming it otherwise (an operator's setup: it fails the same way again).

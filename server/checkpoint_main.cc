@@ -110,34 +110,50 @@ int main(int argc, char** argv) {
   if (!m.ok()) return Fail(m.status());
   // Every server's rows of every table, gathered as one server would own them all.
   std::fflush(stdout);  // (the list above stays whatever happens below)
-  auto tables = [&]() -> pushpull::Result<std::map<std::string, pushpull::TableCheckpoint>> {
-    try {
-      return pushpull::ReadCheckpointForServer(m->dir, 0, 1);
-    } catch (const std::bad_alloc&) {
-      // (Every table is read whole: about the checkpoint's size, more while a file is read.)
-      return Status::ResourceExhausted("out of memory reading " + m->dir +
-                                       ": this tool holds the whole checkpoint in memory; run it where there is "
-                                       "room for about 1.5 times the checkpoint's size");
+  // Every table's description from every server's file, the rows read through (constant memory).
+  std::map<std::string, pushpull::TableSummary> summary;
+  for (int s = 0; s < m->servers; ++s) {
+    std::vector<pushpull::TableSummary> of_file;
+    const std::string none;  // (no table is named so: every table's rows are skipped)
+    auto read = pushpull::ReadServerCheckpoint(m->dir, s, m->servers, m->clock, false, &none, &of_file);
+    if (!read.ok()) return Fail(read.status());
+    for (const pushpull::TableSummary& t : of_file) {
+      auto [it, fresh] = summary.try_emplace(t.info.spec.name, t);
+      if (fresh) continue;
+      it->second.rows += t.rows;  // (BSP's step is the clock in every file; SSP/ASP's the most of any)
+      it->second.table_step = std::max(it->second.table_step, t.table_step);
     }
-  }();
-  if (!tables.ok()) return Fail(tables.status());
+  }
   if (FLAGS_export_table.empty()) {
     std::printf("%s: clock %lld, written by %d servers and %d workers; checksums verified\n", m->dir.c_str(),
                 static_cast<long long>(m->clock), m->servers, m->workers);
-    for (const auto& [name, t] : *tables)
-      std::printf("  %-24s %s, %llu rows x %u, %s (%zu slots), step %lld\n", name.c_str(),
-                  t.info.spec.sparse ? "sparse" : "dense", static_cast<unsigned long long>(t.rows.rows()),
-                  t.info.spec.dim, pushpull::opt::KindName(t.info.spec.optimizer.kind), t.rows.slots.size(),
+    for (const auto& [name, t] : summary)
+      std::printf("  %-24s %s, %llu rows x %u, %s (%u slots), step %lld\n", name.c_str(),
+                  t.info.spec.sparse ? "sparse" : "dense", static_cast<unsigned long long>(t.rows),
+                  t.info.spec.dim, pushpull::opt::KindName(t.info.spec.optimizer.kind), t.slots,
                   static_cast<long long>(t.table_step));
     return 0;
   }
-  auto it = tables->find(FLAGS_export_table);
-  if (it == tables->end()) {
+  if (!summary.count(FLAGS_export_table)) {
     std::string names;
-    for (const auto& [name, t] : *tables) names += (names.empty() ? "" : ", ") + name;
+    for (const auto& [name, t] : summary) names += (names.empty() ? "" : ", ") + name;
     return Fail(Status::NotFound("no table '" + FLAGS_export_table + "' in " + m->dir + " (its tables: " +
                                  (names.empty() ? "none" : names) + ")"));
   }
+  // That table only, gathered as one server would own it.
+  auto tables = [&]() -> pushpull::Result<std::map<std::string, pushpull::TableCheckpoint>> {
+    try {
+      return pushpull::ReadCheckpointForServer(m->dir, 0, 1, false, &FLAGS_export_table);
+    } catch (const std::bad_alloc&) {
+      return Status::ResourceExhausted("out of memory reading table '" + FLAGS_export_table + "' of " + m->dir +
+                                       ": this tool holds the table (parameters and optimizer slots) in memory, "
+                                       "once more while a server's part of it is read");
+    }
+  }();
+  if (!tables.ok()) return Fail(tables.status());
+  auto it = tables->find(FLAGS_export_table);
+  if (it == tables->end())
+    return Fail(Status::Internal("table '" + FLAGS_export_table + "' listed but not read from " + m->dir));
   const pushpull::TableCheckpoint& t = it->second;
   if (FLAGS_slot < -1 || FLAGS_slot >= static_cast<int>(t.rows.slots.size())) {
     std::fprintf(stderr, "pushpull-checkpoint: table '%s' has %zu optimizer slots; --slot=%d\n",
