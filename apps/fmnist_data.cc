@@ -119,7 +119,7 @@ Status ReadPayload(gzFile f, const std::string& path, size_t want, const std::st
 
 }  // namespace
 
-Result<IdxImages> LoadIdxImages(const std::string& path) {
+Result<IdxImages> LoadIdxImages(const std::string& path, int rows, int cols) {
   auto file = Open(path);
   if (!file.ok()) return file.status();
   uint32_t h[4];
@@ -128,6 +128,11 @@ Result<IdxImages> LoadIdxImages(const std::string& path) {
     return Status::Corruption(path + ": implausible header: " + std::to_string(h[1]) +
                               " images of " + std::to_string(h[2]) + "x" + std::to_string(h[3]));
   }
+  // The shape asked for, from the header: before its payload is read (a file that claims other
+  // images could hold gigabytes of them).
+  if ((rows > 0 && int(h[2]) != rows) || (cols > 0 && int(h[3]) != cols))
+    return Status::Corruption(path + ": images are " + std::to_string(h[2]) + "x" + std::to_string(h[3]) +
+                              ", not " + std::to_string(rows) + "x" + std::to_string(cols));
   IdxImages img;
   img.n = int(h[1]);
   img.rows = int(h[2]);
@@ -179,14 +184,10 @@ Status CheckFashionMnistFiles(const std::string& dir, bool test_set) {
 Result<Dataset> LoadFashionMnist(const std::string& dir, bool train) {
   const std::string images_path = SetPath(dir, train, true);
   const std::string labels_path = SetPath(dir, train, false);
-  auto images = LoadIdxImages(images_path);
+  auto images = LoadIdxImages(images_path, 28, 28);
   if (!images.ok()) return images.status();
   auto labels = LoadIdxLabels(labels_path);
   if (!labels.ok()) return labels.status();
-  if (images->rows != 28 || images->cols != 28) {
-    return Status::Corruption(images_path + ": images are " + std::to_string(images->rows) +
-                              "x" + std::to_string(images->cols) + ", Fashion-MNIST's are 28x28");
-  }
   if (size_t(images->n) != labels->size()) {
     return Status::Corruption(images_path + " holds " + std::to_string(images->n) +
                               " images but " + labels_path + " holds " +

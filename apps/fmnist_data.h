@@ -30,7 +30,8 @@ struct Dataset {
   size_t dim() const { return size_t(rows) * cols; }
 };
 
-Result<IdxImages> LoadIdxImages(const std::string& path);
+// rows, cols > 0: the images must be of that shape (checked from the header, before the payload).
+Result<IdxImages> LoadIdxImages(const std::string& path, int rows = 0, int cols = 0);
 Result<std::vector<uint8_t>> LoadIdxLabels(const std::string& path);
 
 // Loads the training set (60000 images) or the test set (10000) from dir; checks 28x28 images,

@@ -212,7 +212,13 @@ TEST(Fmnist, MismatchedCountsAndWrongSizeAreCorruption) {
   WriteGz(dir.path() + "/t10k-images-idx3-ubyte.gz", IdxImages(0x803, 5, 32, 32, 5 * 1024));
   d = LoadFashionMnist(dir.path(), false);
   EXPECT_EQ(d.status().code(), Code::kCorruption);
-  EXPECT_TRUE(Contains(d.status().message(), "28x28")) << d.status().ToString();
+  EXPECT_TRUE(Contains(d.status().message(), "images are 32x32, not 28x28")) << d.status().ToString();
+  // Refused from the header, before the payload it claims is read (a file of other images could
+  // hold gigabytes of them): here it claims a million and holds none.
+  WriteGz(dir.path() + "/t10k-images-idx3-ubyte.gz", IdxImages(0x803, 1000000, 4096, 4096, 0));
+  d = LoadFashionMnist(dir.path(), false);
+  EXPECT_EQ(d.status().code(), Code::kCorruption);
+  EXPECT_TRUE(Contains(d.status().message(), "images are 4096x4096, not 28x28")) << d.status().ToString();
 
   WriteGz(dir.path() + "/t10k-images-idx3-ubyte.gz", IdxImages(0x803, 5, 28, 28, 5 * 784));
   d = LoadFashionMnist(dir.path(), false);
