@@ -2357,11 +2357,18 @@ TEST(MultiProcess, TheSlurmScriptRunsAJobAndEndsWithTheCodeThatSaysWhy) {
              "*) break;; esac; done\n"
              "if (( n == 1 )); then SLURM_PROCID=0 exec \"$@\"; fi\n"
              "pids=(); for (( i = 0; i < n; ++i )); do SLURM_PROCID=$i \"$@\" & pids+=($!); done\n"
-             "rc=0; for p in \"${pids[@]}\"; do wait \"$p\" || rc=$?; done; exit $rc\n");
+             "trap 'kill -TERM \"${pids[@]}\" 2>/dev/null' TERM\n"  // (srun passes a SIGTERM on to its tasks)
+             "rc=0; for p in \"${pids[@]}\"; do while kill -0 \"$p\" 2>/dev/null; do wait \"$p\"; done; wait \"$p\" || rc=$?; "
+             "done; exit $rc\n");
   const std::string script = BinDir() + "/../../deploy/slurm/pushpull.sbatch";
   ASSERT_TRUE(std::filesystem::exists(script)) << script;
-  auto job = [&](const std::string& extra, const std::string& app_flags, std::string* out) {
+  auto job = [&](const std::string& extra, const std::string& app_flags, std::string* out,
+                 const std::string& latest = "") {
     std::filesystem::remove_all(dir + "/ckpt");
+    if (!latest.empty()) {  // (a checkpoint to resume from, as a requeued job finds it)
+      std::filesystem::create_directories(dir + "/ckpt");
+      std::ofstream(dir + "/ckpt/LATEST") << latest << "\n";
+    }
     return RunCommand("env PATH=" + dir + ":\"$PATH\" SLURM_NTASKS=4 SLURM_JOB_ID=77 SLURM_JOB_NODELIST=localhost "
                       "SERVERS=1 BIN=" + BinDir() + " CKPT=" + dir + "/ckpt " + extra + " APP_FLAGS='" + app_flags +
                       "' bash " + script, 90, out);
@@ -2373,6 +2380,13 @@ TEST(MultiProcess, TheSlurmScriptRunsAJobAndEndsWithTheCodeThatSaysWhy) {
   EXPECT_EQ(job("", "--app=nosuchapp", &out), 2) << out;
   EXPECT_NE(out.find("unknown --app 'nosuchapp'"), std::string::npos) << out;
   EXPECT_NE(out.find("stopping the scheduler"), std::string::npos) << out;
+  out.clear();
+  // A checkpoint to resume from that is not there: the scheduler says so and ends the job (2),
+  // and the servers and workers, started meanwhile, are stopped rather than left to wait out their
+  // registration (found in review: 120 s).
+  EXPECT_EQ(job("", "--app=linreg --epochs=1", &out, "ckpt-0000000004"), 2) << out;
+  EXPECT_NE(out.find("--restore_from"), std::string::npos) << out;
+  EXPECT_NE(out.find("the scheduler ended (exit 2"), std::string::npos) << out;
   out.clear();
   const int busy = TcpProxy::FreePort();
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
