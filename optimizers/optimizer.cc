@@ -1,6 +1,10 @@
 // Config names, equality and validation; learning-rate schedules; gradient helpers.
 #include "optimizers/optimizer.h"
 
+#if defined(__SSE3__)
+#include <pmmintrin.h>
+#include <xmmintrin.h>
+#endif
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -146,6 +150,12 @@ Status Validate(const OptimizerConfig& c) {
   if (!NonNegative(c.ftrl_l1)) return Bad("ftrl_l1", c.ftrl_l1, "must be finite and >= 0");
   if (!NonNegative(c.ftrl_l2)) return Bad("ftrl_l2", c.ftrl_l2, "must be finite and >= 0");
   if (!NonNegative(c.clip_norm)) return Bad("clip_norm", c.clip_norm, "must be finite and >= 0");
+  // FTRL's step is ftrl_alpha's, per coordinate (optimizers/ftrl.cc): it reads neither lr nor
+  // its schedule, so a schedule or staleness_aware asked of it would do nothing, silently.
+  if (c.kind == Kind::kFtrl && (c.staleness_aware || c.schedule.kind != ScheduleKind::kConstant ||
+                                c.schedule.warmup_steps > 0))
+    return Status::InvalidArgument("ftrl takes no learning-rate schedule nor staleness_aware: its step size is "
+                                   "ftrl_alpha, per coordinate (lower ftrl_alpha, or raise ftrl_beta, instead)");
   return ValidateSchedule(c.schedule);
 }
 
@@ -216,6 +226,19 @@ bool AllUsable(const float* x, size_t n) {
   for (; i < n; ++i) acc += x[i] * kUp * 0.0f;
   for (size_t k = 0; k < L; ++k) acc += a[k];
   return acc == 0.0f;
+}
+
+bool AllUsableScaled(const float* x, size_t n, float scale) {
+  bool ok = true;
+  for (size_t i = 0; i < n; ++i) ok &= std::fabs(x[i] * scale) < kMaxGradient;  // (false for NaN)
+  return ok;
+}
+
+void FlushDenormalsOnThisThread() {
+#if defined(__SSE3__)
+  _MM_SET_FLUSH_ZERO_MODE(_MM_FLUSH_ZERO_ON);
+  _MM_SET_DENORMALS_ZERO_MODE(_MM_DENORMALS_ZERO_ON);
+#endif
 }
 
 double SquaredNorm(const float* x, size_t n) {

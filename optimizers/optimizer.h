@@ -52,7 +52,7 @@ struct OptimizerConfig {
   // Adam / AdamW
   float beta1 = 0.9f;          // in [0, 1)
   float beta2 = 0.999f;        // in [0, 1)
-  float epsilon = 1e-8f;       // > 0 (also AdaGrad)
+  float epsilon = 1e-8f;       // > 0 (also AdaGrad's, whose PyTorch default is 1e-10: set it so to match)
   bool amsgrad = false;
   // AdaGrad
   float initial_accumulator = 0.0f;  // >= 0
@@ -135,6 +135,15 @@ class Optimizer {
 constexpr float kMaxGradient = 1152921504606846976.0f;  // 2^60
 // Every x finite and |x| < kMaxGradient.
 bool AllUsable(const float* x, size_t n);
+// Every x * scale finite and under kMaxGradient in magnitude (a BSP clock's sum of a worker's
+// pushes, each usable, times the mean's scale may not be: several pushes of a row in a clock).
+bool AllUsableScaled(const float* x, size_t n, float scale);
+
+// Sets this thread to flush denormal floats to zero, results and inputs (x86 FTZ and DAZ, as
+// TensorFlow's and most servers' compute threads do): state that decays toward zero (Adam's m
+// and v, a momentum buffer, under gradients of 0) becomes 0 instead of sticking at a denormal
+// that costs every later update of it a slow microcode path. A no-op elsewhere.
+void FlushDenormalsOnThisThread();
 double SquaredNorm(const float* x, size_t n);
 // Scales x in place so that its L2 norm is at most clip_norm, given its squared norm.
 void ClipByNorm(float* x, size_t n, double squared_norm, float clip_norm);

@@ -295,6 +295,7 @@ Status ServerImpl::Run() {
   rank_ = control_.rank();
   SetLogTag("server " + std::to_string(rank_.load()));
   SetThreadName("pp-server-" + std::to_string(rank_.load()));
+  opt::FlushDenormalsOnThisThread();  // (requests are applied on this thread too)
   const ClusterMap& cluster = control_.cluster();
   const int W = cluster.num_workers;
   clocks_.Reset(W, cluster.start_clock);
@@ -512,6 +513,7 @@ void ServerImpl::ExecuteOrThrow(Request* r, int i) {
 
 void ServerImpl::UpdateLoop(int t) {
   SetThreadName("pp-update-" + std::to_string(t));
+  opt::FlushDenormalsOnThisThread();
   CopyOnWriteBudget::SetThisThreadMayWait(true);  // a write over the budget waits for a reply here
   zmq::socket_t done(ctx_, zmq::socket_type::push);
   done.set(zmq::sockopt::linger, 0);

@@ -748,6 +748,14 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
       for (uint32_t c = 0; c < dim_; ++c) dst[c] += src[c];
     }
   }
+  // Each push was checked (AllUsable), but a worker's several pushes of a row in one clock add up:
+  // a mean past kMaxGradient would make Adam's v, AdaGrad's and FTRL's sums Inf and freeze or
+  // poison the rows without an error (found in review). Not applied, and said (the server logs a
+  // clock whose apply failed).
+  if (!opt::AllUsableScaled(total.data(), total.size(), ctx_in.grad_scale))
+    throw std::runtime_error("table '" + spec_.name + "': the BSP mean of clock " + std::to_string(clock) +
+                             " holds NaN, Inf or a value of 2^60 or more (several pushes of a row in one clock "
+                             "summed past it): this stripe's update of that clock is not applied");
   // Per block written, while a reply holds its array: contiguous rows [lo, hi) are written out
   // of place (the block's other rows copied by BeginWrite); others, the block is copied first
   // and written in place. Every block is made writable before any is written (out of memory for

@@ -241,6 +241,27 @@ std::vector<BadCase> BadCases() {
   };
 }
 
+// FTRL's step is ftrl_alpha's, per coordinate: a learning-rate schedule or staleness_aware would
+// do nothing, so they are refused rather than silently ignored (found in review).
+TEST(OptimizerValidate, FtrlRefusesWhatItWouldIgnore) {
+  OptimizerConfig c;
+  c.kind = Kind::kFtrl;
+  ASSERT_TRUE(Validate(c).ok());
+  for (const Mutator& m : std::vector<Mutator>{[](OptimizerConfig& x) { x.staleness_aware = true; },
+                                               [](OptimizerConfig& x) {
+                                                 x.schedule.kind = ScheduleKind::kCosine;
+                                                 x.schedule.total_steps = 10;
+                                               },
+                                               [](OptimizerConfig& x) { x.schedule.warmup_steps = 5; }}) {
+    OptimizerConfig bad = c;
+    m(bad);
+    Status st = Validate(bad);
+    EXPECT_EQ(st.code(), Code::kInvalidArgument);
+    EXPECT_NE(st.message().find("ftrl takes no learning-rate schedule nor staleness_aware"), std::string::npos)
+        << st.ToString();
+  }
+}
+
 TEST(OptimizerValidate, DefaultsAndEdgesAreValid) {
   for (Kind k : {Kind::kSgd, Kind::kAdam, Kind::kAdamW, Kind::kAdaGrad, Kind::kFtrl}) {
     OptimizerConfig c;

@@ -52,7 +52,7 @@ DEFINE_double(target, -1, "what the app must reach, <= 0: its default. linreg: a
               "fmnist_mlp: a test accuracy (0.88); sparse_lr: a held-out loss within this fraction of the optimum's "
               "(0.02: within 2%)");
 DEFINE_int32(progress_s, 5, "seconds between progress lines (0: none)");
-DEFINE_bool(staleness_aware, false, "divide each push's step by its staleness (Zhang et al. 2016)");
+DEFINE_bool(staleness_aware, false, "divide each push's step by its staleness (Zhang et al. 2016; not with FTRL, whose step is per coordinate)");
 DEFINE_int32(eval_every, 0, "fmnist_mlp, sparse_lr: worker 0 evaluates on a test subset every this many clocks "
              "(0: per epoch only; linreg evaluates per epoch only)");
 DEFINE_int32(eval_subset, 1000, "fmnist_mlp, sparse_lr: examples in that subset evaluation");
