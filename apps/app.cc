@@ -222,9 +222,9 @@ std::string RunDescription(const char* app_name, const std::function<int64_t(int
 }
 
 Result<StartPoint> FirstEpoch(Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
-                              const char* app_name, const std::string& run) {
+                              const char* app_name, const std::string& run, const std::string& earlier_run) {
   const std::string& was = client.restored_run();
-  if (!was.empty() && was != run)
+  if (!was.empty() && was != run && (earlier_run.empty() || was != earlier_run))
     return Status::InvalidArgument(std::string(app_name) + ": the checkpoint was taken by a run where \"" + was +
                                    "\"; this one: \"" + run + "\". Resume with the data, seed, batch size and workers of "
                                    "the checkpointed run");

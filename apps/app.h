@@ -65,9 +65,10 @@ struct StartPoint {
 };
 // `run` says how this run counts its clocks (RunDescription): a job restored from a checkpoint
 // taken by a run that counted them otherwise (another batch size, data or worker count) is
-// InvalidArgument, naming both, rather than resumed at the wrong epoch.
+// InvalidArgument, naming both, rather than resumed at the wrong epoch. `earlier_run`: the same
+// run as the previous build described it (without the seed), which a checkpoint it took says.
 Result<StartPoint> FirstEpoch(Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
-                              const char* app_name, const std::string& run);
+                              const char* app_name, const std::string& run, const std::string& earlier_run = "");
 // "fmnist_mlp: epochs end at clocks 938, 1876, ... (batch 64, 4 workers, 60000 examples)": the
 // first epochs' ends and what they follow from (`what`).
 std::string RunDescription(const char* app_name, const std::function<int64_t(int)>& clock_after,

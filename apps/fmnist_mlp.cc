@@ -138,7 +138,12 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
       RunDescription("fmnist_mlp", clock_after,
                      "batch " + std::to_string(batch) + ", " + Count(W, "worker") + ", " +
                          std::to_string(total_n) + " training images, seed " + std::to_string(app.seed));
-  auto first = FirstEpoch(client, app, clock_after, "fmnist_mlp", run);
+  // (Checkpoints of the twentieth session's build did not say the seed.)
+  const std::string earlier =
+      app.seed != 42 ? "" : RunDescription("fmnist_mlp", clock_after,
+                                           "batch " + std::to_string(batch) + ", " + Count(W, "worker") + ", " +
+                                               std::to_string(total_n) + " training images");
+  auto first = FirstEpoch(client, app, clock_after, "fmnist_mlp", run, earlier);
   if (!first.ok()) return first.status();
   // Resuming: the skipped epochs' shuffles, so that the next epoch sees the order it would have.
   for (int e = 1; e < first->epoch; ++e) std::shuffle(order.begin(), order.end(), rng);

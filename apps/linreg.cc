@@ -73,7 +73,12 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
                                              Count(client.num_workers(), "worker") + ", " +
                                              std::to_string(o.examples_per_worker) + " examples a worker, seed " +
                                              std::to_string(app.seed));
-  auto first = FirstEpoch(client, app, clock_after, "linreg", run);
+  // (Checkpoints of the twentieth session's build said neither workers nor seed.)
+  const std::string earlier = app.seed != 42 ? "" : RunDescription("linreg", clock_after,
+                                                                     "batch " + std::to_string(app.batch) + ", " +
+                                                                         std::to_string(o.examples_per_worker) +
+                                                                         " examples a worker");
+  auto first = FirstEpoch(client, app, clock_after, "linreg", run, earlier);
   if (!first.ok()) return first.status();
   int64_t start = NowMs(), samples = 0;
   double loss = 0;

@@ -160,7 +160,13 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
                                          Count(app.epochs, "epoch") + ", batch " + std::to_string(app.batch) + ", " +
                                              Count(W, "worker") + ", " + std::to_string(o.examples_total) +
                                              " examples, seed " + std::to_string(o.data.seed));
-  auto first = FirstEpoch(client, app, clock_after, "sparse_lr", run);
+  // (Checkpoints of the twentieth session's build did not say the seed.)
+  const std::string earlier =
+      o.data.seed != 42 ? "" : RunDescription("sparse_lr", clock_after,
+                                              Count(app.epochs, "epoch") + ", batch " + std::to_string(app.batch) +
+                                                  ", " + Count(W, "worker") + ", " + std::to_string(o.examples_total) +
+                                                  " examples");
+  auto first = FirstEpoch(client, app, clock_after, "sparse_lr", run, earlier);
   if (!first.ok()) return first.status();
   // Resuming: the examples of the skipped epochs are drawn and dropped (the stream is seeded).
   if (first->epoch <= app.epochs) {

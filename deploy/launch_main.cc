@@ -484,6 +484,7 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
           stop_all("the scheduler reports the job failed", 1);
         } else {
           job_finished = true;
+          server_died.clear();  // (it finished all the same)
           kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(FLAGS_grace_ms);
         }
       } else if (failed && job_finished && (c.role == "server" || WIFSIGNALED(st))) {
@@ -491,6 +492,12 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
         // or a process killed from outside meanwhile, is no failure of the job (and nothing to
         // restart: found in review, a worker killed then restarted a finished job).
         Say(c.name + " ended after the job finished; the job is not failed for it");
+      } else if (failed && !server_died.empty() && c.role == "worker" &&
+                 (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1))) {
+        // Its calls failed with the job the dead server ends: not a death of its own to replace
+        // or to end the job for (found in review: it was replaced under --on_worker_death=wait,
+        // or blamed for the job's end).
+        Say(c.name + " stopped after " + server_died + " died");
       } else if (failed) {
         if (c.role == "worker" && FLAGS_on_worker_death == "continue" &&
             (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1))) {
@@ -540,7 +547,7 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       }
     }
     if (all_exited) break;
-    if (!server_died.empty() && !stopping && std::chrono::steady_clock::now() > server_died_until)
+    if (!server_died.empty() && !stopping && !job_finished && std::chrono::steady_clock::now() > server_died_until)
       stop_all(server_died + " failed (the scheduler did not end the job)", 1);
     // After the scheduler ended the job (or we are stopping), children get a grace period.
     bool sched_done = children[0].exited;

@@ -160,7 +160,7 @@ class SchedulerImpl final : public Scheduler {
     // One from elsewhere is another run's (found in review: a checkpoint at the restored clock was
     // "already taken" though --checkpoint_dir had none, and LATEST there could be pointed at
     // whatever that directory held under the restored clock's name).
-    std::filesystem::path from = std::filesystem::path(restore_.dir).lexically_normal();
+    std::filesystem::path from = std::filesystem::absolute(restore_.dir, ec).lexically_normal();
     if (!from.has_filename()) from = from.parent_path();
     if (!options_.checkpoint_dir.empty() &&
         std::filesystem::equivalent(from.parent_path(), options_.checkpoint_dir, ec))

@@ -675,7 +675,16 @@ void Stripe::Accumulate(int64_t clock, int worker, const RowSelection& sel, cons
   // Room for every row of the push first, counted against the tables' memory limit (a worker
   // that pushes clocks ahead without pulling holds a sum per clock: found in review, it was not
   // counted): past it, or out of memory, nothing of the push is summed.
-  const size_t most = acc.rows.size() + sel.size();  // (each row new, at most)
+  // (Each row new, at most; never more than the stripe's rows. A push of rows summed already this
+  // clock, a worker accumulating minibatches, adds none: counted when room might be short.)
+  size_t most = acc.rows.size() + std::min<size_t>(sel.size(), num_rows() - std::min(num_rows(), acc.rows.size()));
+  if (most > acc.rows.capacity()) {
+    size_t fresh = 0;
+    ForEachRun(sel, keys, rows, false, [&](uint32_t r, uint64_t, size_t len) {
+      for (size_t k = 0; k < len; ++k) fresh += acc.slot_of.count(r + k) == 0;
+    });
+    most = acc.rows.size() + fresh;
+  }
   if (most > acc.rows.capacity()) {
     const size_t cap = std::max<size_t>({16, 2 * acc.rows.size(), most});
     const size_t bytes = (cap - acc.rows.capacity()) * SumRowBytes();
@@ -828,8 +837,9 @@ Status Stripe::Restore(std::vector<Key> keys, FloatArray params, std::vector<std
   // What the restored rows hold, and an index with room for their keys.
   const size_t bytes = steps.size() * RowBytes(spec_, optimizer_->num_slots()) +
                        (spec_.sparse ? RowIndex().GrowthBytes(keys.size()) : 0);
-  memory_->Give(charged_);
+  memory_->Give(charged_);  // (the BSP sums' too: they go with it)
   charged_ = 0;
+  bsp_.clear();
   cap_rows_ = 0;
   if (!memory_->TryTake(bytes))
     return Status::ResourceExhausted(
@@ -855,7 +865,6 @@ Status Stripe::Restore(std::vector<Key> keys, FloatArray params, std::vector<std
   }
   slots_ = std::move(slots);
   steps_ = std::move(steps);
-  bsp_.clear();
   index_.Clear();
   key_lists_.clear();
   for (uint32_t r = 0; r < keys.size(); ++r) {

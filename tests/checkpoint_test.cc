@@ -789,8 +789,10 @@ TEST(Checkpoint, ARestoreThatFailedPartWayIsNotRetriedIntoAnEmptyTable) {
     ASSERT_TRUE(cluster.client(0).Checkpoint().ok());
     ASSERT_TRUE(cluster.FinishAndJoin().ok());
   }
+  TempDir later;
   LocalClusterConfig cfg;
   cfg.restore_from = root.path();
+  cfg.checkpoint_dir = later.path();
   cfg.server_options = [](int, ServerOptions* o) { o->max_table_bytes = 16 << 10; };  // < the 1000 rows
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
@@ -804,6 +806,12 @@ TEST(Checkpoint, ARestoreThatFailedPartWayIsNotRetriedIntoAnEmptyTable) {
           << t.status().ToString();
     }
   }
+  // Nor is a checkpoint taken without it (this server's file would lack the table the others' hold).
+  ASSERT_TRUE(cluster.client(0).Clock().ok());
+  Status st = cluster.client(0).Checkpoint();
+  EXPECT_EQ(st.code(), Code::kResourceExhausted) << st.ToString();
+  EXPECT_NE(st.message().find("table 'sparse' could not be restored on server 0"), std::string::npos) << st.ToString();
+  EXPECT_FALSE(ReadLatestCheckpoint(later.path()).ok());
   cluster.FinishAndJoin().IgnoreError();
 }
 
@@ -970,6 +978,29 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
     EXPECT_NE(st.message().find("1000 examples a worker, seed 7)\""), std::string::npos) << st.ToString();
   });
   other.FinishAndJoin().IgnoreError();
+  {
+    // A checkpoint of the build before, whose run line said neither workers nor seed, still
+    // resumes with the default seed (found in review: every such checkpoint was refused).
+    const std::string manifest = ReadLatestCheckpoint(root.path())->dir + "/MANIFEST";
+    std::string text;
+    {
+      std::ifstream in(manifest);
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    const size_t run = text.find("\nrun ");
+    ASSERT_NE(run, std::string::npos) << text;
+    std::ofstream(manifest, std::ios::trunc)
+        << text.substr(0, run) << "\nrun linreg: epochs end at clocks 10, 20, 30, ... (batch 100, 1000 examples a worker)\n";
+    LocalCluster earlier(cfg);
+    ASSERT_TRUE(earlier.Start().ok());
+    earlier.RunWorkers([&](Client& c, int w) {
+      AppResult r;
+      Status st = RunLinreg(c, app, o, &r);
+      EXPECT_TRUE(st.ok()) << st.ToString();
+    });
+    EXPECT_TRUE(earlier.FinishAndJoin().ok());
+    std::ofstream(manifest, std::ios::trunc) << text;
+  }
   // Restored with fewer --epochs than it had trained: a setup error naming the epoch (exit 2; it
   // was FailedPrecondition, exit 1, and a launcher restarted into it).
   LocalCluster fewer(cfg);

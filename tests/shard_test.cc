@@ -150,6 +150,11 @@ TEST(Shard, BspSumsCountAgainstTheMemoryLimit) {
   s.Accumulate(0, 0, sel[0], keys.data(), g.data(), 1.0f);
   const size_t sum = memory->used() - table;
   EXPECT_GE(sum, 100 * spec.dim * sizeof(float));  // a sum of the table's size, counted
+  // The same rows again in the clock (minibatches accumulated): no more room, nothing more counted
+  // (found in review: each such push was counted as all new rows).
+  s.Accumulate(0, 0, sel[0], keys.data(), g.data(), 1.0f);
+  s.Accumulate(0, 0, sel[0], keys.data(), g.data(), 1.0f);
+  EXPECT_EQ(memory->used(), table + sum);
   s.Accumulate(0, 1, sel[0], keys.data(), g.data(), 1.0f);
   s.Accumulate(1, 0, sel[0], keys.data(), g.data(), 1.0f);  // worker 0 a clock ahead
   EXPECT_EQ(memory->used(), table + 3 * sum);
