@@ -52,7 +52,7 @@ DEFINE_int32(checkpoint_timeout_s, 600, "scheduler: deadline of each checkpoint 
 DEFINE_int64(max_table_mb, 0, "each server: memory its tables may hold; past it a table's growth is refused and "
              "the job ends saying so (0: no limit)");
 DEFINE_int32(metrics_port, -1, "serve /metrics in the Prometheus text format (README: monitoring): the scheduler at "
-             "this port, server s at this port + 1 + s (-1: not served)");
+             "this port, server s at this port + 1 + s (-1: not served; 0: free ports, each logged by its daemon)");
 DEFINE_int32(grace_ms, 5000, "after the job ends or fails, how long children get to exit before SIGKILL");
 DEFINE_string(bin_dir, "", "where the pushpull binaries are (default: beside this one)");
 DEFINE_string(checkpoint_dir, "", "scheduler: where checkpoints go (workers take them with --checkpoint_every_epochs)");
@@ -242,8 +242,9 @@ int main(int argc, char** argv) {
                          "must be >= 0, --replacement_timeout_s >= 1\n");
     return 2;
   }
-  if (FLAGS_metrics_port < -1 || FLAGS_metrics_port == 0 || FLAGS_metrics_port > 65535 - FLAGS_servers) {
-    std::fprintf(stderr, "pushpull-launch: --metrics_port must be -1 (not served) or in [1, %d] (the servers take the "
+  if (FLAGS_metrics_port < -1 || FLAGS_metrics_port > 65535 - FLAGS_servers) {
+    std::fprintf(stderr, "pushpull-launch: --metrics_port must be -1 (not served), 0 (free ports, each logged) or in "
+                         "[1, %d] (the servers take the "
                          "%d ports after it)\n", 65535 - FLAGS_servers, FLAGS_servers);
     return 2;
   }
@@ -378,7 +379,7 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
                               "--stats_every_s=" + std::to_string(FLAGS_stats_every_s),
                               "--copy_on_write_budget_mb=" + std::to_string(FLAGS_copy_on_write_budget_mb),
                               "--max_table_mb=" + std::to_string(FLAGS_max_table_mb),
-                              "--metrics_port=" + std::to_string(FLAGS_metrics_port < 0 ? -1 : FLAGS_metrics_port + 1 + s),
+                              "--metrics_port=" + std::to_string(FLAGS_metrics_port <= 0 ? FLAGS_metrics_port : FLAGS_metrics_port + 1 + s),
                               "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms)}));
   for (int w = 0; w < FLAGS_workers; ++w) {
     std::vector<std::string> a = {dir + "/pushpull-worker", "--scheduler=" + scheduler,

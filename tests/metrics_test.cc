@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -363,6 +364,16 @@ TEST(Monitoring, TheLauncherServesEachDaemonsMetrics) {
   // A port the launcher cannot give out: refused before anything starts.
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --metrics_port=65535 -- --app=linreg", 30, &out), 2) << out;
   EXPECT_NE(out.find("--metrics_port must be"), std::string::npos) << out;
+  // 0: each daemon a free port of its own, which it logs (it was refused, though the daemons take 0).
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --servers=2 --metrics_port=0 -- --app=linreg --epochs=1", 60, &out), 0)
+      << out;
+  for (const std::string who : {"scheduler | ", "server 0 | ", "server 1 | "}) {
+    bool logged = false;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);)
+      logged |= line.rfind(who, 0) == 0 && line.find("metrics at http://127.0.0.1:") != std::string::npos;
+    EXPECT_TRUE(logged) << who << out;
+  }
 }
 
 }  // namespace
