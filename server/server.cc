@@ -323,7 +323,7 @@ Status ServerImpl::Run() {
       if (!dir.has_filename()) dir = dir.parent_path();  // (a trailing slash)
       const std::string root = dir.has_parent_path() ? dir.parent_path().string() : std::string(".");
       Status st = Status(r.status().code(), r.status().message() + "; to resume from an earlier checkpoint, give the "
-                                             "scheduler --restore_from=" + root + "/ckpt-... (pushpull-checkpoint --dir=" +
+                                             "scheduler (or pushpull-launch) --restore_from=" + root + "/ckpt-... (pushpull-checkpoint --dir=" +
                                              root + " lists them)");
       PP_LOG(Error) << "cannot restore: " << st.ToString();
       st = st.Annotate("restoring from " + cluster.restore_from);
