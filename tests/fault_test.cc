@@ -2452,7 +2452,7 @@ TEST(MultiProcess, LauncherStopsChildrenItJustStartedWithoutKillingThem) {
 // restarts into).
 TEST(MultiProcess, AWorkerOutOfMemoryForItsDataSaysSoAndIsNotRestarted) {
   std::string out;
-  int code = RunCommand(BinDir() + "/pushpull-launch --max_restarts=2 -- --app=linreg --epochs=1 --examples=2000000000 --dim=10000", 60,
+  int code = RunCommand(BinDir() + "/pushpull-launch --max_restarts=2 -- --app=linreg --epochs=1 --examples=2000000000 --dim=100000", 60,
                         &out);
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("ResourceExhausted: worker 0: linreg: out of memory on this worker"), std::string::npos) << out;

@@ -1284,9 +1284,13 @@ TEST(Shard, LookupReadsUnseenKeysAsTheyWouldStartAndAddsNone) {
   for (Key k = 0; k < 2000; ++k) seen.push_back(k * 7919 + 1);
   ASSERT_TRUE(c.Push(*t, seen, std::vector<float>(seen.size() * spec.dim, 0.25f)).Wait().ok());
   auto table_bytes = [&] { return cluster.server(0).stats().table_bytes + cluster.server(1).stats().table_bytes; };
-  ASSERT_TRUE(Eventually([&] { return table_bytes() > 0; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // (published every control pass)
-  const uint64_t before = table_bytes();
+  // (Published every control pass: taken once it holds still.)
+  uint64_t before = 0;
+  ASSERT_TRUE(Eventually([&] {
+    before = table_bytes();
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    return before > 0 && table_bytes() == before;
+  }));
   // Seen and unseen keys interleaved, unseen ones far more (a table's growth would show).
   std::vector<Key> keys;
   for (Key k = 0; k < 60000; ++k) keys.push_back(k % 30 == 0 ? seen[k / 30] : (k << 20) + 3);

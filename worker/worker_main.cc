@@ -316,14 +316,16 @@ int main(int argc, char** argv) {
   pushpull::Status st;
   try {
     st = RunApp(**client, app, &result);
-  } catch (const std::bad_alloc&) {
-    // Its data or model, as the flags size them, past this machine's memory: the same on every
-    // restart, so a setup error (exit 2), said to the job like any app error (found in review:
-    // linreg --dim=20000000 aborted the worker with an uncaught std::bad_alloc).
-    st = pushpull::Status::ResourceExhausted(FLAGS_app + ": out of memory on this worker for the data and model "
-                                             "its flags ask for (e.g. linreg holds --examples x --dim floats)");
   } catch (const std::exception& e) {
-    st = pushpull::Status::Internal(FLAGS_app + ": " + e.what());
+    // Its data or model, as the flags size them, past this machine's memory (or any array's
+    // largest size): the same on every restart, so a setup error (exit 2), said to the job like
+    // any app error (found in review: linreg --dim=20000000 aborted the worker with an uncaught
+    // std::bad_alloc).
+    const bool too_big = dynamic_cast<const std::bad_alloc*>(&e) || dynamic_cast<const std::length_error*>(&e);
+    st = too_big ? pushpull::Status::ResourceExhausted(FLAGS_app + ": out of memory on this worker for the data and "
+                                                       "model its flags ask for (e.g. linreg holds --examples x --dim "
+                                                       "floats)")
+                 : pushpull::Status::Internal(FLAGS_app + ": " + e.what());
   }
   if (!st.ok()) {
     PP_LOG(Error) << FLAGS_app << " failed: " << st.ToString();
