@@ -46,6 +46,9 @@ Status ControlChannel::Register(const std::string& address) {
   h.sender_role = role_;
   h.sender_rank = options_.requested_rank;
   h.clock = options_.heartbeat_interval_ms;  // checked against the scheduler's timeout
+  // Looked up once, before registering: the lookup blocks, and a slow resolver in the loop below
+  // held its heartbeats back past the scheduler's timeout (found in review).
+  const std::string unresolved_note = UnresolvedHostNote(options_.scheduler);
   PP_RETURN_IF_ERROR(SendMessage(sock_, nullptr, h));
   Deadline deadline = Deadline::In(options_.register_timeout_ms);
   PP_LOG(Info) << "registering with the scheduler at " << options_.scheduler << " (waiting up to "
@@ -76,7 +79,7 @@ Status ControlChannel::Register(const std::string& address) {
     }
     if (NowMs() >= next_note) {  // (the scheduler answers once every node of the job has registered)
       PP_LOG(Info) << "still waiting for the scheduler at " << options_.scheduler << " to answer registration ("
-                   << deadline.RemainingMs() / 1000 << " s left" << UnresolvedHostNote(options_.scheduler) << ")";
+                   << deadline.RemainingMs() / 1000 << " s left" << unresolved_note << ")";
       next_note = NowMs() + 10000;
     }
     zmq::pollitem_t item{static_cast<void*>(sock_), 0, ZMQ_POLLIN, 0};

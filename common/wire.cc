@@ -2,11 +2,13 @@
 
 #include <cereal/archives/binary.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <istream>
+#include <limits>
 #include <random>
 #include <type_traits>
 #include <sstream>
@@ -240,6 +242,10 @@ void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h, ui
     case MsgType::kMembership:
       if (h.type == MsgType::kRegisterReply) {
         ar(h.cluster.num_workers);
+        // (Every node sizes its per-worker state by it: a count no job can have is refused here.)
+        if (h.cluster.num_workers < 0 || h.cluster.num_workers > int32_t(kMaxNodes))
+          throw WireError("worker count " + std::to_string(h.cluster.num_workers) + " is not in [0, " +
+                          std::to_string(kMaxNodes) + "]");
         uint32_t n = 0;
         ar(n);
         CheckLength(n, 8, kMaxNodes, buf, "server list");
@@ -264,6 +270,8 @@ void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h, ui
           throw WireError("checkpoint timeout " + std::to_string(h.cluster.checkpoint_timeout_ms) + " ms is negative");
       }
       ar(h.membership.version, h.membership.job_state);
+      if (h.membership.job_state > Membership::kAborted)
+        throw WireError("job state " + std::to_string(int(h.membership.job_state)) + " is unknown");
       LoadPodVector(ar, buf, h.membership.worker_alive, kMaxNodes, "worker list");
       for (uint8_t state : h.membership.worker_alive)
         if (state > Membership::kWorkerDying) throw WireError("worker state " + std::to_string(state) + " is unknown");
@@ -478,7 +486,8 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
 bool RecvFrames(zmq::socket_t& sock, std::vector<zmq::message_t>* frames, size_t max_frames, int64_t wait_ms) {
   frames->clear();
   const bool wait = wait_ms > 0;
-  if (wait) sock.set(zmq::sockopt::rcvtimeo, static_cast<int>(wait_ms));  // an option store, no system call
+  if (wait)  // an option store, no system call (a wait past INT_MAX ms would wrap: clamped)
+    sock.set(zmq::sockopt::rcvtimeo, static_cast<int>(std::min<int64_t>(wait_ms, std::numeric_limits<int>::max())));
   while (true) {
     zmq::message_t m;
     zmq::recv_result_t r;

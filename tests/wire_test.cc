@@ -175,6 +175,30 @@ TEST(Wire, BoolBytesOtherThanZeroOrOneAreRefused) {
   EXPECT_NE(flip([](TableSpec& s) { s.optimizer.staleness_aware = true; }).find("flag"), std::string::npos);
 }
 
+// What a scheduler says a node sizes its state by is checked as it is decoded (found in review: a
+// worker count of -1 or 2^31 went on to size a server's per-worker vectors; an unknown job state
+// read as "not running").
+TEST(Wire, RegisterRepliesAndMembershipsOutOfRangeAreRefused) {
+  for (int32_t workers : {-1, int32_t(kMaxNodes) + 1, std::numeric_limits<int32_t>::max()}) {
+    Header h;
+    h.type = MsgType::kRegisterReply;
+    h.cluster.num_workers = workers;
+    const std::string e = EncodeHeader(h);
+    Header d;
+    Status st = DecodeHeader(e.data(), e.size(), &d);
+    EXPECT_EQ(st.code(), Code::kCorruption) << workers;
+    EXPECT_NE(st.message().find("worker count " + std::to_string(workers)), std::string::npos) << st.ToString();
+  }
+  Header m;
+  m.type = MsgType::kMembership;
+  m.membership.job_state = static_cast<Membership::JobState>(9);
+  const std::string e = EncodeHeader(m);
+  Header d;
+  Status st = DecodeHeader(e.data(), e.size(), &d);
+  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_NE(st.message().find("job state 9 is unknown"), std::string::npos) << st.ToString();
+}
+
 // Data headers are packed by hand on the hot path: the bytes must be exactly Cereal's, both ways.
 TEST(Wire, DataHeadersAreCerealBytesPackedByHand) {
   for (MsgType t : {MsgType::kPush, MsgType::kPull, MsgType::kPushReply, MsgType::kPullReply,
