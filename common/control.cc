@@ -109,8 +109,20 @@ Status ControlChannel::Register(const std::string& address) {
       continue;
     }
     if (m.header.status != Code::kOk) return m.header.status_obj().Annotate("registration refused");
-    rank_ = m.header.sender_rank;  // the scheduler puts the assigned rank here
-    cluster_ = m.header.cluster;
+    // The rank and the lists are what this node indexes its state by: an answer that does not fit
+    // itself is refused (found in review: only each field's own bounds were checked).
+    const ClusterMap& c = m.header.cluster;
+    const int64_t of_role = role_ == Role::kServer ? int64_t(c.servers.size()) : c.num_workers;
+    const int assigned = m.header.sender_rank;
+    cluster_ = c;
+    const std::string wrong = MembershipMismatch(m.header.membership);
+    if (assigned < 0 || assigned >= of_role || !wrong.empty()) {
+      cluster_ = ClusterMap();
+      return Status::Corruption("the scheduler at " + options_.scheduler + " answered registration with rank " +
+                                std::to_string(assigned) + " of " + std::to_string(of_role) + " " +
+                                RoleName(role_) + "s" + (wrong.empty() ? "" : "; " + wrong));
+    }
+    rank_ = assigned;  // the scheduler puts the assigned rank here
     ApplyMembership(m.header.membership);
     last_heard_ms_ = NowMs();
     next_heartbeat_ms_ = last_heard_ms_ + options_.heartbeat_interval_ms;
@@ -126,8 +138,23 @@ Status ControlChannel::Register(const std::string& address) {
                                   ")");
 }
 
+std::string ControlChannel::MembershipMismatch(const Membership& m) const {
+  const size_t W = static_cast<size_t>(std::max(0, cluster_.num_workers)), S = cluster_.servers.size();
+  if (m.worker_alive.size() != W || m.worker_done.size() != W || m.worker_last_clock.size() != W ||
+      m.server_alive.size() != S)
+    return "its lists hold " + std::to_string(m.worker_alive.size()) + "/" + std::to_string(m.worker_done.size()) +
+           "/" + std::to_string(m.worker_last_clock.size()) + " workers and " + std::to_string(m.server_alive.size()) +
+           " servers, the job " + std::to_string(W) + " and " + std::to_string(S);
+  return "";
+}
+
 bool ControlChannel::ApplyMembership(const Membership& m) {
   if (m.version <= membership_.version && membership_.version != 0) return false;
+  // (Every node indexes these lists by rank: a scheduler's that do not fit the job are dropped.)
+  if (const std::string wrong = MembershipMismatch(m); !wrong.empty()) {
+    PP_LOG(Warning) << "dropping a membership from the scheduler that does not fit the job: " << wrong;
+    return false;
+  }
   membership_ = m;
   return true;
 }

@@ -62,6 +62,8 @@ class ControlChannel {
 
  private:
   bool ApplyMembership(const Membership& m);
+  // A membership whose lists do not match the job's node counts: what is wrong ("" when none).
+  std::string MembershipMismatch(const Membership& m) const;
 
   const Role role_;
   const ControlOptions options_;

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/control.h"
 #include "common/cpus.h"
 #include "common/time.h"
 #include "common/wire.h"
@@ -197,6 +198,48 @@ TEST(Wire, RegisterRepliesAndMembershipsOutOfRangeAreRefused) {
   Status st = DecodeHeader(e.data(), e.size(), &d);
   EXPECT_EQ(st.code(), Code::kCorruption);
   EXPECT_NE(st.message().find("job state 9 is unknown"), std::string::npos) << st.ToString();
+}
+
+// A registration answer that does not fit itself (a rank past the job's count, lists of other
+// lengths than its node counts) is refused by the node, not indexed by (found in review). A
+// scheduler of this test's own: one ROUTER that answers the node's Register so.
+TEST(Wire, ARegistrationAnswerThatDoesNotFitItselfIsRefused) {
+  zmq::context_t ctx(1);
+  for (int bad = 0; bad < 2; ++bad) {
+    zmq::socket_t router(ctx, zmq::socket_type::router);
+    router.set(zmq::sockopt::linger, 0);
+    router.bind("tcp://127.0.0.1:*");
+    const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
+    ControlOptions o;
+    o.scheduler = endpoint;
+    o.register_timeout_ms = 10000;
+    ControlChannel node(ctx, Role::kWorker, o);
+    Status registered;
+    std::thread t([&] { registered = node.Register(""); });
+    std::vector<zmq::message_t> frames;
+    Header reg;
+    while (reg.type != MsgType::kRegister) {  // (heartbeats may come first)
+      ASSERT_TRUE(RecvFrames(router, &frames, 8, 5000));
+      ASSERT_GE(frames.size(), 2u);
+      ASSERT_TRUE(DecodeHeader(static_cast<const char*>(frames[1].data()), frames[1].size(), &reg).ok());
+    }
+    Header reply;
+    reply.type = MsgType::kRegisterReply;
+    reply.cluster.num_workers = 2;
+    reply.cluster.servers.resize(1);
+    reply.membership.worker_alive.assign(2, 1);
+    reply.membership.worker_done.assign(2, 0);
+    reply.membership.worker_last_clock.assign(2, -1);
+    reply.membership.server_alive.assign(1, 1);
+    if (bad == 0) reply.sender_rank = 5;                       // a rank past the job's 2 workers
+    else reply.membership.worker_alive.assign(7, 1);           // a list of another length
+    zmq::message_t id(frames[0].data(), frames[0].size());
+    ASSERT_TRUE(SendMessage(router, &id, reply).ok());
+    t.join();
+    EXPECT_EQ(registered.code(), Code::kCorruption) << registered.ToString();
+    EXPECT_NE(registered.message().find(bad == 0 ? "rank 5 of 2 workers" : "lists hold 7/2/2 workers"),
+              std::string::npos) << registered.ToString();
+  }
 }
 
 // Data headers are packed by hand on the hot path: the bytes must be exactly Cereal's, both ways.
