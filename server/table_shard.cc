@@ -670,7 +670,6 @@ void Stripe::Accumulate(int64_t clock, int worker, const RowSelection& sel, cons
                         const float* grads, float grad_scale) {
   const uint32_t* rows = LocalRows(sel, keys);
   auto& of_clock = bsp_[clock];
-  const bool fresh_sum = of_clock.find(worker) == of_clock.end();
   Accumulator& acc = of_clock[worker];
   // Room for every row of the push first, counted against the tables' memory limit (a worker
   // that pushes clocks ahead without pulling holds a sum per clock: found in review, it was not
@@ -688,20 +687,18 @@ void Stripe::Accumulate(int64_t clock, int worker, const RowSelection& sel, cons
   if (most > acc.rows.capacity()) {
     const size_t cap = std::max<size_t>({16, 2 * acc.rows.size(), most});
     const size_t bytes = (cap - acc.rows.capacity()) * SumRowBytes();
+    bool charged = false;
     try {
       Charge(bytes, "worker " + std::to_string(worker) + "'s BSP sum of clock " + std::to_string(clock) + " (" +
                         std::to_string(cap) + " rows; a worker's pushes are summed until every worker has finished "
                         "their clock)");
-      try {
-        acc.rows.reserve(cap);
-        acc.sum.reserve(cap * dim_);
-        acc.slot_of.reserve(cap);
-      } catch (...) {
-        Uncharge(bytes);
-        throw;
-      }
+      charged = true;
+      acc.rows.reserve(cap);
+      acc.sum.reserve(cap * dim_);
+      acc.slot_of.reserve(cap);
     } catch (...) {
-      if (fresh_sum && acc.rows.empty()) {  // (no empty sum left behind: it would hold the clock open)
+      if (charged) Uncharge(bytes);
+      if (acc.rows.empty()) {  // (a sum made for this push: none left behind, it would hold the clock open)
         of_clock.erase(worker);
         if (of_clock.empty()) bsp_.erase(clock);
       }
