@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -2107,6 +2109,34 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
               2) << out;
     EXPECT_NE(out.find("--device=gpu"), std::string::npos) << out;
   }
+}
+
+// The zmq_ceiling bench (raw ZeroMQ with a server-side SGD pass, and raw pulls in 1 MB messages
+// from 1 and 2 servers) reports every figure it names, each with a baseline, and its summary;
+// a raw driver that miscounted its block replies would wait out its deadline and say FAILED.
+TEST(MultiProcess, TheCeilingBenchReportsEveryFigureWithItsBaseline) {
+  const std::string jsonl = ::testing::TempDir() + "/ceiling.jsonl";
+  std::string out;
+  ASSERT_EQ(RunCommand(BinDir() + "/pushpull-bench --quick --filter=zmq_ceiling --out=" + jsonl, 120, &out), 0) << out;
+  EXPECT_NE(out.find("zmq ceilings (issue 5's goals against raw ZeroMQ on this machine)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("FAILED"), std::string::npos) << out;
+  std::ifstream f(jsonl);
+  std::vector<std::string> cases;
+  for (std::string line; std::getline(f, line);) {
+    EXPECT_NE(line.find("\"bench\": \"zmq_ceiling\""), std::string::npos) << line;
+    const auto c = line.find("\"case\": \"");
+    ASSERT_NE(c, std::string::npos) << line;
+    cases.push_back(line.substr(c + 9, line.find('"', c + 9) - c - 9));
+    for (const char* field : {"\"value\": ", "\"baseline\": "}) {
+      const auto at = line.find(field);
+      ASSERT_NE(at, std::string::npos) << field << " in " << line;
+      EXPECT_GT(std::strtod(line.c_str() + at + std::strlen(field), nullptr), 0.0) << field << " in " << line;
+    }
+  }
+  const std::vector<std::string> want{"raw_sgd_pushpull/1MB/1s1w",     "pushpull_vs_raw_sgd/1MB/1s1w",
+                                      "raw_sgd_pushpull/1MB/2s1w",     "pushpull_vs_raw_sgd/1MB/2s1w",
+                                      "raw_pull_2s_vs_1s/16MB/1w", "raw_blocks_pull_2s_vs_1s/16MB/1w"};
+  EXPECT_EQ(cases, want) << out;
 }
 
 // Real processes through pushpull-launch: SIGKILL worker `victim` (or a server) mid-run.

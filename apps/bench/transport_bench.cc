@@ -48,6 +48,7 @@
 #include "common/memory.h"
 #include "apps/bench/bench.h"
 #include "deploy/local_cluster.h"
+#include "optimizers/optimizer.h"
 
 namespace pushpull::bench {
 namespace {
@@ -300,8 +301,11 @@ void SetRawSocketOptions(zmq::socket_t& s) {
 
 class RawServer {
  public:
-  explicit RawServer(size_t max_reply_bytes)
-      : router_(ctx_, zmq::socket_type::router), buf_(max_reply_bytes / 4 + 1, 1e-3f) {
+  // sgd: when set, each push's values are applied to the server's buffer with this optimizer's
+  // kernel before the ack (pulls then send the updated buffer): the one pass over a gradient a
+  // server-side optimizer cannot skip, and nothing else (the "ceiling" bench below).
+  explicit RawServer(size_t max_reply_bytes, const opt::Optimizer* sgd = nullptr)
+      : router_(ctx_, zmq::socket_type::router), buf_(max_reply_bytes / 4 + 1, 1e-3f), sgd_(sgd) {
     SetRawSocketOptions(router_);
     router_.bind("tcp://127.0.0.1:*");
     address_ = router_.get(zmq::sockopt::last_endpoint);
@@ -334,6 +338,11 @@ class RawServer {
         std::memcpy(&h, frames[1].data(), std::min(sizeof h, frames[1].size()));
         router_.send(frames[0], zmq::send_flags::sndmore);
         if (h.op == 0) {
+          if (sgd_ != nullptr) {
+            const zmq::message_t& g = frames.back();
+            sgd_->ApplyTo(buf_.data(), buf_.data(), nullptr, static_cast<const float*>(g.data()),
+                          std::min(g.size() / 4, buf_.size()), opt::StepContext{});
+          }
           uint64_t ack = 1;
           zmq::message_t a(&ack, sizeof ack);
           router_.send(a, zmq::send_flags::none);
@@ -350,6 +359,7 @@ class RawServer {
   zmq::context_t ctx_;
   zmq::socket_t router_;
   std::vector<float> buf_;
+  const opt::Optimizer* const sgd_;
   std::string address_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
@@ -376,10 +386,20 @@ class RawClient {
 class RawDriver {
  public:
   // part_floats[s]: floats to/from server s; keys: key bytes per server part (0: dense).
+  // block_bytes > 0 (dense only): each part goes as requests of at most that many bytes, sent
+  // one after the other, as pushpull sends a large dense table a block a request.
   RawDriver(RawClient& c, std::vector<size_t> part_floats, std::vector<size_t> part_key_bytes,
-            int64_t wait_ms)
+            int64_t wait_ms, size_t block_bytes = 0)
       : d_(c.dealers()), part_floats_(std::move(part_floats)), part_keys_(std::move(part_key_bytes)),
         got_(d_.size(), 0), wait_ms_(wait_ms) {
+    for (size_t s = 0; s < part_floats_.size(); ++s) {
+      const size_t bytes = part_floats_[s] * 4;
+      const size_t block = block_bytes > 0 && part_keys_[s] == 0 ? block_bytes : std::max<size_t>(bytes, 1);
+      std::vector<size_t> b;
+      for (size_t off = 0; off < bytes; off += block) b.push_back(std::min(block, bytes - off));
+      if (b.empty()) b.push_back(0);
+      blocks_.push_back(std::move(b));
+    }
     for (auto& d : d_) d.set(zmq::sockopt::rcvtimeo, static_cast<int>(wait_ms));
     size_t mx = 0, mk = 0;
     for (auto f : part_floats_) mx = std::max(mx, f);
@@ -393,23 +413,27 @@ class RawDriver {
       for (size_t s = 0; s < d_.size(); ++s) {
         const bool keyed = part_keys_[s] > 0;
         if (op != Op::kPull) {
-          RawHeader h{0, keyed, 0};
-          zmq::message_t hm(&h, sizeof h);
-          d_[s].send(hm, zmq::send_flags::sndmore);
-          if (keyed) {
-            zmq::message_t km(keys_.data(), part_keys_[s], NoFree, nullptr);
-            d_[s].send(km, zmq::send_flags::sndmore);
+          for (size_t block : blocks_[s]) {
+            RawHeader h{0, keyed, 0};
+            zmq::message_t hm(&h, sizeof h);
+            d_[s].send(hm, zmq::send_flags::sndmore);
+            if (keyed) {
+              zmq::message_t km(keys_.data(), part_keys_[s], NoFree, nullptr);
+              d_[s].send(km, zmq::send_flags::sndmore);
+            }
+            zmq::message_t vm(src_.data(), block, NoFree, nullptr);
+            d_[s].send(vm, zmq::send_flags::none);
           }
-          zmq::message_t vm(src_.data(), part_floats_[s] * 4, NoFree, nullptr);
-          d_[s].send(vm, zmq::send_flags::none);
         }
         if (op != Op::kPush) {
-          RawHeader h{1, keyed, part_floats_[s] * 4};
-          zmq::message_t hm(&h, sizeof h);
-          d_[s].send(hm, keyed ? zmq::send_flags::sndmore : zmq::send_flags::none);
-          if (keyed) {
-            zmq::message_t km(keys_.data(), part_keys_[s], NoFree, nullptr);
-            d_[s].send(km, zmq::send_flags::none);
+          for (size_t block : blocks_[s]) {
+            RawHeader h{1, keyed, block};
+            zmq::message_t hm(&h, sizeof h);
+            d_[s].send(hm, keyed ? zmq::send_flags::sndmore : zmq::send_flags::none);
+            if (keyed) {
+              zmq::message_t km(keys_.data(), part_keys_[s], NoFree, nullptr);
+              d_[s].send(km, zmq::send_flags::none);
+            }
           }
         }
       }
@@ -422,9 +446,10 @@ class RawDriver {
   }
   bool WaitOldest() {
     if (q_.empty()) return true;
-    const int need = q_.front();
+    const int per_block = q_.front();
     q_.pop_front();
     for (size_t s = 0; s < d_.size(); ++s) {
+      const int need = per_block * static_cast<int>(blocks_[s].size());
       while (got_[s] < need) {
         // One reply (multipart), received and dropped: the payload is not copied.
         while (true) {
@@ -447,6 +472,7 @@ class RawDriver {
  private:
   std::vector<zmq::socket_t>& d_;
   std::vector<size_t> part_floats_, part_keys_;
+  std::vector<std::vector<size_t>> blocks_;  // per server: the bytes of each request's values
   std::vector<int> got_;
   int64_t wait_ms_;
   std::vector<float> src_;
@@ -543,6 +569,26 @@ struct Measured {
   RunResult r[3];        // throughput by Op
   RunResult lat[2];      // latency: push, pull
 };
+
+// Pull throughput of two sides, their runs alternating (which goes first alternates too); best
+// run of each into best[0] (a) and best[1] (b). An error of either side ends it, returned.
+template <class A, class B>
+std::string BestOfAlternatingPulls(A& a, B& b, const Plan& plan, size_t bytes, int reps, double best[2]) {
+  Barrier bar(1);
+  for (int rep = 0; rep < reps; ++rep) {
+    for (int side : {rep % 2, 1 - rep % 2}) {
+      RunResult r = side == 0 ? RunWorkers(1, double(bytes), [&](int) { return RunLoop(a, Op::kPull, plan, bar); })
+                              : RunWorkers(1, double(bytes), [&](int) { return RunLoop(b, Op::kPull, plan, bar); });
+      if (!r.ok) return r.error;
+      best[side] = std::max(best[side], r.gbps);
+    }
+  }
+  return "";
+}
+
+// Resident memory of a dense Adam table of N floats on a server (a thread here), with the
+// server's default copy-on-write budget: 16M floats (64 MB of parameters, as much as the
+// budget) and 64M (256 MB, more than it).
 
 // Runs one case (a table of `bytes`) on both sides and reports its figures.
 class TransportBench {
@@ -976,23 +1022,6 @@ class TransportBench {
 
   // Pull runs of drivers a and b, alternating `reps` times, which goes first alternating too
   // (ABBA); best[0] and best[1] get each one's best throughput. Returns the first error, or "".
-  template <class A, class B>
-  static std::string BestOfAlternatingPulls(A& a, B& b, const Plan& plan, size_t bytes, int reps, double best[2]) {
-    Barrier bar(1);
-    for (int rep = 0; rep < reps; ++rep) {
-      for (int side : {rep % 2, 1 - rep % 2}) {
-        RunResult r = side == 0 ? RunWorkers(1, double(bytes), [&](int) { return RunLoop(a, Op::kPull, plan, bar); })
-                                : RunWorkers(1, double(bytes), [&](int) { return RunLoop(b, Op::kPull, plan, bar); });
-        if (!r.ok) return r.error;
-        best[side] = std::max(best[side], r.gbps);
-      }
-    }
-    return "";
-  }
-
-  // Resident memory of a dense Adam table of N floats on a server (a thread here), with the
-  // server's default copy-on-write budget: 16M floats (64 MB of parameters, as much as the
-  // budget) and 64M (256 MB, more than it).
   void RunRss(size_t N) {
     const uint32_t dim = 256;
     const std::string tag = std::to_string(N / kMB) + "M";
@@ -1154,6 +1183,204 @@ class TransportBench {
   std::vector<Figure> figures_;  // this run's, for PrintGoals
 };
 
+
+// Bench "zmq_ceiling": where the transport goals' ceilings lie on this machine, measured with raw
+// ZeroMQ alone, so that a goal pushpull misses can be told apart from one no parameter server
+// over ZeroMQ could meet here.
+//
+// - "raw_sgd_pushpull/1MB/SsWw": the raw baseline of the transport bench whose servers also
+//   apply each push to their buffer with the SGD kernel pushpull's servers use (one pass over the
+//   gradient, the least a server-side optimizer does: no check, no header, no request record, no
+//   copy-on-write), against the plain raw baseline, which never reads a pushed byte. Its ratio is
+//   the most a parameter server with server-side SGD could reach against that baseline here;
+//   "pushpull_vs_raw_sgd/1MB/SsWw" is pushpull against it, in the same rotation of runs.
+// - "raw_pull_2s_vs_1s/16MB/1w" and "raw_blocks_pull_2s_vs_1s/16MB/1w": the transport bench's
+//   split-pull figure for raw ZeroMQ, a 16 MB dense pull from 2 servers against 1, with each
+//   server's part in one message, and in 1 MB messages sent one after the other (pushpull's
+//   blocks, which is how pushpull's own 1-server pull goes).
+class CeilingBench {
+ public:
+  CeilingBench(Reporter& rep, const Config& cfg) : rep_(rep), cfg_(cfg) {
+    opt::OptimizerConfig oc;
+    oc.kind = opt::Kind::kSgd;
+    oc.lr = 1e-4f;  // as the transport bench's tables
+    sgd_ = opt::Optimizer::Create(oc);
+  }
+
+  void Run() {
+    SetLogLevel(LogLevel::kWarning);
+    const double t0 = Now();
+    for (const Shape& sh : cfg_.shapes) RunSgd(sh, kMB);
+    RunRawSplitPull(0, "raw_pull_2s_vs_1s/16MB/1w");
+    RunRawSplitPull(kMB, "raw_blocks_pull_2s_vs_1s/16MB/1w");
+    SetLogLevel(LogLevel::kInfo);
+    std::fprintf(stderr, "zmq_ceiling bench: %.1f s\n", Now() - t0);
+    PrintSummary();
+  }
+
+ private:
+  void Add(const std::string& name, const std::string& unit, double value, double baseline,
+           const std::string& note) {
+    Figure f;
+    f.bench = "zmq_ceiling";
+    f.name = name;
+    f.unit = unit;
+    f.value = value;
+    f.baseline = baseline;
+    f.note = note;
+    rep_.Add(f);
+    figures_.push_back(f);
+  }
+
+  // The ceilings next to the transport goals they bound (docs/PERFORMANCE.md).
+  void PrintSummary() const {
+    auto range = [&](const std::string& prefix) {
+      double lo = NAN, hi = NAN;
+      std::string failed;
+      for (const Figure& f : figures_) {
+        if (f.name.rfind(prefix, 0) != 0) continue;
+        if (!(f.baseline > 0) || !std::isfinite(f.value)) {
+          failed = " (some FAILED)";
+          continue;
+        }
+        const double r = f.value / f.baseline;
+        lo = std::isnan(lo) ? r : std::min(lo, r);
+        hi = std::isnan(hi) ? r : std::max(hi, r);
+      }
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.2f to %.2f over the shapes%s", lo, hi, failed.c_str());
+      return std::string(buf);
+    };
+    std::fprintf(stderr, "\nzmq ceilings (issue 5's goals against raw ZeroMQ on this machine), this run:\n");
+    std::fprintf(stderr, "  %-62s %s\n", "1 MB push-then-pull, raw + SGD / raw (goal for pushpull: 0.8)",
+                 range("raw_sgd_pushpull/").c_str());
+    std::fprintf(stderr, "  %-62s %s\n", "1 MB push-then-pull, pushpull / (raw + SGD)", range("pushpull_vs_raw_sgd/").c_str());
+    for (const Figure& f : figures_) {
+      if (f.name.find("pull_2s_vs_1s") == std::string::npos) continue;
+      std::fprintf(stderr, "  %-62s %.2f x (1 server: %.2f GB/s, 2 servers: %.2f)\n",
+                   (f.name.rfind("raw_blocks", 0) == 0 ? "16 MB pull, raw, 1 MB messages, 2 servers / 1"
+                                                       : "16 MB pull, raw, one message a server, 2 servers / 1"),
+                   f.baseline > 0 ? f.value / f.baseline : NAN, f.baseline, f.value);
+    }
+  }
+
+  // Dense push-then-pull of `bytes`: pushpull, raw ZeroMQ and raw ZeroMQ + SGD, their runs in a
+  // rotation whose first side moves on each repetition; best run of each side.
+  void RunSgd(const Shape& sh, size_t bytes) {
+    const int S = sh.S, W = sh.W;
+    const std::string suffix = "/" + SizeName(bytes) + "/" + ShapeName(S, W);
+    LocalCluster cl(BenchCluster(S, W));
+    Status st = cl.Start();
+    const uint32_t dim = 256;
+    const TableSpec spec = MakeSpec("ceiling" + suffix, false, bytes / 4 / dim, dim, opt::Kind::kSgd, Asp());
+    std::vector<Table> tables;
+    for (int w = 0; st.ok() && w < W; ++w) {
+      auto t = cl.client(w).CreateTable(spec);
+      if (t.ok()) tables.push_back(t.value());
+      else st = t.status();
+    }
+    if (!st.ok()) {
+      Add("raw_sgd_pushpull" + suffix, "GB/s", NAN, 0.0, "FAILED: " + st.ToString());
+      return;
+    }
+    const TableInfo info = TableInfo::Make(0, spec, S);
+    std::vector<size_t> part_floats(S), part_keys(S, 0);
+    for (int s = 0; s < S; ++s) part_floats[s] = (info.row_offsets[s + 1] - info.row_offsets[s]) * dim;
+    const Plan plan = ThroughputPlan(cfg_, bytes);
+    const int64_t wait_ms = 2000 + static_cast<int64_t>(double(bytes) * W * plan.depth * 2 / 50e6 * 1e3);
+    std::string error;
+    double best[3] = {0, 0, 0};  // pushpull, raw, raw + SGD
+    std::vector<double> pp_runs, sgd_runs, raw_runs;
+    {
+      std::vector<std::unique_ptr<RawServer>> servers[2];  // plain, SGD
+      std::vector<std::string> addrs[2];
+      for (int k = 0; k < 2; ++k)
+        for (int s = 0; s < S; ++s) {
+          servers[k].push_back(std::make_unique<RawServer>(bytes / S + 4096, k == 1 ? sgd_.get() : nullptr));
+          addrs[k].push_back(servers[k].back()->address());
+        }
+      std::vector<std::unique_ptr<RawClient>> clients[2];
+      std::vector<std::unique_ptr<PushPullDriver>> ppd;
+      std::vector<std::unique_ptr<RawDriver>> rwd[2];
+      for (int w = 0; w < W; ++w) {
+        ppd.push_back(std::make_unique<PushPullDriver>(cl.client(w), tables[w], bytes / 4, nullptr, plan.depth, wait_ms));
+        for (int k = 0; k < 2; ++k) {
+          clients[k].push_back(std::make_unique<RawClient>(addrs[k]));
+          rwd[k].push_back(std::make_unique<RawDriver>(*clients[k].back(), part_floats, part_keys, wait_ms));
+        }
+      }
+      Barrier bar(W);
+      auto run = [&](int side) -> bool {
+        const double bpo = 2.0 * double(bytes);  // both directions, as the transport bench counts
+        RunResult r = side == 0 ? RunWorkers(W, bpo, [&](int w) { return RunLoop(*ppd[w], Op::kPushPull, plan, bar); })
+                                : RunWorkers(W, bpo, [&](int w) { return RunLoop(*rwd[side - 1][w], Op::kPushPull, plan, bar); });
+        if (!r.ok) {
+          error = (side == 0 ? "pushpull: " : side == 1 ? "raw: " : "raw + SGD: ") + r.error;
+          return false;
+        }
+        best[side] = std::max(best[side], r.gbps);
+        (side == 0 ? pp_runs : side == 1 ? raw_runs : sgd_runs).push_back(r.gbps);
+        return true;
+      };
+      for (int rep = 0; rep < 2 * cfg_.reps && error.empty(); ++rep)
+        for (int k = 0; k < 3 && error.empty(); ++k) run((rep + k) % 3);
+    }
+    Status fin = cl.FinishAndJoin();
+    if (!fin.ok()) std::fprintf(stderr, "zmq_ceiling: cluster %s finish: %s\n", ShapeName(S, W).c_str(), fin.ToString().c_str());
+    if (!error.empty()) {
+      Add("raw_sgd_pushpull" + suffix, "GB/s", NAN, 0.0, "FAILED: " + error);
+      return;
+    }
+    std::vector<double> r_sgd, r_pp;  // per repetition: raw + SGD / raw, pushpull / raw + SGD
+    for (size_t i = 0; i < raw_runs.size(); ++i) {
+      if (raw_runs[i] > 0) r_sgd.push_back(sgd_runs[i] / raw_runs[i]);
+      if (sgd_runs[i] > 0) r_pp.push_back(pp_runs[i] / sgd_runs[i]);
+    }
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "; pushpull %.2f GB/s (%.2f x raw)", best[0], best[1] > 0 ? best[0] / best[1] : NAN);
+    const std::string how = "dense " + SizeName(bytes) + " push-then-pull, " + std::to_string(plan.depth) +
+                            " ops in flight per worker, pushpull / raw / raw + SGD in rotation, best of " +
+                            std::to_string(2 * cfg_.reps) + " runs of each";
+    Add("raw_sgd_pushpull" + suffix, "GB/s", best[2], best[1],
+        "raw ZeroMQ whose servers apply each push with pushpull's SGD kernel (value) vs plain raw ZeroMQ "
+        "(baseline): " + how + PairNote(r_sgd) + buf);
+    Add("pushpull_vs_raw_sgd" + suffix, "GB/s", best[0], best[2],
+        "pushpull (value) vs raw ZeroMQ + SGD (baseline): " + how + PairNote(r_pp));
+  }
+
+  // Raw ZeroMQ's 16 MB dense pull from 2 servers (value) against 1 (baseline), 1 worker, depth
+  // 2, the two alternating, best of twice the transport bench's repetitions (as its split pull).
+  void RunRawSplitPull(size_t block_bytes, const std::string& name) {
+    const size_t bytes = 16 * kMB;
+    Plan plan = ThroughputPlan(cfg_, bytes);
+    const int reps = cfg_.quick ? cfg_.reps : 2 * cfg_.reps;
+    if (!cfg_.quick) plan.budget_s = std::max(plan.budget_s, 0.5);
+    std::vector<std::unique_ptr<RawServer>> servers;
+    for (int s = 0; s < 3; ++s) servers.push_back(std::make_unique<RawServer>(bytes + 4096));
+    RawClient one(std::vector<std::string>{servers[0]->address()});
+    RawClient two(std::vector<std::string>{servers[1]->address(), servers[2]->address()});
+    RawDriver d1(one, {bytes / 4}, {0}, kWaitMs, block_bytes);
+    RawDriver d2(two, {bytes / 8, bytes / 8}, {0, 0}, kWaitMs, block_bytes);
+    double best[2] = {0, 0};  // 2 servers, 1 server
+    const std::string error = BestOfAlternatingPulls(d2, d1, plan, bytes, reps, best);
+    if (!error.empty()) {
+      Add(name, "GB/s", NAN, 0.0, "FAILED: " + error);
+      return;
+    }
+    Add(name, "GB/s", best[0], best[1],
+        "raw ZeroMQ dense 16MB pull from 2 servers (value) vs 1 server (baseline), " +
+            std::string(block_bytes > 0 ? "in requests of " + SizeName(block_bytes) + " sent one after the other"
+                                        : "one request per server") +
+            ", 1 worker, pipelined depth " + std::to_string(plan.depth) + ", alternating, best of " +
+            std::to_string(reps) + " (cf. transport pull_2s_vs_1s/16MB/1w)");
+  }
+
+  Reporter& rep_;
+  const Config cfg_;
+  std::unique_ptr<opt::Optimizer> sgd_;
+  std::vector<Figure> figures_;  // this run's, for PrintSummary
+};
+
 void RunTransportBench(Reporter& rep, const Options& o) {
   Config cfg;
   cfg.quick = o.quick;
@@ -1218,7 +1445,18 @@ void RunTransportBench(Reporter& rep, const Options& o) {
   TransportBench(rep, cfg).Run();
 }
 
+void RunCeilingBench(Reporter& rep, const Options& o) {
+  Config cfg;
+  cfg.quick = o.quick;
+  cfg.shapes = {{1, 1, false}, {2, 1, false}, {1, 2, false}, {2, 2, false}, {1, 4, false}, {2, 4, false}};
+  cfg.budget_s = o.quick ? 0.07 : 0.3;
+  cfg.reps = o.quick ? 1 : 4;
+  if (o.quick) cfg.shapes = {{1, 1, false}, {2, 1, false}};
+  CeilingBench(rep, cfg).Run();
+}
+
 }  // namespace
 }  // namespace pushpull::bench
 
 PP_BENCH(transport, pushpull::bench::RunTransportBench);
+PP_BENCH(zmq_ceiling, pushpull::bench::RunCeilingBench);
