@@ -2069,6 +2069,11 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
                        30, &out),
             2) << out;
   EXPECT_NE(out.find("PP_TRANSPORT_PROFILE=garbage: want OP/SIZE/SsWw"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand("env PP_TRANSPORT_PROFILE=pushpull/1MB/1s1w/rwa " + BinDir() +
+                           "/pushpull-bench --filter=transport --out=/dev/null",
+                       30, &out),
+            2) << out;
+  EXPECT_NE(out.find("PP_TRANSPORT_PROFILE=pushpull/1MB/1s1w/rwa: the side is raw or raw_sgd"), std::string::npos) << out;
   // Flags in a --flagfile are checked the same way, naming the file; a missing file too;
   // --undefok lets the flags it names be unknown, as gflags does.
   const std::string flagfile = ::testing::TempDir() + "/bad_flags.txt";
@@ -2137,6 +2142,16 @@ TEST(MultiProcess, TheCeilingBenchReportsEveryFigureWithItsBaseline) {
                                       "raw_sgd_pushpull/1MB/2s1w",     "pushpull_vs_raw_sgd/1MB/2s1w",
                                       "raw_pull_2s_vs_1s/16MB/1w", "raw_blocks_pull_2s_vs_1s/16MB/1w"};
   EXPECT_EQ(cases, want) << out;
+  // The same raw servers with SGD as one profiled side of a transport case.
+  ASSERT_EQ(RunCommand("env PP_TRANSPORT_PROFILE=pushpull/64KB/1s1w/raw_sgd PP_TRANSPORT_PROFILE_S=0.05 " + BinDir() +
+                           "/pushpull-bench --filter=transport --out=" + jsonl,
+                       60, &out),
+            0) << out;
+  std::ifstream g(jsonl);
+  std::string line;
+  ASSERT_TRUE(std::getline(g, line)) << out;
+  EXPECT_NE(line.find("\"case\": \"profile_raw_pushpull/64KB/1s1w\""), std::string::npos) << line;
+  EXPECT_NE(line.find("\"note\": \"ops "), std::string::npos) << line;
 }
 
 // Real processes through pushpull-launch: SIGKILL worker `victim` (or a server) mid-run.

@@ -539,11 +539,13 @@ struct Config {
   double lat_budget_s = 0.1;  // per repetition, latency runs
   int reps = 4;           // pushpull/raw repetitions, alternating
   int ssp_iters_max = 400;
-  // Profiling aid (env PP_TRANSPORT_PROFILE=OP/SIZE/SsWw[/raw], e.g. pushpull/16MB/1s1w,
-  // pull_p50/4KB/2s2w or sparse_pushpull/1MB/1s1w): only that throughput (or latency) run, pushpull side (or raw side), for
+  // Profiling aid (env PP_TRANSPORT_PROFILE=OP/SIZE/SsWw[/raw|/raw_sgd], e.g. pushpull/16MB/1s1w,
+  // pull_p50/4KB/2s2w or sparse_pushpull/1MB/1s1w): only that throughput (or latency) run, pushpull side (or raw side,
+  // or raw with servers that apply each push with SGD, as in the zmq_ceiling bench), for
   // budget_s; no RSS, no SSP.
   int profile_op = -1;
   bool profile_raw = false;
+  bool profile_raw_sgd = false;  // side "raw_sgd": the raw servers apply each push with SGD (zmq_ceiling)
   bool profile_latency = false;  // OP_p50: one op at a time, p50 latency
   int profile_update_threads = 1;  // env PP_TRANSPORT_PROFILE_K: update threads per server
   double ssp_budget_s = 2.0;
@@ -589,6 +591,17 @@ std::string BestOfAlternatingPulls(A& a, B& b, const Plan& plan, size_t bytes, i
 // Resident memory of a dense Adam table of N floats on a server (a thread here), with the
 // server's default copy-on-write budget: 16M floats (64 MB of parameters, as much as the
 // budget) and 64M (256 MB, more than it).
+
+// The SGD of the transport bench's tables (lr 1e-4), for raw servers that apply pushes.
+const opt::Optimizer* BenchSgd() {
+  static const std::unique_ptr<opt::Optimizer> sgd = [] {
+    opt::OptimizerConfig oc;
+    oc.kind = opt::Kind::kSgd;
+    oc.lr = 1e-4f;
+    return opt::Optimizer::Create(oc);
+  }();
+  return sgd.get();
+}
 
 // Runs one case (a table of `bytes`) on both sides and reports its figures.
 class TransportBench {
@@ -714,7 +727,8 @@ class TransportBench {
       std::vector<std::string> addrs;
       for (int s = 0; s < sh.S; ++s) {
         // pull replies of a sparse part can be a little over bytes/S (uneven buckets)
-        servers.push_back(std::make_unique<RawServer>(max_bytes / sh.S + max_bytes / 8 + 4096));
+        servers.push_back(std::make_unique<RawServer>(max_bytes / sh.S + max_bytes / 8 + 4096,
+                                                      cfg_.profile_raw_sgd ? BenchSgd() : nullptr));
         addrs.push_back(servers.back()->address());
       }
       std::vector<std::unique_ptr<RawClient>> raw_clients;
@@ -1200,12 +1214,7 @@ class TransportBench {
 //   blocks, which is how pushpull's own 1-server pull goes).
 class CeilingBench {
  public:
-  CeilingBench(Reporter& rep, const Config& cfg) : rep_(rep), cfg_(cfg) {
-    opt::OptimizerConfig oc;
-    oc.kind = opt::Kind::kSgd;
-    oc.lr = 1e-4f;  // as the transport bench's tables
-    sgd_ = opt::Optimizer::Create(oc);
-  }
+  CeilingBench(Reporter& rep, const Config& cfg) : rep_(rep), cfg_(cfg) {}
 
   void Run() {
     SetLogLevel(LogLevel::kWarning);
@@ -1296,7 +1305,7 @@ class CeilingBench {
       std::vector<std::string> addrs[2];
       for (int k = 0; k < 2; ++k)
         for (int s = 0; s < S; ++s) {
-          servers[k].push_back(std::make_unique<RawServer>(bytes / S + 4096, k == 1 ? sgd_.get() : nullptr));
+          servers[k].push_back(std::make_unique<RawServer>(bytes / S + 4096, k == 1 ? BenchSgd() : nullptr));
           addrs[k].push_back(servers[k].back()->address());
         }
       std::vector<std::unique_ptr<RawClient>> clients[2];
@@ -1377,7 +1386,6 @@ class CeilingBench {
 
   Reporter& rep_;
   const Config cfg_;
-  std::unique_ptr<opt::Optimizer> sgd_;
   std::vector<Figure> figures_;  // this run's, for PrintSummary
 };
 
@@ -1409,7 +1417,7 @@ void RunTransportBench(Reporter& rep, const Options& o) {
     int S = 0, W = 0;
     if (std::sscanf(prof, "%31[a-z_0-9]/%31[0-9KMB]/%ds%dw/%31s", op, size, &S, &W, side) < 4 || S < 1 ||
         W < 1) {
-      rep.Refuse("PP_TRANSPORT_PROFILE=" + std::string(prof) + ": want OP/SIZE/SsWw[/raw]");
+      rep.Refuse("PP_TRANSPORT_PROFILE=" + std::string(prof) + ": want OP/SIZE/SsWw[/raw|/raw_sgd]");
       return;
     }
     std::string ops = op;
@@ -1427,7 +1435,12 @@ void RunTransportBench(Reporter& rep, const Options& o) {
       rep.Refuse("PP_TRANSPORT_PROFILE=" + std::string(prof) + ": unknown op or size");
       return;
     }
-    cfg.profile_raw = std::string(side) == "raw";
+    if (side[0] != 0 && std::string(side) != "raw" && std::string(side) != "raw_sgd") {
+      rep.Refuse("PP_TRANSPORT_PROFILE=" + std::string(prof) + ": the side is raw or raw_sgd (none: pushpull's)");
+      return;
+    }
+    cfg.profile_raw_sgd = std::string(side) == "raw_sgd";
+    cfg.profile_raw = cfg.profile_raw_sgd || std::string(side) == "raw";
     cfg.sizes.clear();
     cfg.sparse_sizes.clear();
     cfg.ungrouped_sizes.clear();
