@@ -2118,7 +2118,8 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
 
 // The zmq_ceiling bench (raw ZeroMQ with a server-side SGD pass, and raw pulls in 1 MB messages
 // from 1 and 2 servers) reports every figure it names, each with a baseline, and its summary;
-// a raw driver that miscounted its block replies would wait out its deadline and say FAILED.
+// a raw driver that miscounted its block replies would wait out its deadline or find replies
+// left over after its runs, and say FAILED; SGD servers that applied nothing would too.
 TEST(MultiProcess, TheCeilingBenchReportsEveryFigureWithItsBaseline) {
   const std::string jsonl = ::testing::TempDir() + "/ceiling.jsonl";
   std::string out;
@@ -2129,6 +2130,11 @@ TEST(MultiProcess, TheCeilingBenchReportsEveryFigureWithItsBaseline) {
   std::vector<std::string> cases;
   for (std::string line; std::getline(f, line);) {
     EXPECT_NE(line.find("\"bench\": \"zmq_ceiling\""), std::string::npos) << line;
+    if (line.find("\"case\": \"raw_sgd_pushpull/") != std::string::npos) {
+      const auto at = line.find("SGD applied to ");
+      ASSERT_NE(at, std::string::npos) << line;
+      EXPECT_GE(std::strtoull(line.c_str() + at + 15, nullptr, 10), 256u * 1024u) << line;  // a 1 MB push at least
+    }
     const auto c = line.find("\"case\": \"");
     ASSERT_NE(c, std::string::npos) << line;
     cases.push_back(line.substr(c + 9, line.find('"', c + 9) - c - 9));
@@ -2140,7 +2146,8 @@ TEST(MultiProcess, TheCeilingBenchReportsEveryFigureWithItsBaseline) {
   }
   const std::vector<std::string> want{"raw_sgd_pushpull/1MB/1s1w",     "pushpull_vs_raw_sgd/1MB/1s1w",
                                       "raw_sgd_pushpull/1MB/2s1w",     "pushpull_vs_raw_sgd/1MB/2s1w",
-                                      "raw_pull_2s_vs_1s/16MB/1w", "raw_blocks_pull_2s_vs_1s/16MB/1w"};
+                                      "raw_pull_2s_vs_1s/16MB/1w", "raw_blocks_pull_2s_vs_1s/16MB/1w",
+                                      "pushpull_vs_raw_blocks_pull/16MB/1s1w", "pushpull_pull_2s_vs_1s/16MB/1w"};
   EXPECT_EQ(cases, want) << out;
   // The same raw servers with SGD as one profiled side of a transport case.
   ASSERT_EQ(RunCommand("env PP_TRANSPORT_PROFILE=pushpull/64KB/1s1w/raw_sgd PP_TRANSPORT_PROFILE_S=0.05 " + BinDir() +
@@ -2150,7 +2157,7 @@ TEST(MultiProcess, TheCeilingBenchReportsEveryFigureWithItsBaseline) {
   std::ifstream g(jsonl);
   std::string line;
   ASSERT_TRUE(std::getline(g, line)) << out;
-  EXPECT_NE(line.find("\"case\": \"profile_raw_pushpull/64KB/1s1w\""), std::string::npos) << line;
+  EXPECT_NE(line.find("\"case\": \"profile_raw_sgd_pushpull/64KB/1s1w\""), std::string::npos) << line;
   EXPECT_NE(line.find("\"note\": \"ops "), std::string::npos) << line;
 }
 

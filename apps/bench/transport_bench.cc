@@ -286,6 +286,7 @@ struct RawHeader {
   uint8_t op = 0;  // 0 push, 1 pull
   uint8_t has_keys = 0;
   uint64_t reply_bytes = 0;  // pull: payload bytes to send back
+  uint64_t offset = 0;       // where in the server's buffer the request's bytes start (blocks)
 };
 
 void NoFree(void*, void*) {}
@@ -316,6 +317,8 @@ class RawServer {
     thread_.join();
   }
   const std::string& address() const { return address_; }
+  // Gradient floats the SGD applied so far (0 without one).
+  uint64_t applied_floats() const { return applied_floats_.load(); }
 
  private:
   void Loop() {
@@ -337,11 +340,15 @@ class RawServer {
         RawHeader h;
         std::memcpy(&h, frames[1].data(), std::min(sizeof h, frames[1].size()));
         router_.send(frames[0], zmq::send_flags::sndmore);
+        // A request's bytes lie inside the buffer, whatever it asks (a bench, not a server).
+        const size_t at = std::min<uint64_t>(h.offset / 4, buf_.size());
         if (h.op == 0) {
           if (sgd_ != nullptr) {
             const zmq::message_t& g = frames.back();
-            sgd_->ApplyTo(buf_.data(), buf_.data(), nullptr, static_cast<const float*>(g.data()),
-                          std::min(g.size() / 4, buf_.size()), opt::StepContext{});
+            const size_t n = std::min(g.size() / 4, buf_.size() - at);
+            sgd_->ApplyTo(buf_.data() + at, buf_.data() + at, nullptr, static_cast<const float*>(g.data()), n,
+                          opt::StepContext{});
+            applied_floats_ += n;
           }
           uint64_t ack = 1;
           zmq::message_t a(&ack, sizeof ack);
@@ -349,7 +356,8 @@ class RawServer {
         } else {
           zmq::message_t hm(&h, sizeof h);
           router_.send(hm, zmq::send_flags::sndmore);
-          zmq::message_t payload(buf_.data(), h.reply_bytes, NoFree, nullptr);
+          zmq::message_t payload(buf_.data() + at, std::min<uint64_t>(h.reply_bytes, (buf_.size() - at) * 4), NoFree,
+                                 nullptr);
           router_.send(payload, zmq::send_flags::none);
         }
       }
@@ -360,6 +368,7 @@ class RawServer {
   zmq::socket_t router_;
   std::vector<float> buf_;
   const opt::Optimizer* const sgd_;
+  std::atomic<uint64_t> applied_floats_{0};
   std::string address_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
@@ -413,8 +422,10 @@ class RawDriver {
       for (size_t s = 0; s < d_.size(); ++s) {
         const bool keyed = part_keys_[s] > 0;
         if (op != Op::kPull) {
+          size_t at = 0;
           for (size_t block : blocks_[s]) {
-            RawHeader h{0, keyed, 0};
+            RawHeader h{0, keyed, 0, at};
+            at += block;
             zmq::message_t hm(&h, sizeof h);
             d_[s].send(hm, zmq::send_flags::sndmore);
             if (keyed) {
@@ -426,8 +437,10 @@ class RawDriver {
           }
         }
         if (op != Op::kPush) {
+          size_t at = 0;
           for (size_t block : blocks_[s]) {
-            RawHeader h{1, keyed, block};
+            RawHeader h{1, keyed, block, at};
+            at += block;
             zmq::message_t hm(&h, sizeof h);
             d_[s].send(hm, keyed ? zmq::send_flags::sndmore : zmq::send_flags::none);
             if (keyed) {
@@ -467,6 +480,19 @@ class RawDriver {
     return true;
   }
   size_t outstanding() const { return q_.size(); }
+  // Once every op was waited for: true when no reply is left over, none counted ahead and none
+  // arriving within `ms` (a driver that miscounted its block replies would take one op's replies
+  // for another's, and no wait would run out to say so).
+  bool Idle(int ms) {
+    for (size_t s = 0; s < d_.size(); ++s) {
+      zmq::pollitem_t item{static_cast<void*>(d_[s]), 0, ZMQ_POLLIN, 0};
+      if (!q_.empty() || got_[s] != 0 || zmq_poll(&item, 1, ms) > 0) {
+        error_ = "raw: replies from server " + std::to_string(s) + " left over after the run";
+        return false;
+      }
+    }
+    return true;
+  }
   std::string error() const { return error_; }
 
  private:
@@ -572,8 +598,8 @@ struct Measured {
   RunResult lat[2];      // latency: push, pull
 };
 
-// Pull throughput of two sides, their runs alternating (which goes first alternates too); best
-// run of each into best[0] (a) and best[1] (b). An error of either side ends it, returned.
+// Pull runs of drivers a and b, alternating `reps` times, which goes first alternating too
+// (ABBA); best[0] and best[1] get each one's best throughput. Returns the first error, or "".
 template <class A, class B>
 std::string BestOfAlternatingPulls(A& a, B& b, const Plan& plan, size_t bytes, int reps, double best[2]) {
   Barrier bar(1);
@@ -588,25 +614,48 @@ std::string BestOfAlternatingPulls(A& a, B& b, const Plan& plan, size_t bytes, i
   return "";
 }
 
-// Resident memory of a dense Adam table of N floats on a server (a thread here), with the
-// server's default copy-on-write budget: 16M floats (64 MB of parameters, as much as the
-// budget) and 64M (256 MB, more than it).
+// Starts the cluster and creates a dense table of `bytes` (dim 1024) through its first client.
+Result<Table> StartWithDenseTable(LocalCluster& cl, const std::string& name, size_t bytes) {
+  const uint32_t dim = 1024;
+  Status st = cl.Start();
+  if (!st.ok()) return st;
+  return cl.client(0).CreateTable(MakeSpec(name, false, bytes / 4 / dim, dim, opt::Kind::kSgd, Asp()));
+}
 
-// The SGD of the transport bench's tables (lr 1e-4), for raw servers that apply pushes.
+// The SGD of the transport bench's tables (MakeSpec's), for raw servers that apply pushes.
 const opt::Optimizer* BenchSgd() {
-  static const std::unique_ptr<opt::Optimizer> sgd = [] {
-    opt::OptimizerConfig oc;
-    oc.kind = opt::Kind::kSgd;
-    oc.lr = 1e-4f;
-    return opt::Optimizer::Create(oc);
-  }();
+  static const std::unique_ptr<opt::Optimizer> sgd =
+      opt::Optimizer::Create(MakeSpec("sgd", false, 1, 1, opt::Kind::kSgd, Asp()).optimizer);
   return sgd.get();
 }
 
+// A bench's figures: reported as they are measured, and kept for the summary it prints last.
+class FigureLog {
+ protected:
+  FigureLog(Reporter& rep, const char* bench) : rep_(rep), bench_(bench) {}
+  void Add(const std::string& name, const std::string& unit, double value, double baseline,
+           const std::string& note) {
+    Figure f;
+    f.bench = bench_;
+    f.name = name;
+    f.unit = unit;
+    f.value = value;
+    f.baseline = baseline;
+    f.note = note;
+    rep_.Add(f);
+    figures_.push_back(f);
+  }
+  std::vector<Figure> figures_;  // this run's, for the summary
+
+ private:
+  Reporter& rep_;
+  const char* const bench_;
+};
+
 // Runs one case (a table of `bytes`) on both sides and reports its figures.
-class TransportBench {
+class TransportBench : public FigureLog {
  public:
-  TransportBench(Reporter& rep, const Config& cfg) : rep_(rep), cfg_(cfg) {}
+  TransportBench(Reporter& rep, const Config& cfg) : FigureLog(rep, "transport"), cfg_(cfg) {}
 
   void Run() {
     SetLogLevel(LogLevel::kWarning);
@@ -628,19 +677,6 @@ class TransportBench {
   }
 
  private:
-  void Add(const std::string& name, const std::string& unit, double value, double baseline,
-           const std::string& note) {
-    Figure f;
-    f.bench = "transport";
-    f.name = name;
-    f.unit = unit;
-    f.value = value;
-    f.baseline = baseline;
-    f.note = note;
-    rep_.Add(f);
-    figures_.push_back(f);
-  }
-
   // The data-path goals (issue 5, docs/PERFORMANCE.md), checked against this run's figures.
   void PrintGoals() const {
     struct Tally {
@@ -860,7 +896,8 @@ class TransportBench {
       else one(ppd, pp_failed, op, plan, &r, &l);
       ppd.clear();
       rwd.clear();
-      const std::string name = std::string("profile_") + (cfg_.profile_raw ? "raw_" : "") + LayoutPrefix(layout) + OpName(op) +
+      const std::string name = std::string("profile_") + (cfg_.profile_raw_sgd ? "raw_sgd_" : cfg_.profile_raw ? "raw_" : "") +
+                               LayoutPrefix(layout) + OpName(op) +
                                (cfg_.profile_latency ? "_p50/" : "/") + SizeName(bytes) + "/" + ShapeName(S, W);
       if (cfg_.profile_latency)
         Add(name, "us", r.ok ? Percentile(l, 0.5) : NAN, 0.0, r.ok ? "ops " + std::to_string(r.ops) : "FAILED: " + r.error);
@@ -1027,15 +1064,9 @@ class TransportBench {
   }
 
   // Starts `cl` and creates a dense SGD table of `bytes` (rows of 1024 floats) on it.
-  static Result<Table> StartWithDenseTable(LocalCluster& cl, const std::string& name, size_t bytes) {
-    const uint32_t dim = 1024;
-    Status st = cl.Start();
-    if (!st.ok()) return st;
-    return cl.client(0).CreateTable(MakeSpec(name, false, bytes / 4 / dim, dim, opt::Kind::kSgd, Asp()));
-  }
-
-  // Pull runs of drivers a and b, alternating `reps` times, which goes first alternating too
-  // (ABBA); best[0] and best[1] get each one's best throughput. Returns the first error, or "".
+  // Resident memory of a dense Adam table of N floats on a server (a thread here), with the
+  // server's default copy-on-write budget: 16M floats (64 MB of parameters, as much as the
+  // budget) and 64M (256 MB, more than it).
   void RunRss(size_t N) {
     const uint32_t dim = 256;
     const std::string tag = std::to_string(N / kMB) + "M";
@@ -1192,9 +1223,7 @@ class TransportBench {
     if (!st.ok()) std::fprintf(stderr, "transport: ssp cluster finish: %s\n", st.ToString().c_str());
   }
 
-  Reporter& rep_;
   const Config cfg_;
-  std::vector<Figure> figures_;  // this run's, for PrintGoals
 };
 
 
@@ -1212,35 +1241,22 @@ class TransportBench {
 //   split-pull figure for raw ZeroMQ, a 16 MB dense pull from 2 servers against 1, with each
 //   server's part in one message, and in 1 MB messages sent one after the other (pushpull's
 //   blocks, which is how pushpull's own 1-server pull goes).
-class CeilingBench {
+class CeilingBench : public FigureLog {
  public:
-  CeilingBench(Reporter& rep, const Config& cfg) : rep_(rep), cfg_(cfg) {}
+  CeilingBench(Reporter& rep, const Config& cfg) : FigureLog(rep, "zmq_ceiling"), cfg_(cfg) {}
 
   void Run() {
     SetLogLevel(LogLevel::kWarning);
     const double t0 = Now();
     for (const Shape& sh : cfg_.shapes) RunSgd(sh, kMB);
-    RunRawSplitPull(0, "raw_pull_2s_vs_1s/16MB/1w");
-    RunRawSplitPull(kMB, "raw_blocks_pull_2s_vs_1s/16MB/1w");
+    RunRawSplitPull(0, "raw_pull_2s_vs_1s/16MB/1w", false);
+    RunRawSplitPull(kMB, "raw_blocks_pull_2s_vs_1s/16MB/1w", true);
     SetLogLevel(LogLevel::kInfo);
     std::fprintf(stderr, "zmq_ceiling bench: %.1f s\n", Now() - t0);
     PrintSummary();
   }
 
  private:
-  void Add(const std::string& name, const std::string& unit, double value, double baseline,
-           const std::string& note) {
-    Figure f;
-    f.bench = "zmq_ceiling";
-    f.name = name;
-    f.unit = unit;
-    f.value = value;
-    f.baseline = baseline;
-    f.note = note;
-    rep_.Add(f);
-    figures_.push_back(f);
-  }
-
   // The ceilings next to the transport goals they bound (docs/PERFORMANCE.md).
   void PrintSummary() const {
     auto range = [&](const std::string& prefix) {
@@ -1264,13 +1280,16 @@ class CeilingBench {
     std::fprintf(stderr, "  %-62s %s\n", "1 MB push-then-pull, raw + SGD / raw (goal for pushpull: 0.8)",
                  range("raw_sgd_pushpull/").c_str());
     std::fprintf(stderr, "  %-62s %s\n", "1 MB push-then-pull, pushpull / (raw + SGD)", range("pushpull_vs_raw_sgd/").c_str());
-    for (const Figure& f : figures_) {
-      if (f.name.find("pull_2s_vs_1s") == std::string::npos) continue;
-      std::fprintf(stderr, "  %-62s %.2f x (1 server: %.2f GB/s, 2 servers: %.2f)\n",
-                   (f.name.rfind("raw_blocks", 0) == 0 ? "16 MB pull, raw, 1 MB messages, 2 servers / 1"
-                                                       : "16 MB pull, raw, one message a server, 2 servers / 1"),
-                   f.baseline > 0 ? f.value / f.baseline : NAN, f.baseline, f.value);
-    }
+    const std::pair<const char*, const char*> pulls[] = {
+        {"raw_pull_2s_vs_1s/16MB/1w", "16 MB pull, raw, one message a server, 2 servers / 1"},
+        {"raw_blocks_pull_2s_vs_1s/16MB/1w", "16 MB pull, raw, 1 MB messages, 2 servers / 1"},
+        {"pushpull_pull_2s_vs_1s/16MB/1w", "16 MB pull, pushpull, 2 servers / 1 (same rotation)"},
+        {"pushpull_vs_raw_blocks_pull/16MB/1s1w", "16 MB pull, 1 server, pushpull / raw in 1 MB messages"}};
+    for (const auto& [name, what] : pulls)
+      for (const Figure& f : figures_)
+        if (f.name == name)
+          std::fprintf(stderr, "  %-62s %.2f x (%.2f against %.2f GB/s)\n", what,
+                       f.baseline > 0 ? f.value / f.baseline : NAN, f.value, f.baseline);
   }
 
   // Dense push-then-pull of `bytes`: pushpull, raw ZeroMQ and raw ZeroMQ + SGD, their runs in a
@@ -1290,6 +1309,7 @@ class CeilingBench {
     }
     if (!st.ok()) {
       Add("raw_sgd_pushpull" + suffix, "GB/s", NAN, 0.0, "FAILED: " + st.ToString());
+      Add("pushpull_vs_raw_sgd" + suffix, "GB/s", NAN, 0.0, "FAILED: " + st.ToString());
       return;
     }
     const TableInfo info = TableInfo::Make(0, spec, S);
@@ -1300,6 +1320,7 @@ class CeilingBench {
     std::string error;
     double best[3] = {0, 0, 0};  // pushpull, raw, raw + SGD
     std::vector<double> pp_runs, sgd_runs, raw_runs;
+    uint64_t applied = 0;  // gradient floats the SGD servers applied
     {
       std::vector<std::unique_ptr<RawServer>> servers[2];  // plain, SGD
       std::vector<std::string> addrs[2];
@@ -1333,11 +1354,17 @@ class CeilingBench {
       };
       for (int rep = 0; rep < 2 * cfg_.reps && error.empty(); ++rep)
         for (int k = 0; k < 3 && error.empty(); ++k) run((rep + k) % 3);
+      for (int k = 0; k < 2 && error.empty(); ++k)
+        for (auto& d : rwd[k])
+          if (error.empty() && !d->Idle(20)) error = d->error();
+      for (auto& server : servers[1]) applied += server->applied_floats();
     }
     Status fin = cl.FinishAndJoin();
     if (!fin.ok()) std::fprintf(stderr, "zmq_ceiling: cluster %s finish: %s\n", ShapeName(S, W).c_str(), fin.ToString().c_str());
+    if (error.empty() && applied == 0) error = "raw + SGD: its servers applied no push";
     if (!error.empty()) {
       Add("raw_sgd_pushpull" + suffix, "GB/s", NAN, 0.0, "FAILED: " + error);
+      Add("pushpull_vs_raw_sgd" + suffix, "GB/s", NAN, 0.0, "FAILED: " + error);
       return;
     }
     std::vector<double> r_sgd, r_pp;  // per repetition: raw + SGD / raw, pushpull / raw + SGD
@@ -1345,8 +1372,9 @@ class CeilingBench {
       if (raw_runs[i] > 0) r_sgd.push_back(sgd_runs[i] / raw_runs[i]);
       if (sgd_runs[i] > 0) r_pp.push_back(pp_runs[i] / sgd_runs[i]);
     }
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "; pushpull %.2f GB/s (%.2f x raw)", best[0], best[1] > 0 ? best[0] / best[1] : NAN);
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "; SGD applied to %llu gradient floats in all; pushpull %.2f GB/s (%.2f x raw)",
+                  static_cast<unsigned long long>(applied), best[0], best[1] > 0 ? best[0] / best[1] : NAN);
     const std::string how = "dense " + SizeName(bytes) + " push-then-pull, " + std::to_string(plan.depth) +
                             " ops in flight per worker, pushpull / raw / raw + SGD in rotation, best of " +
                             std::to_string(2 * cfg_.reps) + " runs of each";
@@ -1358,8 +1386,10 @@ class CeilingBench {
   }
 
   // Raw ZeroMQ's 16 MB dense pull from 2 servers (value) against 1 (baseline), 1 worker, depth
-  // 2, the two alternating, best of twice the transport bench's repetitions (as its split pull).
-  void RunRawSplitPull(size_t block_bytes, const std::string& name) {
+  // 2, best of twice the transport bench's repetitions (as its split pull). With pushpull: its
+  // own pulls from 1 and 2 servers join the rotation, so that the four are measured in the same
+  // minutes (this machine's speed drifts over minutes).
+  void RunRawSplitPull(size_t block_bytes, const std::string& name, bool with_pushpull) {
     const size_t bytes = 16 * kMB;
     Plan plan = ThroughputPlan(cfg_, bytes);
     const int reps = cfg_.quick ? cfg_.reps : 2 * cfg_.reps;
@@ -1370,23 +1400,64 @@ class CeilingBench {
     RawClient two(std::vector<std::string>{servers[1]->address(), servers[2]->address()});
     RawDriver d1(one, {bytes / 4}, {0}, kWaitMs, block_bytes);
     RawDriver d2(two, {bytes / 8, bytes / 8}, {0, 0}, kWaitMs, block_bytes);
-    double best[2] = {0, 0};  // 2 servers, 1 server
-    const std::string error = BestOfAlternatingPulls(d2, d1, plan, bytes, reps, best);
+    std::unique_ptr<LocalCluster> cl[2];
+    std::unique_ptr<PushPullDriver> pp[2];  // 1 server, 2 servers
+    std::string error;
+    for (int i = 0; with_pushpull && i < 2 && error.empty(); ++i) {
+      cl[i] = std::make_unique<LocalCluster>(BenchCluster(i + 1, 1));
+      auto t = StartWithDenseTable(*cl[i], "ceiling_split", bytes);
+      if (t.ok()) pp[i] = std::make_unique<PushPullDriver>(cl[i]->client(0), t.value(), bytes / 4, nullptr, 2, kWaitMs);
+      else error = "pushpull: " + t.status().ToString();
+    }
+    // Sides: raw from 2 servers, raw from 1, then pushpull from 2 and from 1.
+    const int sides = with_pushpull ? 4 : 2;
+    double best[4] = {0, 0, 0, 0};
+    Barrier bar(1);
+    auto run = [&](int side) {
+      RunResult r;
+      auto pull = [&](auto& d) { return RunWorkers(1, double(bytes), [&](int) { return RunLoop(d, Op::kPull, plan, bar); }); };
+      r = side == 0 ? pull(d2) : side == 1 ? pull(d1) : pull(*pp[3 - side]);
+      if (!r.ok) error = (side < 2 ? "raw: " : "pushpull: ") + r.error;
+      best[side] = std::max(best[side], r.gbps);
+    };
+    for (int rep = 0; rep < reps && error.empty(); ++rep)
+      for (int k = 0; k < sides && error.empty(); ++k) run((rep + k) % sides);
+    if (error.empty() && !d1.Idle(20)) error = d1.error();
+    if (error.empty() && !d2.Idle(20)) error = d2.error();
+    for (int i = 0; i < 2; ++i) {
+      pp[i].reset();
+      if (!cl[i]) continue;
+      Status st = cl[i]->FinishAndJoin();
+      if (!st.ok()) std::fprintf(stderr, "zmq_ceiling: split-pull cluster finish: %s\n", st.ToString().c_str());
+    }
+    const std::string how = ", 1 worker, pipelined depth " + std::to_string(plan.depth) + ", " +
+                            (with_pushpull ? "pushpull's pulls from 1 and 2 servers in the same rotation"
+                                           : std::string("alternating")) +
+                            ", best of " + std::to_string(reps);
     if (!error.empty()) {
       Add(name, "GB/s", NAN, 0.0, "FAILED: " + error);
+      if (with_pushpull) {
+        Add("pushpull_vs_raw_blocks_pull/16MB/1s1w", "GB/s", NAN, 0.0, "FAILED: " + error);
+        Add("pushpull_pull_2s_vs_1s/16MB/1w", "GB/s", NAN, 0.0, "FAILED: " + error);
+      }
       return;
     }
     Add(name, "GB/s", best[0], best[1],
         "raw ZeroMQ dense 16MB pull from 2 servers (value) vs 1 server (baseline), " +
-            std::string(block_bytes > 0 ? "in requests of " + SizeName(block_bytes) + " sent one after the other"
+            std::string(block_bytes > 0 ? "in requests of " + SizeName(block_bytes) +
+                                              " sent one after the other, each for its own part of the server's buffer"
                                         : "one request per server") +
-            ", 1 worker, pipelined depth " + std::to_string(plan.depth) + ", alternating, best of " +
-            std::to_string(reps) + " (cf. transport pull_2s_vs_1s/16MB/1w)");
+            how + " (cf. transport pull_2s_vs_1s/16MB/1w)");
+    if (with_pushpull) {
+      Add("pushpull_vs_raw_blocks_pull/16MB/1s1w", "GB/s", best[3], best[1],
+          "pushpull's dense 16MB PullDenseView from 1 server (value) vs raw ZeroMQ's in 1MB requests (baseline)" + how);
+      Add("pushpull_pull_2s_vs_1s/16MB/1w", "GB/s", best[2], best[3],
+          "pushpull's dense 16MB PullDenseView from 2 servers (value) vs 1 (baseline)" + how +
+              " (the transport bench's pull_2s_vs_1s/16MB/1w, measured beside raw's)");
+    }
   }
 
-  Reporter& rep_;
   const Config cfg_;
-  std::vector<Figure> figures_;  // this run's, for PrintSummary
 };
 
 void RunTransportBench(Reporter& rep, const Options& o) {
