@@ -2,6 +2,7 @@
 // and W workers, prefixes every line of their output with the process's role and rank, and
 // returns the job's exit status. Stops every child on Ctrl-C or as soon as a process fails;
 // children die with the launcher (PR_SET_PDEATHSIG), so nothing is orphaned.
+#include <cstdlib>
 #include <fcntl.h>
 #include <gflags/gflags.h>
 #include <limits.h>
@@ -231,6 +232,21 @@ int main(int argc, char** argv) {
   if (FLAGS_servers < 1 || FLAGS_workers < 1) {
     std::fprintf(stderr, "pushpull-launch: --servers and --workers must be >= 1\n");
     return 2;
+  }
+  // A worker's --metrics_port after "--" goes to every worker: one port for them all binds for one
+  // only (the others exited 2 and the job failed on "bad flags"). 0 gives each a free port.
+  for (size_t i = 0; i < worker_args.size() && FLAGS_workers > 1; ++i) {
+    const std::string& a = worker_args[i];
+    std::string value;
+    if (a.rfind("--metrics_port=", 0) == 0 || a.rfind("-metrics_port=", 0) == 0) value = a.substr(a.find('=') + 1);
+    else if ((a == "--metrics_port" || a == "-metrics_port") && i + 1 < worker_args.size()) value = worker_args[i + 1];
+    else continue;
+    if (std::atoi(value.c_str()) > 0) {
+      std::fprintf(stderr, "pushpull-launch: --metrics_port=%s after \"--\" would have all %d workers bind port %s; "
+                           "give 0 there (a free port each, logged) or run one worker\n",
+                   value.c_str(), FLAGS_workers, value.c_str());
+      return 2;
+    }
   }
   if (FLAGS_on_worker_death != "abort" && FLAGS_on_worker_death != "continue" && FLAGS_on_worker_death != "wait") {
     std::fprintf(stderr, "pushpull-launch: --on_worker_death must be abort, continue or wait\n");

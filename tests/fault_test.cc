@@ -2003,6 +2003,11 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --grace_ms=-1 -- --app=linreg", 30, &out), 2) << out;
   // What the launcher gives each worker is refused after "--" (every worker would ask for rank 0).
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --workers=2 -- --app=linreg --rank=0", 30, &out), 2) << out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --workers=2 -- --app=linreg --metrics_port=9400", 30, &out), 2)
+      << out;
+  EXPECT_NE(out.find("would have all 2 workers bind port 9400"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --workers=2 -- --app=linreg --metrics_port 9400", 30, &out), 2)
+      << out;
   EXPECT_NE(out.find("--rank is the launcher's to give each worker"), std::string::npos) << out;
   // Nodes that would heartbeat less than twice per scheduler timeout are refused at registration
   // (they would be declared dead between heartbeats), naming both settings; exit 2, no restart.

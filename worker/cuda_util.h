@@ -19,9 +19,9 @@ namespace pushpull::cuda {
 
 inline Status CudaStatus(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::OK();
-  const Code code = (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
-                        ? Code::kUnavailable
-                        : Code::kInternal;
+  const Code code = (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) ? Code::kUnavailable
+                    : e == cudaErrorMemoryAllocation                                 ? Code::kResourceExhausted
+                                                                                     : Code::kInternal;
   return Status(code, std::string(what) + ": " + cudaGetErrorName(e) + " (" +
                           cudaGetErrorString(e) + ")");
 }

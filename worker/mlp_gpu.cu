@@ -44,11 +44,12 @@ __global__ void BiasActKernel(float* z, const float* params, int batch, int out,
   }
 }
 
-// delta[i] = 0 where the ReLU output act[i] is 0 (its input was <= 0).
+// delta[i] = 0 where the ReLU output act[i] is not positive (its input was <= 0), NaN too, as
+// the CPU backend does.
 __global__ void ReluBackwardKernel(float* delta, const float* act, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    if (act[i] <= 0.0f) delta[i] = 0.0f;
+    if (!(act[i] > 0.0f)) delta[i] = 0.0f;
   }
 }
 
