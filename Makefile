@@ -60,7 +60,7 @@ BINS := $(BUILD)/bin/pushpull-scheduler $(BUILD)/bin/pushpull-server \
 TEST_SRCS := $(wildcard tests/*.cc)
 TEST_BIN  := $(BUILD)/bin/pushpull-tests
 
-.PHONY: all test demo bench deps clean experiments install
+.PHONY: all test demo bench deps clean experiments install check-threads
 all: $(BINS) $(TEST_BIN)
 
 $(foreach d,$(LIBDIRS),$(eval $(BUILD)/lib/lib$(d).a: $(call objs_of,$(d))))
@@ -91,7 +91,19 @@ $(TEST_BIN): $(patsubst %.cc,$(BUILD)/obj/%.o,$(TEST_SRCS)) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS) $(LDLIBS) -lgtest -lgtest_main
 
-DEB_PKGS := g++ make libzmq3-dev cppzmq-dev libcereal-dev libeigen3-dev libgflags-dev \
+# Clang's thread-safety analysis over every C++ source (common/mutex.h): a GUARDED_BY member
+# touched without its lock, or a REQUIRES function called without it, fails the build.
+ALL_CC := $(sort $(wildcard */*.cc */*/*.cc))
+TSA_FLAGS := -std=c++17 -fsyntax-only -I. -isystem /usr/include/eigen3 -Wthread-safety -Werror=thread-safety \
+             -Wno-unknown-warning-option
+$(BUILD)/tsa/%.ok: %.cc
+	@mkdir -p $(dir $@)
+	@clang++ $(TSA_FLAGS) $< && touch $@
+check-threads: deps
+	$(MAKE) -j$$(nproc) $(patsubst %.cc,$(BUILD)/tsa/%.ok,$(ALL_CC))
+	@echo "check-threads: thread-safety analysis clean over $(words $(ALL_CC)) sources"
+
+DEB_PKGS := g++ make clang clang-format libzmq3-dev cppzmq-dev libcereal-dev libeigen3-dev libgflags-dev \
             libgtest-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \

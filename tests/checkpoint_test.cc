@@ -1132,7 +1132,9 @@ TEST(Checkpoint, AppsRestoredAfterTheLastEpochEvaluateTheTrainedModel) {
   const std::vector<std::pair<std::string, AppFn>> apps = {
       {"fmnist_mlp", [&](Client& c, const AppOptions& a, AppResult* r) { return RunFmnistMlp(c, a, fo, r); }},
       {"sparse_lr", [&](Client& c, const AppOptions& a, AppResult* r) { return RunSparseLr(c, a, so, r); }}};
-  for (const auto& [name, run] : apps) {
+  for (const auto& entry : apps) {
+    const std::string& name = entry.first;
+    const AppFn& run = entry.second;  // a named reference: lambdas cannot capture bindings in C++17
     SCOPED_TRACE(name);
     TempDir root;
     AppOptions app;
