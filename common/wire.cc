@@ -571,6 +571,65 @@ Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const He
   return SendFrames(sock, identity, h, &keys, values->data(), values->size());
 }
 
+bool RecvFrames(Socket& sock, std::vector<Frame>* frames, size_t max_frames, int64_t wait_ms) {
+  return sock.Recv(frames, max_frames, wait_ms);
+}
+
+namespace {
+
+// [identity?][header][keys][values...]: frames taken from the caller, without a copy.
+Status SendFramesOver(Socket& sock, const Frame* identity, const Header& h, Frame* keys, Frame* values,
+                      size_t num_values) {
+  Frame* parts[kMaxDataFrames + 1];
+  size_t n = 0;
+  Frame id;
+  if (identity) {
+    id = Frame(identity->data(), identity->size());
+    parts[n++] = &id;
+  }
+  Frame hm = EncodeHeaderFrame(h);
+  parts[n++] = &hm;
+  if (IsDataType(h.type)) {
+    parts[n++] = keys;
+    for (size_t i = 0; i < num_values; ++i) parts[n++] = &values[i];
+  }
+  bool would_block = false;
+  // A router never blocks: a peer whose queue is full is refused now rather than stall every other.
+  Status st = sock.Send(parts, n, identity != nullptr, &would_block);
+  if (!st.ok()) return Status::Unavailable(std::string("send ") + MsgTypeName(h.type) + ": " + st.message());
+  if (would_block) return Status::Unavailable(identity ? "peer send queue full" : "send would block");
+  return Status::OK();
+}
+
+}  // namespace
+
+Status SendMessage(Socket& sock, const Frame* identity, const Header& h, Frame keys, Frame values) {
+  return SendFramesOver(sock, identity, h, &keys, &values, 1);
+}
+
+Status SendMessage(Socket& sock, const Frame* identity, const Header& h, Frame keys, std::vector<Frame>* values) {
+  if (values->empty() || values->size() > kMaxValueFrames)
+    return Status::InvalidArgument(std::to_string(values->size()) + " values frames (1 to " +
+                                   std::to_string(kMaxValueFrames) + " allowed)");
+  return SendFramesOver(sock, identity, h, &keys, values->data(), values->size());
+}
+
+Status SendDataFrames(Socket& sock, Frame header, Frame keys, Frame values, bool* would_block) {
+  Frame* parts[] = {&header, &keys, &values};
+  Status st = sock.Send(parts, 3, /*dont_wait=*/true, would_block);
+  if (!st.ok()) return Status::Unavailable("send: " + st.message());
+  return Status::OK();
+}
+
+Result<std::string> BindTcp(Socket& sock, const std::string& bind_host, int port, const std::string& advertise_host,
+                            int advertise_port) {
+  const std::string ep = "tcp://" + bind_host + ":" + (port == 0 ? std::string("*") : std::to_string(port));
+  Result<std::string> last = sock.Bind(ep);  // tcp://0.0.0.0:41234
+  if (!last.ok()) return last.status();
+  const auto colon = last->rfind(':');
+  return "tcp://" + advertise_host + (advertise_port > 0 ? ":" + std::to_string(advertise_port) : last->substr(colon));
+}
+
 int Poll(zmq::pollitem_t* items, size_t n, int64_t timeout_ms) {
   int rc = zmq_poll(items, static_cast<int>(n), static_cast<long>(timeout_ms));
   if (rc < 0) {

@@ -20,6 +20,7 @@
 
 #include "common/cluster.h"
 #include "common/status.h"
+#include "common/transport.h"
 
 namespace pushpull {
 
@@ -209,6 +210,14 @@ Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const He
 // queue full) nothing is sent and *would_block is set (the status is OK).
 Status SendDataFrames(zmq::socket_t& sock, zmq::message_t header, zmq::message_t keys, zmq::message_t values,
                       bool* would_block);
+
+// The same over the transport (common/transport.h).
+bool RecvFrames(Socket& sock, std::vector<Frame>* frames, size_t max_frames = 8, int64_t wait_ms = 0);
+Status SendMessage(Socket& sock, const Frame* identity, const Header& h, Frame keys = Frame(), Frame values = Frame());
+Status SendMessage(Socket& sock, const Frame* identity, const Header& h, Frame keys, std::vector<Frame>* values);
+Status SendDataFrames(Socket& sock, Frame header, Frame keys, Frame values, bool* would_block);
+Result<std::string> BindTcp(Socket& sock, const std::string& bind_host, int port, const std::string& advertise_host,
+                            int advertise_port = 0);
 
 // zmq_poll that treats EINTR (a signal arrived) as "nothing ready" instead of throwing.
 int Poll(zmq::pollitem_t* items, size_t n, int64_t timeout_ms);
