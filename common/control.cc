@@ -47,7 +47,7 @@ Status ControlChannel::Register(const std::string& address) {
   h.sender_rank = options_.requested_rank;
   h.clock = options_.heartbeat_interval_ms;  // checked against the scheduler's timeout
   // Looked up once, before registering: the lookup blocks, and a slow resolver in the loop below
-  // held its heartbeats back past the scheduler's timeout (found in review).
+  // would hold its heartbeats back past the scheduler's timeout.
   const std::string unresolved_note = UnresolvedHostNote(options_.scheduler);
   PP_RETURN_IF_ERROR(SendMessage(sock_, nullptr, h));
   Deadline deadline = Deadline::In(options_.register_timeout_ms);
@@ -110,7 +110,7 @@ Status ControlChannel::Register(const std::string& address) {
     }
     if (m.header.status != Code::kOk) return m.header.status_obj().Annotate("registration refused");
     // The rank and the lists are what this node indexes its state by: an answer that does not fit
-    // itself is refused (found in review: only each field's own bounds were checked).
+    // itself is refused, whatever each field's own bounds allow.
     const ClusterMap& c = m.header.cluster;
     const int64_t of_role = role_ == Role::kServer ? int64_t(c.servers.size()) : c.num_workers;
     const int assigned = m.header.sender_rank;

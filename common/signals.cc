@@ -13,8 +13,8 @@ std::atomic<int> g_signals{0};
 void OnSignal(int sig) {
   if (g_signals.fetch_add(1) >= 1) {
     // A second signal: die of it (its default action, once this handler returns), so that a parent
-    // sees a process killed by a signal, not one that chose to exit 128 + sig (found in review:
-    // pushpull-launch took a worker stopped so for a deliberate exit, and did not replace it).
+    // sees a process killed by a signal, not one that chose to exit 128 + sig (pushpull-launch
+    // takes such an exit for a deliberate one, and would not replace the worker).
     signal(sig, SIG_DFL);
     raise(sig);
   }

@@ -104,10 +104,10 @@ Child Spawn(const std::string& name, const std::string& role, const std::vector<
   }
   pid_t parent = getpid();
   // The child runs the launcher's signal handler until it execs: a SIGTERM of ours in between
-  // would only set the child's copy of our flag, and the daemon, never told, was killed after
-  // --grace_ms (found in review: every job whose scheduler failed at once, on a bad
-  // --restore_from, took 5 s and SIGKILLs to stop). Blocked over the fork; the child sets them
-  // back to their default first, so that one sent meanwhile ends it.
+  // would only set the child's copy of our flag, and the daemon, never told, would be killed
+  // after --grace_ms (a job whose scheduler fails at once, say on a bad --restore_from, would
+  // take that long and SIGKILLs to stop). Blocked over the fork; the child sets them back to
+  // their default first, so that one sent meanwhile ends it.
   sigset_t stop_signals, before;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
@@ -134,9 +134,8 @@ Child Spawn(const std::string& name, const std::string& role, const std::vector<
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
     // A process group of its own: a Ctrl-C at the terminal (SIGINT to the foreground group) reaches
-    // the launcher only, which stops each child with one SIGTERM. Sent both, a child took the
-    // launcher's as a second signal and exited at once (143), without telling the job (found in
-    // review).
+    // the launcher only, which stops each child with one SIGTERM. Sent both, a child would take the
+    // launcher's as a second signal and exit at once (143), without telling the job.
     setpgid(0, 0);
     dup2(fds[1], 1);
     dup2(fds[1], 2);
@@ -264,8 +263,8 @@ int main(int argc, char** argv) {
                          "%d ports after it)\n", 65535 - FLAGS_servers, FLAGS_servers);
     return 2;
   }
-  // What every node would refuse, refused before any starts (found in review: the one useful line
-  // came buried among every node's "stopped while waiting").
+  // What every node would refuse, refused before any starts, so that the one useful line is not
+  // buried among every node's "stopped while waiting".
   if (auto c = pushpull::ParseConsistency(FLAGS_consistency); !c.ok()) {
     std::fprintf(stderr, "pushpull-launch: --consistency: %s\n", c.status().message().c_str());
     return 2;
@@ -422,8 +421,8 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
   sig_atomic_t signals_seen = 0;
   std::chrono::steady_clock::time_point kill_at;
   // A server that died: the scheduler ends the job naming it once it misses its heartbeats. Until
-  // then the others are left running (stopped at once, each worker told the job it stopped on a
-  // signal, and the job's end blamed the first of them: found in review).
+  // then the others are left running (stopped at once, each worker would tell the job it stopped
+  // on a signal, and the job's end would blame the first of them).
   std::string server_died;
   std::chrono::steady_clock::time_point server_died_until;
   auto stop_all = [&](const std::string& why, int code) {
@@ -485,8 +484,8 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       if (WIFEXITED(st) && WEXITSTATUS(st) == 2) {
         // Bad flags or setup: it fails the same way again, whoever noticed first (a worker that
         // stops tells the scheduler why, which may end the job, and exit 1, before the worker
-        // has exited; a server's setup error, another worker's exit 1 first: found in review, a
-        // server's or the scheduler's 2 after the stop began was lost, and the job restarted).
+        // has exited; a server's setup error, another worker's exit 1 first). So a server's or
+        // the scheduler's 2 counts even after the stop began: such a job is not restarted.
         *crashed = false;
         if (stopping) exit_code = 2;
       }
@@ -507,13 +506,12 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       } else if (failed && job_finished && (c.role == "server" || WIFSIGNALED(st))) {
         // The job finished; a server that then missed the scheduler's last word and gave up on it,
         // or a process killed from outside meanwhile, is no failure of the job (and nothing to
-        // restart: found in review, a worker killed then restarted a finished job).
+        // restart: a worker killed then would otherwise restart a finished job).
         Say(c.name + " ended after the job finished; the job is not failed for it");
       } else if (failed && !server_died.empty() && c.role == "worker" &&
                  (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1))) {
         // Its calls failed with the job the dead server ends: not a death of its own to replace
-        // or to end the job for (found in review: it was replaced under --on_worker_death=wait,
-        // or blamed for the job's end).
+        // under --on_worker_death=wait, nor to blame for the job's end.
         Say(c.name + " stopped after " + server_died + " died");
       } else if (failed) {
         if (c.role == "worker" && FLAGS_on_worker_death == "continue" &&
@@ -530,9 +528,9 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
           // (One started before the scheduler has declared the dead one dead is told "not yet" and
           // asks again until its registration deadline.)
           // (At most half the scheduler's --replacement_timeout_s: a longer --restart_delay_ms, fit for
-          // whole-job restarts, would start every replacement after the job had given up on it;
-          // found in review: a floor of a heartbeat timeout overrode this, and with
-          // --heartbeat_timeout_ms=30000 --replacement_timeout_s=30 every replacement came late.)
+          // whole-job restarts, would start every replacement after the job had given up on it. No
+          // floor of a heartbeat timeout: with --heartbeat_timeout_ms=30000 --replacement_timeout_s=30
+          // every replacement would come late.)
           const int64_t delay_ms =
               std::min<int64_t>({int64_t(FLAGS_restart_delay_ms) << std::min(worker_restarts, 16),
                                  std::max(60000, FLAGS_restart_delay_ms), int64_t(FLAGS_replacement_timeout_s) * 500});

@@ -30,8 +30,8 @@ std::string ErrnoText() { return std::strerror(errno); }
 
 // A file this process may not read or write (its permissions, a read-only filesystem) is a setup
 // error, InvalidArgument, whose words say so: a restart meets it again, and a checkpoint that
-// cannot be read is not damaged (found in review: one was reported missing, and a restore went
-// on from an older one, throwing training away).
+// cannot be read is not damaged (taken for missing, a restore would go on from an older one,
+// throwing training away).
 bool IsPermissionError(int err) { return err == EACCES || err == EPERM || err == EROFS; }
 Status PermissionError(int err, const std::string& what) {
   return Status::InvalidArgument(what + ": " + std::strerror(err) +
@@ -350,7 +350,7 @@ Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::s
     std::string info(info_bytes, '\0');
     if (!r.Get(info.data(), info.size())) return r.Fail(r.error());
     Header h;
-    // (Written by any build since checkpoints began: its protocol version may be older.)
+    // (Any protocol version with checkpoints may have written it, older ones included.)
     Status st = DecodeHeader(info.data(), info.size(), &h, kOldestCheckpointVersion);
     if (!st.ok() || h.type != MsgType::kCreateTable) return r.Fail("table description: " + st.ToString());
     TableCheckpoint t;
@@ -452,8 +452,8 @@ Status PrepareCheckpointDir(const std::string& root, const std::string& dir, con
     // An earlier run's newest (a fresh job in a used directory reaching the same clock): LATEST
     // first goes back to this job's own newest complete checkpoint, if any, so that it never
     // names one being rewritten; a crash meanwhile leaves that one to restore from. Never to
-    // another run's older one (found in review: a launcher restarting after a crash here would
-    // resume this job from that run's parameters).
+    // another run's older one: a launcher restarting after a crash here would resume this job
+    // from that run's parameters.
     std::string before;
     const std::string name = fs::path(dir).filename().string();
     if (!own_before.empty() && fs::path(own_before).parent_path() == fs::path(root) &&
@@ -484,8 +484,8 @@ Status CommitCheckpoint(const std::string& root, const CheckpointManifest& m, in
     text << "run " << run << "\n";
   }
   // Every server said it wrote its file: each must be there as the scheduler sees the directory
-  // (found in review: a server writing to a local directory of the same name passed, and the
-  // pruning below then deleted the checkpoints a restore could have used).
+  // (a server writing to a local directory of the same name would pass otherwise, and the
+  // pruning below would then delete the checkpoints a restore could use).
   for (int r = 0; r < m.servers; ++r) {
     std::error_code ec;
     const std::string file = ServerCheckpointFile(m.dir, r);
