@@ -25,17 +25,8 @@
 namespace pushpull {
 
 constexpr uint32_t kWireMagic = 0x50505348;  // "PPSH"
-constexpr uint16_t kWireVersion = 10;  // 2: pull replies may split their values over frames; 3: checkpoints;
-                                      // 4: heartbeats carry the membership version, RegisterReply whether the job checkpoints;
-                                      // 5: pushes split over servers carry the whole push's norm (clip_norm);
-                                      // 6: checkpoints keep the run's description (Client::Checkpoint(run));
-                                      // 7: nodes heartbeat while they wait for the job to start (the scheduler
-                                      //    gives a silent one's slot back);
-                                      // 8: header flags kFlagContinues (a push's later requests) and
-                                      //    kFlagByStripe (a keyed pull reply a stripe a frame)
-                                      // 9: kWorkerClocks, Membership::worker_last_clock, kFlagSettled,
-                                      //    ClusterMap::survives_worker_death and checkpoint_timeout_ms
-                                      // 10: kFlagNoCreate (Client::Lookup)
+// Peers must speak this version exactly; docs/WIRE.md lists what each version added.
+constexpr uint16_t kWireVersion = 10;
 // A RegisterReply lists every server's address (up to kMaxNodes of at most 256 bytes): 1.1 MB
 // at most; data-message headers are a few dozen bytes.
 constexpr uint32_t kMaxNodes = 4096;
