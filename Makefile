@@ -79,7 +79,7 @@ $(BUILD)/obj/%.cu.o: %.cu
 
 $(BUILD)/bin/pushpull-scheduler: $(BUILD)/obj/server/scheduler_main.o $(LIBS)
 $(BUILD)/bin/pushpull-server:    $(BUILD)/obj/server/server_main.o $(LIBS)
-$(BUILD)/bin/pushpull-worker:    $(BUILD)/obj/worker/worker_main.o $(LIBS)
+$(BUILD)/bin/pushpull-worker:    $(BUILD)/obj/apps/worker_main.o $(LIBS)
 $(BUILD)/bin/pushpull-launch:    $(BUILD)/obj/deploy/launch_main.o $(LIBS)
 $(BUILD)/bin/pushpull-checkpoint: $(BUILD)/obj/server/checkpoint_main.o $(LIBS)
 # The benches register, and run, in the link order of their objects: sorted by file name.

@@ -1,6 +1,6 @@
 // What every training app shares: options common to all apps, the result summary, progress
 // lines and the per-epoch metrics file. Apps take Options structs (flags live in
-// worker/worker_main.cc), so tests can run an app in-process against a threads-only cluster.
+// apps/worker_main.cc), so tests can run an app in-process against a threads-only cluster.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,6 @@
-// pushpull-worker: runs one training app as one worker of a job.
+// pushpull-worker: runs one training app (linreg, fmnist_mlp, sparse_lr) as one worker of a job,
+// through the client library (worker/). The sample apps live here, beside it, so that the library
+// depends on none of them.
 #include <gflags/gflags.h>
 
 #include <cmath>
