@@ -193,8 +193,8 @@ Result<StartPoint> FirstEpochOf(int64_t c, int epochs, const std::function<int64
     PP_LOG(Info) << app_name << ": resuming after epoch " << e << " (clock " << c << ")";
     return StartPoint{e + 1, 0};
   }
-  // Both are the run's flags against the checkpoint's: InvalidArgument, a setup error (exit 2, not
-  // restarted into the same failure; found in review: FailedPrecondition, exit 1, was).
+  // Both are the run's flags against the checkpoint's: InvalidArgument, a setup error (exit 2: a
+  // restart would only meet the same failure).
   if (epochs >= 1 && c > clock_after(epochs)) {
     int e = epochs + 1;
     while (e < epochs + 1000000 && clock_after(e) < c) ++e;
