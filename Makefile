@@ -79,10 +79,11 @@ $(BUILD)/obj/%.cu.o: %.cu
 
 $(BUILD)/bin/pushpull-scheduler: $(BUILD)/obj/server/scheduler_main.o $(LIBS)
 $(BUILD)/bin/pushpull-server:    $(BUILD)/obj/server/server_main.o $(LIBS)
-$(BUILD)/bin/pushpull-worker:    $(BUILD)/obj/worker/worker_main.o $(LIBS)
+$(BUILD)/bin/pushpull-worker:    $(BUILD)/obj/apps/worker_main.o $(LIBS)
 $(BUILD)/bin/pushpull-launch:    $(BUILD)/obj/deploy/launch_main.o $(LIBS)
 $(BUILD)/bin/pushpull-checkpoint: $(BUILD)/obj/server/checkpoint_main.o $(LIBS)
-$(BUILD)/bin/pushpull-bench:     $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard apps/bench/*.cc)) $(LIBS)
+# The benches register, and run, in the link order of their objects: sorted by file name.
+$(BUILD)/bin/pushpull-bench:     $(patsubst %.cc,$(BUILD)/obj/%.o,$(sort $(wildcard apps/bench/*.cc))) $(LIBS)
 $(BINS):
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS) $(LDLIBS)

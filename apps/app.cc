@@ -5,11 +5,11 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "common/time.h"
 #include "worker/pushpull.h"
 
@@ -18,12 +18,13 @@
 namespace pushpull {
 
 namespace {
-std::mutex g_app_metrics_mu;
-AppMetrics g_app_metrics;  // guarded by g_app_metrics_mu
+// The app's latest figures, written by its training thread and read by the metrics server's.
+Mutex g_app_metrics_mu;
+AppMetrics g_app_metrics GUARDED_BY(g_app_metrics_mu);
 }  // namespace
 
 AppMetrics AppMetricsNow() {
-  std::lock_guard<std::mutex> l(g_app_metrics_mu);
+  MutexLock l(&g_app_metrics_mu);
   return g_app_metrics;
 }
 
@@ -68,7 +69,7 @@ MetricsWriter::MetricsWriter(std::string path) : path_(std::move(path)) {
 
 Status MetricsWriter::Write(const std::map<std::string, double>& fields) const {
   {
-    std::lock_guard<std::mutex> l(g_app_metrics_mu);
+    MutexLock l(&g_app_metrics_mu);
     g_app_metrics.epoch = fields;
   }
   if (path_.empty()) return Status::OK();
@@ -93,7 +94,7 @@ Progress::Progress(std::string prefix, int interval_s)
 
 void Progress::Update(int64_t step, double loss, int64_t samples) {
   {
-    std::lock_guard<std::mutex> l(g_app_metrics_mu);
+    MutexLock l(&g_app_metrics_mu);
     g_app_metrics.step = step;
     g_app_metrics.loss = loss;
     g_app_metrics.samples = samples;
@@ -192,8 +193,8 @@ Result<StartPoint> FirstEpochOf(int64_t c, int epochs, const std::function<int64
     PP_LOG(Info) << app_name << ": resuming after epoch " << e << " (clock " << c << ")";
     return StartPoint{e + 1, 0};
   }
-  // Both are the run's flags against the checkpoint's: InvalidArgument, a setup error (exit 2, not
-  // restarted into the same failure; found in review: FailedPrecondition, exit 1, was).
+  // Both are the run's flags against the checkpoint's: InvalidArgument, a setup error (exit 2: a
+  // restart would only meet the same failure).
   if (epochs >= 1 && c > clock_after(epochs)) {
     int e = epochs + 1;
     while (e < epochs + 1000000 && clock_after(e) < c) ++e;

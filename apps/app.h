@@ -1,6 +1,6 @@
 // What every training app shares: options common to all apps, the result summary, progress
 // lines and the per-epoch metrics file. Apps take Options structs (flags live in
-// worker/worker_main.cc), so tests can run an app in-process against a threads-only cluster.
+// apps/worker_main.cc), so tests can run an app in-process against a threads-only cluster.
 #pragma once
 
 #include <cstdint>
@@ -42,8 +42,8 @@ struct AppOptions {
   int progress_interval_s = 5;    // progress line period
   std::string trace_out;          // CSV, a row per clock (and per evaluation): clock,wall_s,loss,metric,staleness,kind
   int eval_every = 0;             // worker 0 also evaluates on a test subset every this many clocks
-  int eval_subset = 1000;
-  bool staleness_aware = false;   // tables divide the step by the push's staleness (Zhang et al.)         // ... of this many examples (traced as the metric column)
+  int eval_subset = 1000;        // ... of this many examples (traced as the metric column)
+  bool staleness_aware = false;   // tables divide the step by the push's staleness (Zhang et al.)
   InjectionOptions inject;
   int checkpoint_every_epochs = 0;  // checkpoint after every this many epochs and the last (0: never)
 };
@@ -66,7 +66,8 @@ struct StartPoint {
 // `run` says how this run counts its clocks (RunDescription): a job restored from a checkpoint
 // taken by a run that counted them otherwise (another batch size, data or worker count) is
 // InvalidArgument, naming both, rather than resumed at the wrong epoch. `earlier_run`: the same
-// run as the previous build described it (without the seed), which a checkpoint it took says.
+// run in the shorter description that older checkpoints carry (without the seed, for linreg
+// without the workers too), accepted as well; empty when no older checkpoint can match.
 Result<StartPoint> FirstEpoch(Client& client, const AppOptions& app, const std::function<int64_t(int)>& clock_after,
                               const char* app_name, const std::string& run, const std::string& earlier_run = "");
 // "fmnist_mlp: epochs end at clocks 938, 1876, ... (batch 64, 4 workers, 60000 examples)": the

@@ -138,7 +138,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
       RunDescription("fmnist_mlp", clock_after,
                      "batch " + std::to_string(batch) + ", " + Count(W, "worker") + ", " +
                          std::to_string(total_n) + " training images, seed " + std::to_string(app.seed));
-  // (Checkpoints of the twentieth session's build did not say the seed.)
+  // (Older checkpoints do not name the seed: one matches a run with the default seed only.)
   const std::string earlier =
       app.seed != 42 ? "" : RunDescription("fmnist_mlp", clock_after,
                                            "batch " + std::to_string(batch) + ", " + Count(W, "worker") + ", " +

@@ -73,7 +73,8 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
                                              Count(client.num_workers(), "worker") + ", " +
                                              std::to_string(o.examples_per_worker) + " examples a worker, seed " +
                                              std::to_string(app.seed));
-  // (Checkpoints of the twentieth session's build said neither workers nor seed.)
+  // (Older checkpoints name neither the workers nor the seed: one matches a run with the default
+  // seed only.)
   const std::string earlier = app.seed != 42 ? "" : RunDescription("linreg", clock_after,
                                                                      "batch " + std::to_string(app.batch) + ", " +
                                                                          std::to_string(o.examples_per_worker) +

@@ -160,7 +160,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
                                          Count(app.epochs, "epoch") + ", batch " + std::to_string(app.batch) + ", " +
                                              Count(W, "worker") + ", " + std::to_string(o.examples_total) +
                                              " examples, seed " + std::to_string(o.data.seed));
-  // (Checkpoints of the twentieth session's build did not say the seed.)
+  // (Older checkpoints do not name the seed: one matches a run with the default seed only.)
   const std::string earlier =
       o.data.seed != 42 ? "" : RunDescription("sparse_lr", clock_after,
                                               Count(app.epochs, "epoch") + ", batch " + std::to_string(app.batch) +
@@ -181,8 +181,8 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
     for (int64_t k = 0; k < first->skip && done < until; ++k)
       for (int64_t n = std::min<int64_t>(app.batch, until - done); n > 0; --n, ++done) gen->Next(&ex[0]);
   }
-  // What this run trains, and its rate, leave the skipped examples out (found in review: a resumed
-  // run reported them as trained, and its rate included the time to skip them).
+  // What this run trains, and its rate, leave the skipped examples out: they were drawn and
+  // dropped, not trained on, and the time to skip them is no training time.
   const int64_t skipped = done;
   start = NowMs();
   Progress progress("sparse_lr", app.progress_interval_s);  // (from here: its rate leaves the skip out)

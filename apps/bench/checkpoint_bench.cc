@@ -1,11 +1,11 @@
-// bench "checkpoint": how long a server's checkpoint stalls the job, and how long a restore takes.
-// One dense Adam table of N floats (parameters, m, v, per-row steps), one server with 1 and with
-// 3 update threads (case names say "stripes"; since a dense table is kept in a stripe per 1 MB
-// block, the 16M-float table has 64 stripes with either). Write: WriteServerCheckpoint (CRC-32C, fsync, rename); baseline: the same bytes
-// from one buffer with fwrite and fsync. Read: ReadServerCheckpoint plus TableShard::Restore;
-// baseline: fread of the same bytes into one buffer. Both sides alternate, best of 4 (the page
-// cache is warm for both reads: a restore right after a crash finds the file there, or on the
-// shared filesystem's own cache; both read into fresh memory, as a starting server must).
+// bench "checkpoint": how long a server's checkpoint stalls the job, and how long a restore takes. One dense
+// Adam table of N floats (parameters, m, v, per-row steps), one server with 1 and with 3 update threads (case
+// names say "stripes"; since a dense table is kept in a stripe per 1 MB block, the 16M-float table has 64
+// stripes with either). Write: WriteServerCheckpoint (CRC-32C, fsync, rename); baseline: the same bytes from
+// one buffer with fwrite and fsync. Read: ReadServerCheckpoint plus TableShard::Restore; baseline: fread of
+// the same bytes into one buffer. Both sides alternate, best of 4 (the page cache is warm for both reads: a
+// restore right after a crash finds the file there, or on the shared filesystem's own cache; both read into
+// fresh memory, as a starting server must).
 #include <unistd.h>
 
 #include <cstdio>

@@ -1,4 +1,6 @@
-// pushpull-worker: runs one training app as one worker of a job.
+// pushpull-worker: runs one training app (linreg, fmnist_mlp, sparse_lr) as one worker of a job,
+// through the client library (worker/). The sample apps live here, beside it, so that the library
+// depends on none of them.
 #include <gflags/gflags.h>
 
 #include <cmath>
@@ -98,8 +100,8 @@ pushpull::Status ParseAppOptions(pushpull::AppOptions* out) {
   if (FLAGS_app != "linreg" && FLAGS_app != "fmnist_mlp" && FLAGS_app != "sparse_lr")
     return pushpull::Status::InvalidArgument("unknown --app '" + FLAGS_app + "' (linreg, fmnist_mlp, sparse_lr)");
   using pushpull::Status;
-  // Numbers: "<= 0: the default" is no licence for NaN, nor are negatives other than a documented
-  // -1 (found in review: --lr=nan trained with the default rate).
+  // Numbers: "<= 0: the default" is no licence for NaN (no comparison holds for it, so --lr=nan
+  // would train at the default rate), nor are negatives other than a documented -1.
   auto at_least = [](const char* flag, int64_t v, int64_t min) {
     return v >= min ? Status::OK()
                     : Status::InvalidArgument(std::string("--") + flag + " must be >= " + std::to_string(min) +
@@ -296,8 +298,8 @@ int main(int argc, char** argv) {
     PP_LOG(Error) << "cannot join the job: " << client.status().ToString();
     return client.status().code() == pushpull::Code::kInvalidArgument ? 2 : 1;
   }
-  // Destroyed before the client, whatever the return: the endpoint's thread renders from it (found
-  // in review: a scrape during the client's teardown read it freed).
+  // Destroyed before the client, whatever the return: the endpoint's thread renders from it, and a
+  // scrape during the client's teardown would read it freed.
   struct StopMetricsFirst {
     std::unique_ptr<pushpull::MetricsEndpoint>* m;
     ~StopMetricsFirst() { m->reset(); }
@@ -319,8 +321,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     // Its data or model, as the flags size them, past this machine's memory (or any array's
     // largest size): the same on every restart, so a setup error (exit 2), said to the job like
-    // any app error (found in review: linreg --dim=20000000 aborted the worker with an uncaught
-    // std::bad_alloc).
+    // any app error rather than an uncaught std::bad_alloc that aborts the worker (e.g. linreg
+    // --dim=20000000).
     const bool too_big = dynamic_cast<const std::bad_alloc*>(&e) || dynamic_cast<const std::length_error*>(&e);
     st = too_big ? pushpull::Status::ResourceExhausted(FLAGS_app + ": out of memory on this worker for the data and "
                                                        "model its flags ask for (e.g. linreg holds --examples x --dim "
