@@ -23,7 +23,7 @@ endif
 CXX      ?= g++
 OPT      := $(if $(filter 1,$(DEBUG)),-O0,-O2)
 ARCH     ?= -march=x86-64-v3
-CPPFLAGS := -I. -isystem /usr/include/eigen3 -MMD -MP
+CPPFLAGS := -Iinclude -I. -isystem /usr/include/eigen3 -MMD -MP
 CXXFLAGS := -std=c++17 $(OPT) -g $(ARCH) -Wall -Wextra -Wno-unused-parameter -pthread
 LDLIBS   := -lzmq -lgflags -lz -pthread
 ifeq ($(ASAN),1)
@@ -37,7 +37,7 @@ endif
 ifeq ($(CUDA),1)
 CPPFLAGS += -DPUSHPULL_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
-NVCCFLAGS ?= -std=c++17 -O2 -I. -Xcompiler -fPIC -MMD -MP \
+NVCCFLAGS ?= -std=c++17 -O2 -Iinclude -I. -Xcompiler -fPIC -MMD -MP \
              -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90 -gencode arch=compute_75,code=compute_75
 endif
@@ -94,7 +94,7 @@ $(TEST_BIN): $(patsubst %.cc,$(BUILD)/obj/%.o,$(TEST_SRCS)) $(LIBS)
 # Clang's thread-safety analysis over every C++ source (common/mutex.h): a GUARDED_BY member
 # touched without its lock, or a REQUIRES function called without it, fails the build.
 ALL_CC := $(sort $(wildcard */*.cc */*/*.cc))
-TSA_FLAGS := -std=c++17 -fsyntax-only -I. -isystem /usr/include/eigen3 -Wthread-safety -Werror=thread-safety \
+TSA_FLAGS := -std=c++17 -fsyntax-only -Iinclude -I. -isystem /usr/include/eigen3 -Wthread-safety -Werror=thread-safety \
              -Wno-unknown-warning-option
 $(BUILD)/tsa/%.ok: %.cc
 	@mkdir -p $(dir $@)

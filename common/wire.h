@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/cluster.h"
-#include "common/status.h"
+#include "pushpull/status.h"
 
 namespace pushpull {
 
