@@ -60,7 +60,7 @@ BINS := $(BUILD)/bin/pushpull-scheduler $(BUILD)/bin/pushpull-server \
 TEST_SRCS := $(wildcard tests/*.cc)
 TEST_BIN  := $(BUILD)/bin/pushpull-tests
 
-.PHONY: all test demo bench deps clean experiments install check-threads
+.PHONY: all test demo bench deps clean experiments install check-threads check-public-headers
 all: $(BINS) $(TEST_BIN)
 
 $(foreach d,$(LIBDIRS),$(eval $(BUILD)/lib/lib$(d).a: $(call objs_of,$(d))))
@@ -103,6 +103,19 @@ check-threads: deps
 	$(MAKE) -j$$(nproc) $(patsubst %.cc,$(BUILD)/tsa/%.ok,$(ALL_CC))
 	@echo "check-threads: thread-safety analysis clean over $(words $(ALL_CC)) sources"
 
+# The public headers (include/pushpull/, what a program includes) are plain: each compiles on its
+# own with nothing but the others beside it (no -I., so an internal include fails), and none
+# names the transport, the serialisation library or the cluster's internal state.
+PUBLIC_HEADERS := $(sort $(wildcard include/pushpull/*.h))
+check-public-headers:
+	@for h in $(PUBLIC_HEADERS); do \
+	  echo "#include \"$${h#include/}\"" | \
+	    $(CXX) -std=c++17 -fsyntax-only -Wall -Wextra -Werror -Iinclude -x c++ - || { echo "check-public-headers: $$h does not compile on its own"; exit 1; }; \
+	done
+	@if grep -n -i -E 'zmq|cereal' $(PUBLIC_HEADERS) || grep -n -E 'ClusterMap|Membership' $(PUBLIC_HEADERS); then \
+	  echo "check-public-headers: a public header names an internal (above)"; exit 1; fi
+	@echo "check-public-headers: $(words $(PUBLIC_HEADERS)) public headers are plain"
+
 DEB_PKGS := g++ make clang clang-format libzmq3-dev cppzmq-dev libcereal-dev libeigen3-dev libgflags-dev \
             libgtest-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox
 deps:
@@ -115,6 +128,7 @@ deps:
 
 test: deps
 	$(MAKE) -j$$(nproc) all
+	$(MAKE) check-public-headers
 	tests/run_tests.sh $(BUILD)
 
 demo: deps
