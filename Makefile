@@ -23,7 +23,7 @@ endif
 CXX      ?= g++
 OPT      := $(if $(filter 1,$(DEBUG)),-O0,-O2)
 ARCH     ?= -march=x86-64-v3
-CPPFLAGS := -I. -isystem /usr/include/eigen3 -MMD -MP
+CPPFLAGS := -Iinclude -I. -isystem /usr/include/eigen3 -MMD -MP
 CXXFLAGS := -std=c++17 $(OPT) -g $(ARCH) -Wall -Wextra -Wno-unused-parameter -pthread
 LDLIBS   := -lzmq -lgflags -lz -pthread
 ifeq ($(ASAN),1)
@@ -37,7 +37,7 @@ endif
 ifeq ($(CUDA),1)
 CPPFLAGS += -DPUSHPULL_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
-NVCCFLAGS ?= -std=c++17 -O2 -I. -Xcompiler -fPIC -MMD -MP \
+NVCCFLAGS ?= -std=c++17 -O2 -Iinclude -I. -Xcompiler -fPIC -MMD -MP \
              -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90 -gencode arch=compute_75,code=compute_75
 endif
@@ -60,7 +60,7 @@ BINS := $(BUILD)/bin/pushpull-scheduler $(BUILD)/bin/pushpull-server \
 TEST_SRCS := $(wildcard tests/*.cc)
 TEST_BIN  := $(BUILD)/bin/pushpull-tests
 
-.PHONY: all test demo bench deps clean experiments install check-threads
+.PHONY: all test demo bench deps clean experiments install check-threads check-public-headers
 all: $(BINS) $(TEST_BIN)
 
 $(foreach d,$(LIBDIRS),$(eval $(BUILD)/lib/lib$(d).a: $(call objs_of,$(d))))
@@ -95,7 +95,7 @@ $(TEST_BIN): $(patsubst %.cc,$(BUILD)/obj/%.o,$(TEST_SRCS)) $(LIBS)
 # Clang's thread-safety analysis over every C++ source (common/mutex.h): a GUARDED_BY member
 # touched without its lock, or a REQUIRES function called without it, fails the build.
 ALL_CC := $(sort $(wildcard */*.cc */*/*.cc))
-TSA_FLAGS := -std=c++17 -fsyntax-only -I. -isystem /usr/include/eigen3 -Wthread-safety -Werror=thread-safety \
+TSA_FLAGS := -std=c++17 -fsyntax-only -Iinclude -I. -isystem /usr/include/eigen3 -Wthread-safety -Werror=thread-safety \
              -Wno-unknown-warning-option
 $(BUILD)/tsa/%.ok: %.cc
 	@mkdir -p $(dir $@)
@@ -103,6 +103,19 @@ $(BUILD)/tsa/%.ok: %.cc
 check-threads: deps
 	$(MAKE) -j$$(nproc) $(patsubst %.cc,$(BUILD)/tsa/%.ok,$(ALL_CC))
 	@echo "check-threads: thread-safety analysis clean over $(words $(ALL_CC)) sources"
+
+# The public headers (include/pushpull/, what a program includes) are plain: each compiles on its
+# own with nothing but the others beside it (no -I., so an internal include fails), and none
+# names the transport, the serialisation library or the cluster's internal state.
+PUBLIC_HEADERS := $(sort $(wildcard include/pushpull/*.h))
+check-public-headers:
+	@for h in $(PUBLIC_HEADERS); do \
+	  echo "#include \"$${h#include/}\"" | \
+	    $(CXX) -std=c++17 -fsyntax-only -Wall -Wextra -Werror -Iinclude -x c++ - || { echo "check-public-headers: $$h does not compile on its own"; exit 1; }; \
+	done
+	@if grep -n -i -E 'zmq|cereal' $(PUBLIC_HEADERS) || grep -n -E 'ClusterMap|Membership' $(PUBLIC_HEADERS); then \
+	  echo "check-public-headers: a public header names an internal (above)"; exit 1; fi
+	@echo "check-public-headers: $(words $(PUBLIC_HEADERS)) public headers are plain"
 
 DEB_PKGS := g++ make clang clang-format libzmq3-dev cppzmq-dev libcereal-dev libeigen3-dev libgflags-dev \
             libgtest-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox
@@ -116,6 +129,7 @@ deps:
 
 test: deps
 	$(MAKE) -j$$(nproc) all
+	$(MAKE) check-public-headers
 	tests/run_tests.sh $(BUILD)
 
 demo: deps

@@ -11,7 +11,7 @@
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "common/time.h"
-#include "worker/pushpull.h"
+#include "pushpull/pushpull.h"
 
 #include <thread>
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "common/cluster.h"
-#include "common/status.h"
+#include "pushpull/status.h"
 
 namespace pushpull {
 

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/status.h"
+#include "pushpull/status.h"
 
 namespace pushpull {
 

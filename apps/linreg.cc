@@ -8,7 +8,7 @@
 #include "common/crc32c.h"
 #include "common/log.h"
 #include "common/time.h"
-#include "worker/pushpull.h"
+#include "pushpull/pushpull.h"
 
 namespace pushpull {
 

@@ -7,7 +7,7 @@
 
 #include "common/log.h"
 #include "common/time.h"
-#include "worker/pushpull.h"
+#include "pushpull/pushpull.h"
 
 namespace pushpull {
 namespace {

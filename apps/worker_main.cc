@@ -22,8 +22,8 @@
 #include "apps/sparse_lr.h"
 #include "common/log.h"
 #include "optimizers/optimizer.h"
+#include "pushpull/client.h"
 #include "worker/mlp_backend.h"
-#include "worker/pushpull.h"
 
 DEFINE_string(scheduler, "tcp://127.0.0.1:7000", "address of pushpull-scheduler");
 DEFINE_string(app, "", "training app to run: linreg | fmnist_mlp | sparse_lr");

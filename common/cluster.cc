@@ -1,8 +1,12 @@
+// The cluster vocabulary (common/cluster.h) and the public table types (pushpull/table.h).
 #include "common/cluster.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
+
+#include "optimizers/optimizer.h"
 
 namespace pushpull {
 

@@ -1,5 +1,6 @@
-// The cluster's shared vocabulary: table specs, how tables are partitioned over servers, the
-// cluster map and membership the scheduler hands out. Plain values, serialisable with Cereal.
+// The cluster's shared vocabulary (internal): how tables are partitioned over servers, the
+// cluster map and membership the scheduler hands out. Plain values; the table specs they hold are
+// public (pushpull/table.h), their wire form is common/wire.cc's.
 #pragma once
 
 #include <algorithm>
@@ -7,12 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
-#include "optimizers/optimizer.h"
+#include "pushpull/status.h"
+#include "pushpull/table.h"
 
 namespace pushpull {
-
-using Key = uint64_t;
 
 // A 64-bit mixer (Steele et al.'s SplitMix64 finaliser): ids to buckets, seeds to streams.
 inline uint64_t SplitMix64(uint64_t x) {
@@ -24,53 +23,6 @@ inline uint64_t SplitMix64(uint64_t x) {
 
 enum class Role : uint8_t { kScheduler = 0, kServer = 1, kWorker = 2 };
 const char* RoleName(Role r);
-
-// Consistency model of a table (DESIGN.md "Consistency"). staleness: 0 for BSP, k for SSP(k).
-struct Consistency {
-  enum Model : uint8_t { kBsp = 0, kSsp = 1, kAsp = 2 };
-  Model model = kBsp;
-  int32_t staleness = 0;
-
-  // The bound s used by the pull rule "min live clock >= c - s"; -1 means unbounded (ASP).
-  int64_t bound() const { return model == kAsp ? -1 : (model == kBsp ? 0 : staleness); }
-  std::string ToString() const;
-  bool operator==(const Consistency& o) const {
-    return model == o.model && (model != kSsp || staleness == o.staleness);
-  }
-  template <class Ar>
-  void serialize(Ar& ar) { ar(model, staleness); }
-};
-// "bsp", "ssp:3", "asp".
-Result<Consistency> ParseConsistency(const std::string& s);
-
-enum class InitKind : uint8_t { kZeros = 0, kUniform = 1, kNormal = 2, kGlorot = 3 };
-Result<InitKind> ParseInitKind(const std::string& s);
-
-struct TableSpec {
-  std::string name;
-  bool sparse = false;       // sparse: any u64 row id, rows created on first touch
-  uint64_t rows = 0;         // dense: row count; sparse: ignored
-  uint32_t dim = 1;          // floats per row
-  InitKind init = InitKind::kZeros;
-  float init_scale = 0.01f;  // uniform: [-scale, scale]; normal: stddev
-  uint64_t seed = 1;
-  // Glorot needs fan-in/out: fan_in = dim - glorot_bias_columns (the layer's inputs), fan_out = rows.
-  uint32_t glorot_bias_columns = 0;
-  opt::OptimizerConfig optimizer;
-  Consistency consistency;
-
-  Status Validate() const;
-  bool operator==(const TableSpec& o) const;
-  std::string ToString() const;
-  // Every setting that differs from o's, as "name o's -> this one's" ("lr 0.002 -> 0.001,
-  // schedule.total_steps 1876 -> 2814"); "" when they are equal.
-  std::string DifferencesFrom(const TableSpec& o) const;
-  // Whether rows a checkpoint saved under `was` are this table's rows: the same name, kind,
-  // shape, optimizer state (kind and slots) and consistency model. The rest (learning rate and
-  // its schedule, other optimizer settings, the initialisation of rows the checkpoint lacks) may
-  // change when a job resumes: training a few epochs more, or fine-tuning at another rate.
-  bool CanRestoreFrom(const TableSpec& was) const;
-};
 
 // A table as the scheduler created it: its id and its partition over the servers.
 struct TableInfo {

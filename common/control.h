@@ -10,8 +10,8 @@
 #include <string>
 
 #include "common/cluster.h"
-#include "common/status.h"
 #include "common/wire.h"
+#include "pushpull/status.h"
 
 namespace pushpull {
 

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/status.h"
+#include "pushpull/status.h"
 
 namespace pushpull {
 

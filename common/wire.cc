@@ -14,6 +14,8 @@
 #include <sstream>
 #include <streambuf>
 
+#include "common/serialize.h"
+
 namespace pushpull {
 namespace {
 

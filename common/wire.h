@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "common/cluster.h"
-#include "common/status.h"
 #include "common/transport.h"
+#include "pushpull/status.h"
 
 namespace pushpull {
 

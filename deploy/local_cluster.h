@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
+#include "pushpull/client.h"
 #include "server/scheduler.h"
 #include "server/server.h"
-#include "worker/pushpull.h"
 
 namespace pushpull {
 

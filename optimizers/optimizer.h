@@ -5,89 +5,20 @@
 //
 // Threading: an Optimizer is immutable after Create(); Apply() is const and may be called
 // concurrently on disjoint spans.
+//
+// The configuration a program gives (Kind, OptimizerConfig, Validate, ...) is public:
+// pushpull/optimizer_config.h. Nothing here depends on the rest of pushpull.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <stdexcept>
 #include <string>
 
-#include "common/status.h"
+#include "pushpull/optimizer_config.h"
+#include "pushpull/status.h"
 
 namespace pushpull::opt {
-
-enum class Kind : uint8_t { kSgd = 0, kAdam = 1, kAdamW = 2, kAdaGrad = 3, kFtrl = 4 };
-const char* KindName(Kind k);
-// Parses "sgd", "adam", "adamw", "adagrad", "ftrl".
-Result<Kind> ParseKind(const std::string& name);
-
-enum class ScheduleKind : uint8_t { kConstant = 0, kStep = 1, kCosine = 2 };
-Result<ScheduleKind> ParseScheduleKind(const std::string& name);  // constant|step|cosine
-
-// Learning-rate schedule driven by the table's step count: under BSP the clock (one mean update
-// per clock), under SSP/ASP the pushes the server has applied to the table.
-struct ScheduleConfig {
-  ScheduleKind kind = ScheduleKind::kConstant;
-  int64_t warmup_steps = 0;   // linear warm-up from lr/warmup_steps to lr over these steps
-  int64_t step_size = 1000;   // kStep: multiply by gamma every step_size steps
-  float gamma = 0.1f;         // kStep: decay factor, in (0, 1]
-  int64_t total_steps = 0;    // kCosine: steps to decay over (> 0 for kCosine)
-  float min_lr_ratio = 0.0f;  // kCosine: floor as a fraction of lr, in [0, 1]
-
-  template <class Ar>
-  void serialize(Ar& ar) {
-    ar(kind, warmup_steps, step_size, gamma, total_steps, min_lr_ratio);
-  }
-  bool operator==(const ScheduleConfig& o) const;
-};
-
-struct OptimizerConfig {
-  Kind kind = Kind::kSgd;
-  float lr = 0.01f;            // base learning rate (FTRL: alpha is used instead)
-  // SGD family
-  float momentum = 0.0f;       // in [0, 1)
-  bool nesterov = false;       // requires momentum > 0
-  float weight_decay = 0.0f;   // >= 0; SGD/Adam: L2 added to the gradient; AdamW: decoupled
-  // Adam / AdamW
-  float beta1 = 0.9f;          // in [0, 1)
-  float beta2 = 0.999f;        // in [0, 1)
-  float epsilon = 1e-8f;       // > 0 (also AdaGrad's, whose PyTorch default is 1e-10: set it so to match)
-  bool amsgrad = false;
-  // AdaGrad
-  float initial_accumulator = 0.0f;  // >= 0
-  // FTRL-Proximal (McMahan et al. 2013)
-  float ftrl_alpha = 0.05f;    // > 0
-  float ftrl_beta = 1.0f;      // >= 0
-  float ftrl_l1 = 0.0f;        // >= 0
-  float ftrl_l2 = 0.0f;        // >= 0
-  // Common
-  ScheduleConfig schedule;
-  float clip_norm = 0.0f;      // >= 0; 0 = off. Clips each push's gradient by its global L2 norm
-  bool staleness_aware = false;// divide the step by the push's staleness (Zhang et al. 2016)
-
-  template <class Ar>
-  void serialize(Ar& ar) {
-    // Bools travel as one byte each; a peer's byte that is neither 0 nor 1 is refused (a bool
-    // holding it would be undefined behaviour).
-    uint8_t b[3] = {nesterov, amsgrad, staleness_aware};
-    ar(kind, lr, momentum, b[0], weight_decay, beta1, beta2, epsilon, b[1],
-       initial_accumulator, ftrl_alpha, ftrl_beta, ftrl_l1, ftrl_l2, schedule, clip_norm,
-       b[2]);
-    if constexpr (Ar::is_loading::value) {
-      for (uint8_t x : b)
-        if (x > 1) throw std::runtime_error("optimizer config: a flag byte holds " + std::to_string(x) + ", not 0 or 1");
-      nesterov = b[0];
-      amsgrad = b[1];
-      staleness_aware = b[2];
-    }
-  }
-  bool operator==(const OptimizerConfig& o) const;
-  bool operator!=(const OptimizerConfig& o) const { return !(*this == o); }
-};
-
-// InvalidArgument naming the offending field, e.g. "optimizer.beta1 = 1.5 must be in [0, 1)".
-Status Validate(const OptimizerConfig& c);
 
 // The learning rate after the schedule, at the table's step count `table_step` (0-based: the
 // number of updates applied before this one).

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "common/cluster.h"
-#include "common/status.h"
+#include "pushpull/status.h"
 #include "server/table_shard.h"
 
 namespace pushpull {

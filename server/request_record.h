@@ -18,8 +18,8 @@
 #include <map>
 #include <string>
 
-#include "common/status.h"
 #include "common/wire.h"
+#include "pushpull/status.h"
 
 namespace pushpull {
 

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "common/status.h"
+#include "pushpull/status.h"
 
 namespace pushpull {
 

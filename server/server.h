@@ -15,7 +15,7 @@
 #include <string>
 
 #include "common/control.h"
-#include "common/status.h"
+#include "pushpull/status.h"
 
 namespace pushpull {
 

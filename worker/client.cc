@@ -26,7 +26,7 @@
 #include "common/time.h"
 #include "common/wire.h"
 #include "optimizers/optimizer.h"
-#include "worker/pushpull.h"
+#include "pushpull/client.h"
 
 namespace pushpull {
 namespace internal {

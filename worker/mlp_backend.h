@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "pushpull/status.h"
 
 namespace pushpull {
 

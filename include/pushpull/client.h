@@ -1,4 +1,5 @@
-// pushpull worker client: the one header a training program includes.
+// pushpull worker client: how a training program reads and updates the parameters
+// (pushpull/pushpull.h includes it with the rest of the public API).
 //
 //   pushpull::ClientOptions o;
 //   o.scheduler = "tcp://10.0.0.1:7000";
@@ -40,8 +41,8 @@
 #include <string>
 #include <vector>
 
-#include "common/cluster.h"
-#include "common/status.h"
+#include "pushpull/status.h"
+#include "pushpull/table.h"
 
 namespace pushpull {
 
