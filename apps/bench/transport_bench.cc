@@ -106,7 +106,7 @@ class TransportBench : public FigureLog {
                    t.failed ? (", " + std::to_string(t.failed) + " FAILED").c_str() : "");
     };
     const std::vector<std::string> large{"1MB", "16MB", "64MB"};
-    std::fprintf(stderr, "\ntransport goals (issue 5), this run:\n");
+    std::fprintf(stderr, "\ntransport goals (docs/PERFORMANCE.md), this run:\n");
     line("push-then-pull >= 0.8 x raw, dense, 1 MB and up", tally("pushpull/", large, false, 0.8));
     line("push-then-pull >= 0.8 x raw, sparse, 1 MB and up", tally("sparse_pushpull/", large, false, 0.8));
     line("  the same, sparse keys in the order drawn (no goal)", tally("sparse_ungrouped_pushpull/", large, false, 0.8));

@@ -66,7 +66,7 @@ class CeilingBench : public FigureLog {
       std::snprintf(buf, sizeof buf, "%.2f to %.2f over the shapes%s", lo, hi, failed.c_str());
       return std::string(buf);
     };
-    std::fprintf(stderr, "\nzmq ceilings (issue 5's goals against raw ZeroMQ on this machine), this run:\n");
+    std::fprintf(stderr, "\nzmq ceilings (the data-path goals against raw ZeroMQ on this machine), this run:\n");
     std::fprintf(stderr, "  %-62s %s\n", "1 MB push-then-pull, raw + SGD / raw (goal for pushpull: 0.8)",
                  range("raw_sgd_pushpull/").c_str());
     std::fprintf(stderr, "  %-62s %s\n", "1 MB push-then-pull, pushpull / (raw + SGD)", range("pushpull_vs_raw_sgd/").c_str());
