@@ -3,7 +3,9 @@
 // dead after heartbeat_timeout_ms of silence and the others told; coordinated checkpoints and
 // restoring from one; the job ends cleanly when every live worker is done. Never on the data path.
 //
-// Threading: Run() is the only thread touching state; Stop() may be called from any thread.
+// Threading: Create(), PrepareRestore() and Run() on one thread at a time (a daemon's main
+// thread); while Run() serves, it is the only thread touching the job's state. Stop() may be
+// called from any thread, address() and metrics_port() too (fixed once created).
 #pragma once
 
 #include <atomic>
