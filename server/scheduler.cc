@@ -38,7 +38,7 @@ class SchedulerImpl final : public Scheduler, private scheduler::Outbox, private
  public:
   explicit SchedulerImpl(const SchedulerOptions& o)
       : options_(o),
-        router_(ctx_, zmq::socket_type::router),
+        transport_(o.transport ? o.transport : NewZmqTransport()),
         state_(options_, this),
         liveness_(&state_, this),
         checkpoints_(&state_, &liveness_),
@@ -71,8 +71,9 @@ class SchedulerImpl final : public Scheduler, private scheduler::Outbox, private
   void PublishMetrics();
 
   const SchedulerOptions options_;
-  zmq::context_t ctx_;
-  zmq::socket_t router_;
+  // Declared first among the networking members: it outlives the socket it made.
+  const std::shared_ptr<Transport> transport_;
+  std::unique_ptr<Socket> router_;
   std::string address_;
   std::atomic<bool> stop_{false};
 
@@ -91,8 +92,12 @@ class SchedulerImpl final : public Scheduler, private scheduler::Outbox, private
 };
 
 Status SchedulerImpl::Init() {
-  ConfigureSocket(router_, true, 16 << 20);
-  auto a = BindTcp(router_, options_.bind_host, options_.port, options_.advertise_host);
+  SocketOptions so;
+  so.max_msg_bytes = 16 << 20;
+  auto sock = transport_->MakeSocket(SocketKind::kRouter, so);
+  if (!sock.ok()) return sock.status();
+  router_ = std::move(*sock);
+  auto a = BindTcp(*router_, options_.bind_host, options_.port, options_.advertise_host);
   if (!a.ok()) return a.status();
   address_ = a.value();
   // A checkpoint directory that cannot be written fails now, not at the first checkpoint.
@@ -108,8 +113,8 @@ Status SchedulerImpl::Init() {
 
 bool SchedulerImpl::Send(const std::string& identity, Header h) {
   h.sender_role = Role::kScheduler;
-  zmq::message_t id(identity.data(), identity.size());
-  Status st = SendMessage(router_, &id, h);
+  Frame id(identity.data(), identity.size());
+  Status st = SendMessage(*router_, &id, h);
   if (!st.ok()) PP_LOG(Debug) << "send " << MsgTypeName(h.type) << ": " << st.ToString();
   return st.ok();
 }
@@ -128,14 +133,14 @@ Status SchedulerImpl::Run() {
   PP_LOG(Info) << "listening at " << address_ << ", waiting for " << Count(options_.num_servers, "server")
                << " and " << Count(options_.num_workers, "worker");
   checkpoints_.WarnOfAnotherRun();
-  std::vector<zmq::message_t> frames;
+  std::vector<Frame> frames;
   int64_t last_pass_ms = NowMs(), last_judged_ms = last_pass_ms;
   while (!stop_) {
-    zmq::pollitem_t item{static_cast<void*>(router_), 0, ZMQ_POLLIN, 0};
-    Poll(&item, 1, 50);
-    bool drained = !(item.revents & ZMQ_POLLIN);
+    PollItem item{router_.get()};
+    transport_->Poll(&item, 1, 50);
+    bool drained = !item.ready;
     for (int i = 0; i < 256 && !drained; ++i) {
-      if (!RecvFrames(router_, &frames, 3)) {
+      if (!RecvFrames(*router_, &frames, 3)) {
         drained = true;
         break;
       }

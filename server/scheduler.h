@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "common/transport.h"
 #include "pushpull/status.h"
 
 namespace pushpull {
@@ -48,6 +49,8 @@ struct SchedulerOptions {
   // checkpoint) over HTTP at http://bind_host:metrics_port/metrics in the Prometheus text format
   // (common/metrics.h; -1: not served, 0: a free port).
   int metrics_port = -1;
+  // How the scheduler reaches the nodes (null: ZeroMQ). Tests inject faults through it.
+  std::shared_ptr<Transport> transport;
 };
 
 class Scheduler {

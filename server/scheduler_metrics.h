@@ -14,7 +14,7 @@
 #include "common/cluster.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
-#include "common/status.h"
+#include "pushpull/status.h"
 
 namespace pushpull::scheduler {
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/cluster.h"
-#include "common/status.h"
+#include "pushpull/status.h"
 #include "common/wire.h"
 #include "server/scheduler.h"
 
