@@ -9,9 +9,15 @@
 
 namespace pushpull {
 
-CheckpointWriter::CheckpointWriter(ServerContext* ctx, ControlChannel* control, Tables* tables, MinClock* min_clock,
-                                   const std::vector<WorkerState>* workers, const UpdateThreads* updates)
-    : ctx_(ctx), control_(control), tables_(tables), min_clock_(min_clock), workers_(workers), updates_(updates) {}
+CheckpointWriter::CheckpointWriter(ServerContext* ctx, ControlChannel* control, Tables* tables,
+                                   MinClock* min_clock, const std::vector<WorkerState>* workers,
+                                   const UpdateThreads* updates)
+    : ctx_(ctx),
+      control_(control),
+      tables_(tables),
+      min_clock_(min_clock),
+      workers_(workers),
+      updates_(updates) {}
 
 void CheckpointWriter::OnRequest(const Header& h) {
   // Asked again: still in progress (answered when written), or answered already.
@@ -132,9 +138,9 @@ void CheckpointWriter::Finish() {
     last_clock_ = clock_;
     last_at_ms_ = NowMs();
     ++ctx_->stats.checkpoints;
-    PP_LOG(Info) << "checkpoint at clock " << clock_ << " written: " << ServerCheckpointFile(dir_, rank) << ", "
-                 << (bytes_ >= 1000000 ? bytes_ / 1e6 : bytes_ / 1e3) << (bytes_ >= 1000000 ? " MB" : " KB")
-                 << " in " << NowMs() - started_ms_ << " ms";
+    PP_LOG(Info) << "checkpoint at clock " << clock_ << " written: " << ServerCheckpointFile(dir_, rank)
+                 << ", " << (bytes_ >= 1000000 ? bytes_ / 1e6 : bytes_ / 1e3)
+                 << (bytes_ >= 1000000 ? " MB" : " KB") << " in " << NowMs() - started_ms_ << " ms";
   } else {
     PP_LOG(Error) << "checkpoint at clock " << clock_ << " failed: " << status_.ToString();
   }

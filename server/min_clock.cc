@@ -7,7 +7,8 @@
 
 namespace pushpull {
 
-MinClock::MinClock(ServerContext* ctx, Tables* tables, UpdateThreads* updates, std::vector<WorkerState>* workers)
+MinClock::MinClock(ServerContext* ctx, Tables* tables, UpdateThreads* updates,
+                   std::vector<WorkerState>* workers)
     : ctx_(ctx), tables_(tables), updates_(updates), workers_(workers) {}
 
 void MinClock::Park(std::unique_ptr<Request>* owned) {

@@ -82,7 +82,8 @@ Status RequestLoop::Run() {
   int64_t next_stats = stats_every_ms > 0 ? started + stats_every_ms : INT64_MAX;
   while (!ctx_->stop) {
     int64_t now = NowMs();
-    const int64_t timeout = std::max<int64_t>(0, std::min({control_->MsUntilTick(), next_control - now, int64_t{100}}));
+    const int64_t timeout =
+        std::max<int64_t>(0, std::min({control_->MsUntilTick(), next_control - now, int64_t{100}}));
     try {
       if (checkpoint_->writing()) {
         zmq::pollitem_t item{static_cast<void*>(control_->socket()), 0, ZMQ_POLLIN, 0};
@@ -212,7 +213,9 @@ bool RequestLoop::ReceiveRequest(int64_t wait_ms) {
   } catch (const std::exception& e) {
     if (w >= 0 && w < static_cast<int>(workers_->size()) && type != MsgType::kHello) {
       RequestRecord::Answer a;
-      a.type = type == MsgType::kPush ? MsgType::kPushReply : type == MsgType::kPull ? MsgType::kPullReply : MsgType::kClockReply;
+      a.type = type == MsgType::kPush   ? MsgType::kPushReply
+               : type == MsgType::kPull ? MsgType::kPullReply
+                                        : MsgType::kClockReply;
       a.code = Code::kInternal;
       a.error = std::string("the server could not handle it: ") + e.what();
       (*workers_)[w].requests.End(id, std::move(a));
@@ -249,8 +252,8 @@ void RequestLoop::HandleData(Message& m) {
       (h.type == MsgType::kClock && h.clock <= hello_clock &&
        h.clock <= min_clock_->clocks().clock(h.sender_rank))) {
     ++ctx_->stats.duplicates;
-    Answered(h, SendBareReply(m, h.type == MsgType::kPush ? MsgType::kPushReply : MsgType::kClockReply, h.table,
-                              h.clock, Status::OK()));
+    Answered(h, SendBareReply(m, h.type == MsgType::kPush ? MsgType::kPushReply : MsgType::kClockReply,
+                              h.table, h.clock, Status::OK()));
     return;
   }
   // ... and redoing the pushes its predecessor had applied in its open clock (not under BSP,
@@ -275,9 +278,11 @@ void RequestLoop::HandleData(Message& m) {
 void RequestLoop::HandleHello(const Message& m) {
   const Header& h = m.header;
   bool raised = false;
-  if (h.sender_role == Role::kWorker && h.sender_rank >= 0 && h.sender_rank < static_cast<int>(workers_->size())) {
-    std::string session = h.reply_to.empty() ? std::string(static_cast<const char*>(m.identity.data()), m.identity.size())
-                                             : h.reply_to;
+  if (h.sender_role == Role::kWorker && h.sender_rank >= 0 &&
+      h.sender_rank < static_cast<int>(workers_->size())) {
+    std::string session =
+        h.reply_to.empty() ? std::string(static_cast<const char*>(m.identity.data()), m.identity.size())
+                           : h.reply_to;
     raised = deaths_->OnHello(h.sender_rank, std::move(session), h);
   }
   // (What the raise completed: its clock's BSP mean, pulls parked for it.)
@@ -303,8 +308,9 @@ void RequestLoop::HandleClock(const Message& m) {
   Status st;
   const WorkerState::RefusedPush& refused = worker.refused_push;
   if (refused.clock >= 0 && refused.clock == h.clock - 1)
-    st = Status(refused.why.code(), "clock " + std::to_string(refused.clock) + " is not done here: this server refused "
-                                    "a push of it (" + refused.why.message() + ")");
+    st = Status(refused.why.code(), "clock " + std::to_string(refused.clock) +
+                                        " is not done here: this server refused a push of it (" +
+                                        refused.why.message() + ")");
   else
     st = min_clock_->clocks().Advance(h.sender_rank, h.clock);
   if (!st.ok()) {
@@ -378,8 +384,8 @@ void RequestLoop::HandleUpdate(Message& m, TableShard* shard) {
     } else if (!min_clock_->MayPark(rh.sender_rank)) {
       CountBad(Status::ResourceExhausted("too many pulls parked"), "pull refused");
       ReplyError(r->msg, Status::ResourceExhausted("worker " + std::to_string(rh.sender_rank) + " has " +
-                                                   std::to_string(MinClock::kMaxParked) + " pulls waiting on this "
-                                                   "server; a client keeps to " +
+                                                   std::to_string(MinClock::kMaxParked) +
+                                                   " pulls waiting on this server; a client keeps to " +
                                                    std::to_string(kMaxUnansweredRequests)));
     } else {
       min_clock_->Park(&owned);
@@ -390,8 +396,8 @@ void RequestLoop::HandleUpdate(Message& m, TableShard* shard) {
                           ? Status::ResourceExhausted("out of memory for this request on server " +
                                                       std::to_string(ctx_->rank.load()))
                           : Status::Internal(e.what());
-    PP_LOG(Error) << "refused " << MsgTypeName(r->msg.header.type) << " from worker " << r->msg.header.sender_rank
-                  << ": " << st.ToString();
+    PP_LOG(Error) << "refused " << MsgTypeName(r->msg.header.type) << " from worker "
+                  << r->msg.header.sender_rank << ": " << st.ToString();
     ++ctx_->stats.rejected;
     NotePushRefused(workers_, r->msg.header, st);
     ReplyError(r->msg, st);
@@ -406,8 +412,8 @@ void RequestLoop::Reply(Request* r) {
       PP_LOG(Error) << (r->op == Request::kApplyBsp ? "applying" : "dropping a worker's sum of") << " clock "
                     << r->clock << " failed: " << r->error.ToString();
     else if (LogThisOne(&refused_logged_))
-      PP_LOG(Error) << "refused " << MsgTypeName(r->msg.header.type) << " from worker " << r->msg.header.sender_rank
-                    << ": " << r->error.ToString();
+      PP_LOG(Error) << "refused " << MsgTypeName(r->msg.header.type) << " from worker "
+                    << r->msg.header.sender_rank << ": " << r->error.ToString();
     if (!sum) {
       if (r->msg.header.type == MsgType::kPush) NotePushRefused(workers_, r->msg.header, r->error);
       ReplyError(r->msg, r->error);
@@ -461,8 +467,8 @@ void RequestLoop::Reply(Request* r) {
   Status st = split.empty() ? SendMessage(router_, &to, out, zmq::message_t(), std::move(values))
                             : SendMessage(router_, &to, out, zmq::message_t(), &split);
   if (!st.ok() && LogThisOne(&lost_logged_))  // (a dropped connection loses many)
-    PP_LOG(Warning) << "reply to worker " << h.sender_rank << " lost: " << st.ToString() << " (" << lost_logged_
-                    << " so far; the worker asks again once it has reconnected)";
+    PP_LOG(Warning) << "reply to worker " << h.sender_rank << " lost: " << st.ToString() << " ("
+                    << lost_logged_ << " so far; the worker asks again once it has reconnected)";
   Answered(h, out);
   delete r;
 }
@@ -484,7 +490,8 @@ void RequestLoop::ReplyError(const Message& m, const Status& st, bool record) {
   if (record) Answered(m.header, out);
 }
 
-Header RequestLoop::SendBareReply(const Message& m, MsgType type, uint32_t table, int64_t clock, const Status& st) {
+Header RequestLoop::SendBareReply(const Message& m, MsgType type, uint32_t table, int64_t clock,
+                                  const Status& st) {
   Header out;
   out.type = type;
   out.request_id = m.header.request_id;
@@ -517,7 +524,8 @@ void RequestLoop::Answered(const Header& request, const Header& reply) {
 // in progress, and never run twice; a pull answered already is served again.
 RequestLoop::Repeat RequestLoop::LookUpRepeat(const Message& m) {
   const Header& h = m.header;
-  if (h.sender_role != Role::kWorker || h.sender_rank < 0 || h.sender_rank >= static_cast<int>(workers_->size()))
+  if (h.sender_role != Role::kWorker || h.sender_rank < 0 ||
+      h.sender_rank >= static_cast<int>(workers_->size()))
     return Repeat::kNo;  // Validate() refuses it
   // Validate() refuses it too; marking its id begun would make the new client's request of that
   // id look in progress, and dropped, for good.
@@ -537,9 +545,11 @@ RequestLoop::Repeat RequestLoop::LookUpRepeat(const Message& m) {
       // bug (a push given a pull's id would be served as that pull, or run at its old clock).
       // Refused, not recorded, nothing run.
       if (a->type != ReplyTypeOf(h.type)) {
-        ReplyError(m, Status::InvalidArgument(std::string(MsgTypeName(h.type)) + " " + std::to_string(h.request_id) +
-                                              " from worker " + std::to_string(h.sender_rank) + " reuses the id of a " +
-                                              MsgTypeName(a->type) + "'s request; not run"),
+        ReplyError(m,
+                   Status::InvalidArgument(std::string(MsgTypeName(h.type)) + " " +
+                                           std::to_string(h.request_id) + " from worker " +
+                                           std::to_string(h.sender_rank) + " reuses the id of a " +
+                                           MsgTypeName(a->type) + "'s request; not run"),
                    /*record=*/false);
         return Repeat::kHandled;
       }
@@ -547,7 +557,8 @@ RequestLoop::Repeat RequestLoop::LookUpRepeat(const Message& m) {
         record.Begin(h.request_id);
         return Repeat::kServeAgain;
       }
-      SendBareReply(m, a->type, a->table, a->clock, a->code == Code::kOk ? Status::OK() : Status(a->code, a->error));
+      SendBareReply(m, a->type, a->table, a->clock,
+                    a->code == Code::kOk ? Status::OK() : Status(a->code, a->error));
       return Repeat::kHandled;
     }
     case RequestRecord::Seen::kForgotten:
@@ -567,9 +578,12 @@ RequestLoop::Repeat RequestLoop::LookUpRepeat(const Message& m) {
         SendBareReply(m, MsgType::kClockReply, 0, h.clock, Status::OK());
         return Repeat::kHandled;
       }
-      ReplyError(m, Status::FailedPrecondition(std::string(MsgTypeName(h.type)) + " " + std::to_string(h.request_id) +
-                                               " from worker " + std::to_string(h.sender_rank) +
-                                               " asked again after this server forgot its answer; not run again"),
+      ReplyError(m,
+                 Status::FailedPrecondition(std::string(MsgTypeName(h.type)) + " " +
+                                            std::to_string(h.request_id) + " from worker " +
+                                            std::to_string(h.sender_rank) +
+                                            " asked again after this server forgot its answer; not run "
+                                            "again"),
                  /*record=*/false);
       return Repeat::kHandled;
   }

@@ -9,7 +9,8 @@ Status RequestValidator::Validate(const Message& m, TableShard** shard, bool aga
   const Header& h = m.header;
   const ClockVector& clocks = min_clock_->clocks();
   if (h.sender_role != Role::kWorker || h.sender_rank < 0 || h.sender_rank >= clocks.size())
-    return Status::InvalidArgument("sender rank " + std::to_string(h.sender_rank) + " is not a worker of this job");
+    return Status::InvalidArgument("sender rank " + std::to_string(h.sender_rank) +
+                                   " is not a worker of this job");
   const WorkerState& worker = (*workers_)[h.sender_rank];
   if (!clocks.alive(h.sender_rank))
     return Status::FailedPrecondition("worker " + std::to_string(h.sender_rank) + " was declared dead");
@@ -24,8 +25,9 @@ Status RequestValidator::Validate(const Message& m, TableShard** shard, bool aga
   // (Below the clock the job started at, a request would pass for a replacement's redo of one
   // applied already: answered, never applied.)
   if (h.clock < clocks.start())
-    return Status::InvalidArgument(std::string(MsgTypeName(h.type)) + " tagged clock " + std::to_string(h.clock) +
-                                   ", before the job's first clock " + std::to_string(clocks.start()));
+    return Status::InvalidArgument(std::string(MsgTypeName(h.type)) + " tagged clock " +
+                                   std::to_string(h.clock) + ", before the job's first clock " +
+                                   std::to_string(clocks.start()));
   if (h.type == MsgType::kClock) return Status::OK();
   TableShard* t = tables_->Find(h.table);
   if (!t) return Status::NotFound("unknown table id " + std::to_string(h.table));
@@ -57,10 +59,10 @@ Status RequestValidator::Validate(const Message& m, TableShard** shard, bool aga
   }
   int64_t own = clocks.clock(h.sender_rank);
   if (again && h.clock < own && h.type == MsgType::kPull && spec.consistency.model == Consistency::kBsp)
-    return Status::FailedPrecondition("pull at clock " + std::to_string(h.clock) + " of BSP table '" + spec.name +
-                                      "' asked again after worker " + std::to_string(h.sender_rank) +
-                                      " moved on to clock " + std::to_string(own) +
-                                      ": what it would have seen then is gone");
+    return Status::FailedPrecondition("pull at clock " + std::to_string(h.clock) + " of BSP table '" +
+                                      spec.name + "' asked again after worker " +
+                                      std::to_string(h.sender_rank) + " moved on to clock " +
+                                      std::to_string(own) + ": what it would have seen then is gone");
   const bool before_hello = h.clock < own && h.clock < worker.hello_clock;  // done by the client before
   if (h.clock != own && !(again && h.clock < own) && !before_hello)
     return Status::FailedPrecondition(std::string(MsgTypeName(h.type)) + " tagged clock " +
@@ -75,16 +77,18 @@ Status RequestValidator::Validate(const Message& m, TableShard** shard, bool aga
                                   : std::numeric_limits<uint64_t>::max();  // no message limit set
     if (h.row_count() > max_rows)
       return Status::InvalidArgument("pull of " + std::to_string(h.row_count()) + " rows of dim " +
-                                     std::to_string(spec.dim) + " from '" + spec.name + "' would be over the " +
-                                     std::to_string(max_message_bytes >> 20) + " MB message limit");
+                                     std::to_string(spec.dim) + " from '" + spec.name +
+                                     "' would be over the " + std::to_string(max_message_bytes >> 20) +
+                                     " MB message limit");
     if (h.slot < -1 || h.slot >= t->optimizer()->num_slots())
       return Status::InvalidArgument("slot " + std::to_string(h.slot) + " does not exist for optimizer " +
                                      opt::KindName(spec.optimizer.kind));
   }
   if (h.type == MsgType::kPush) {
     if (!opt::AllUsable(m.value_data(), h.row_count() * h.dim))
-      return Status::InvalidArgument("gradient for '" + spec.name + "' holds NaN, Inf or a value of 2^60 or more "
-                                     "(its square would overflow the optimizer's state); push refused");
+      return Status::InvalidArgument("gradient for '" + spec.name +
+                                     "' holds NaN, Inf or a value of 2^60 or more (its square would overflow "
+                                     "the optimizer's state); push refused");
   }
   *shard = t;
   return Status::OK();

@@ -59,6 +59,7 @@ class ServerMetrics {
   const MinClock* const min_clock_;
   const CheckpointWriter* const checkpoint_;
   const ControlChannel* const control_;
+  // Lock order: a leaf (nothing else is taken while it is held).
   mutable Mutex mu_;
   Snapshot snapshot_ GUARDED_BY(mu_);
   // LogStats: the counters when it last logged.

@@ -116,7 +116,7 @@ class CopyOnWriteBudget {
   std::atomic<int> waiters_{0};
   // Guards no member (the counts are atomics): a waiter's last look at the arrays (`ready`, run
   // under it) and its sleep are one step against Released(), which takes it before waking, so a
-  // release between the two is not missed.
+  // release between the two is not missed. Lock order: a leaf (`ready` takes no lock).
   Mutex mu_;
   CondVar cv_;
 };

@@ -41,7 +41,8 @@ void UpdateThreads::Stop() {
 }
 
 void UpdateThreads::AcquireIdle() const {
-  for (int k = 0; k < static_cast<int>(queues_.size()); ++k) (void)inflight_[k].load(std::memory_order_acquire);
+  for (int k = 0; k < static_cast<int>(queues_.size()); ++k)
+    (void)inflight_[k].load(std::memory_order_acquire);
 }
 
 // A stripe that cannot do its part (the tables' memory limit, the machine out of memory) leaves
@@ -78,7 +79,8 @@ void UpdateThreads::ExecuteOrThrow(Request* r, int i) {
       break;
     case Request::kRead:
       if (r->out)
-        s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get(), !(r->msg.header.flags & kFlagNoCreate));
+        s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get(),
+               !(r->msg.header.flags & kFlagNoCreate));
       else if (sel->is_range) r->shared[i] = s.ShareRows(sel->range_begin);
       else {  // in place, or this stripe's rows gathered on their own (stripes run in parallel)
         std::shared_ptr<float[]> own;

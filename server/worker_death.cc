@@ -39,10 +39,12 @@ void WorkerDeaths::OnMembership() {
       continue;
     }
     worker.dying = false;
-    if (mem.worker_alive[w] != Membership::kWorkerAlive && static_cast<size_t>(w) < mem.worker_last_clock.size())
+    if (mem.worker_alive[w] != Membership::kWorkerAlive &&
+        static_cast<size_t>(w) < mem.worker_last_clock.size())
       RaiseToAgreedClock(w, mem.worker_last_clock[w]);
     if (mem.worker_alive[w] == Membership::kWorkerReplacing) {
-      if (worker.replacing || mem.version <= worker.hello_version) continue;  // told already, or replaced since
+      // Told already, or replaced since.
+      if (worker.replacing || mem.version <= worker.hello_version) continue;
       PP_LOG(Warning) << "worker " << w << " declared dead at clock " << clocks.clock(w)
                       << "; waiting for the worker that takes its place";
       worker.replacing = true;
@@ -85,7 +87,8 @@ bool WorkerDeaths::OnHello(int w, std::string session, const Header& h) {
     for (auto& [table, n] : worker.redo) redo += n;
     PP_LOG(Warning) << "worker " << w << ": a new client took its place at clock " << clocks.clock(w)
                     << (redo > 0 ? "; its first " + std::to_string(redo) +
-                                       " pushes there were applied already and will be answered, not applied again"
+                                       " pushes there were applied already and will be answered, not "
+                                       "applied again"
                                  : std::string());
     if (!checkpoint_->writing()) DropBspSums(w);
   }
@@ -124,8 +127,9 @@ bool WorkerDeaths::RaiseToAgreedClock(int w, int64_t agreed) {
   if (!clocks.Raise(w, agreed)) return false;
   // Its pushes of the clocks passed are whole here (a settled Clock went out only once every
   // earlier push was answered): they count, as on the servers its Clock reached.
-  PP_LOG(Warning) << "worker " << w << "'s last Clock() reached other servers and not this one: counting it at clock "
-                  << agreed << " (was " << was << ") as they do";
+  PP_LOG(Warning) << "worker " << w
+                  << "'s last Clock() reached other servers and not this one: counting it at clock " << agreed
+                  << " (was " << was << ") as they do";
   (*workers_)[w].pushed_in_clock.clear();
   (*workers_)[w].redo.clear();
   return true;
@@ -142,7 +146,8 @@ void WorkerDeaths::DropBspSums(int w) {
     for (auto& [k, pushed] : t->bsp_contributors) {
       if (k < from || static_cast<size_t>(w) >= pushed.size() || !pushed[w]) continue;
       pushed[w] = 0;
-      PP_LOG(Warning) << "table '" << t->spec().name << "': dropping dead worker " << w << "'s pushes for clock " << k;
+      PP_LOG(Warning) << "table '" << t->spec().name << "': dropping dead worker " << w
+                      << "'s pushes for clock " << k;
       auto* r = new Request;
       r->op = Request::kDropWorker;
       r->shard = t.get();
