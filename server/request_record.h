@@ -7,10 +7,10 @@
 // - in progress: is dropped (the answer is on its way);
 // - never seen: is run, as any new request;
 // - forgotten (older than the last kKept requests answered): the server decides by its type
-//   (ServerImpl::LookUpRepeat: a pull is served again, a clock answered by the worker's clock, a
-//   push refused).
+//   (RequestLoop::LookUpRepeat, server/request_loop.h: a pull is served again, a clock answered
+//   by the worker's clock, a push refused).
 //
-// Used by the server's request thread only.
+// Threading: used by the server's I/O thread only (one per worker, in WorkerState).
 #pragma once
 
 #include <algorithm>

@@ -41,8 +41,8 @@ void CopyOnWriteBudget::Released() {
   // later looks after this release. (A missed wake-up would cost one slice of WaitUntil.)
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (waiters_.load(std::memory_order_relaxed) == 0) return;
-  { std::lock_guard<std::mutex> l(mu_); }
-  cv_.notify_all();
+  { MutexLock l(&mu_); }
+  cv_.SignalAll();
 }
 
 namespace {
@@ -55,7 +55,7 @@ template <typename Ready>
 bool CopyOnWriteBudget::WaitUntil(int64_t until_ms, Ready&& ready) {
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with Released()'s
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   bool ok = true;
   while (!ready()) {
     const int64_t left = until_ms - NowMs();
@@ -63,9 +63,9 @@ bool CopyOnWriteBudget::WaitUntil(int64_t until_ms, Ready&& ready) {
       ok = false;
       break;
     }
-    cv_.wait_for(l, std::chrono::milliseconds(std::min<int64_t>(left, 10)));
+    cv_.WaitForMs(&mu_, std::min<int64_t>(left, 10));
   }
-  l.unlock();
+  l.Unlock();
   waiters_.fetch_sub(1, std::memory_order_relaxed);
   return ok;
 }
@@ -130,8 +130,8 @@ void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
   if (old % block_rows_ != 0) {
     BeginWrite(old / block_rows_, 0, 0, &held);
     // The array a reply holds is no spare for this block, which the rows below make longer: not
-    // kept (found in review: kept, it held copy-on-write budget through a phase of pulls only,
-    // which age no spares; the reply frees it once sent).
+    // kept (kept, it would hold copy-on-write budget through a phase of pulls only, which age no
+    // spares; the reply frees it once sent).
     if (held) blocks_[old / block_rows_].spare.reset();
   }
   if (need > cap_rows_) {
@@ -158,8 +158,8 @@ void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
     cap_rows_ = cap;
   } else {
     // The blocks these rows go to (already counted): the first may be the array BeginWrite moved
-    // to. Only those: every block to cap_rows_ was walked for each new key (found in review:
-    // thousands of blocks a key right after the arrays doubled).
+    // to. Only those: walking every block to cap_rows_ for each new key would be thousands of
+    // blocks a key right after the arrays doubled.
     ReserveBlocks(old, std::min(cap_rows_, ((need - 1) / block_rows_ + 1) * block_rows_));
   }
   for (size_t b = old / block_rows_; b * block_rows_ < need; ++b)
@@ -337,8 +337,8 @@ uint32_t Stripe::LocalRow(Key key) {
   if (!spec_.sparse) return static_cast<uint32_t>(key - row_begin_);
   const uint32_t found = index_.Find(key);
   if (found != RowIndex::kNone) return found;
-  // Local rows are 32-bit, kNone excluded: a stripe holds fewer (found in review: the row after
-  // the last would have wrapped to 0, silently).
+  // Local rows are 32-bit, kNone excluded: a stripe holds fewer (the row after the last would
+  // wrap to 0, silently).
   if (steps_.size() >= RowIndex::kNone)
     throw TableMemoryExhausted("table '" + spec_.name + "': a stripe holds at most " +
                                std::to_string(RowIndex::kNone) + " rows (more servers, or --update_threads)");
@@ -672,8 +672,8 @@ void Stripe::Accumulate(int64_t clock, int worker, const RowSelection& sel, cons
   auto& of_clock = bsp_[clock];
   Accumulator& acc = of_clock[worker];
   // Room for every row of the push first, counted against the tables' memory limit (a worker
-  // that pushes clocks ahead without pulling holds a sum per clock: found in review, it was not
-  // counted): past it, or out of memory, nothing of the push is summed.
+  // that pushes clocks ahead without pulling holds a sum per clock): past it, or out of memory,
+  // nothing of the push is summed.
   // (Each row new, at most; never more than the stripe's rows. A push of rows summed already this
   // clock, a worker accumulating minibatches, adds none: counted when room might be short.)
   size_t most = acc.rows.size() + std::min<size_t>(sel.size(), num_rows() - std::min(num_rows(), acc.rows.size()));
@@ -726,8 +726,8 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
   auto it = bsp_.find(clock);
   if (it == bsp_.end()) return;
   // The clock's sums go however this ends: applied, or, out of memory before any row is written
-  // (for the sum or a block's copy-on-write array), not applied here at all (found in review:
-  // out of memory for the sum kept them for ever).
+  // (for the sum or a block's copy-on-write array), not applied here at all (kept, sums out of
+  // memory would stay for ever).
   struct DropClock {
     Stripe* s;
     decltype(bsp_)::iterator it;
@@ -756,8 +756,8 @@ void Stripe::ApplyAccumulated(int64_t clock, const opt::StepContext& ctx_in) {
   }
   // Each push was checked (AllUsable), but a worker's several pushes of a row in one clock add up:
   // a mean past kMaxGradient would make Adam's v, AdaGrad's and FTRL's sums Inf and freeze or
-  // poison the rows without an error (found in review). Not applied, and said (the server logs a
-  // clock whose apply failed).
+  // poison the rows without an error. Not applied, and said (the server logs a clock whose
+  // apply failed).
   if (!opt::AllUsableScaled(total.data(), total.size(), ctx_in.grad_scale))
     throw std::runtime_error("table '" + spec_.name + "': the BSP mean of clock " + std::to_string(clock) +
                              " holds NaN, Inf or a value of 2^60 or more (several pushes of a row in one clock "

@@ -14,11 +14,9 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <limits>
 #include <map>
-#include <mutex>
 #include <stdexcept>
 #include <memory>
 #include <unordered_map>
@@ -27,6 +25,7 @@
 
 #include "common/cluster.h"
 #include "common/memory.h"
+#include "common/mutex.h"
 #include "optimizers/optimizer.h"
 #include "server/row_index.h"
 
@@ -91,15 +90,15 @@ class CopyOnWriteBudget {
   // Takes them regardless (a write that waited its deadline).
   void Take(size_t bytes) { bytes_.Take(bytes); }
   // Gives them back and wakes writes waiting for room.
-  void Give(size_t bytes);
+  void Give(size_t bytes) EXCLUDES(mu_);
   // A reply let go of an array: wakes writes waiting for one.
-  void Released();
+  void Released() EXCLUDES(mu_);
   // Would taking `bytes` go over the limit?
   bool WouldExceed(size_t bytes) const { return bytes_.WouldExceed(bytes); }
   // Sleeps until `ready()` holds or `until_ms` (NowMs() clock) passes; false on the deadline.
   // `ready` is evaluated under the budget's lock, after every Released().
   template <typename Ready>
-  bool WaitUntil(int64_t until_ms, Ready&& ready);
+  bool WaitUntil(int64_t until_ms, Ready&& ready) EXCLUDES(mu_);
   // Only threads that say so wait (the server's update threads); on any other a write that does
   // not fit copies over the limit at once (counted as an overdraft). The server's I/O thread
   // runs no write that would not fit (TableShard callers check WriteBudgetBytes first), so this
@@ -115,8 +114,11 @@ class CopyOnWriteBudget {
   ByteBudget bytes_;
   const int64_t wait_ms_;
   std::atomic<int> waiters_{0};
-  std::mutex mu_;
-  std::condition_variable cv_;
+  // Guards no member (the counts are atomics): a waiter's last look at the arrays (`ready`, run
+  // under it) and its sleep are one step against Released(), which takes it before waking, so a
+  // release between the two is not missed. Lock order: a leaf (`ready` takes no lock).
+  Mutex mu_;
+  CondVar cv_;
 };
 
 // A stripe's parameter array. One that is not the stripe's current array (a pull reply holds it,
