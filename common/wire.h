@@ -80,7 +80,7 @@ enum HeaderFlags : uint8_t {
   // A push's request after its call's first to this server (a call split into a request a
   // block): the table's schedule step advances once a call, on the first.
   kFlagContinues = 2,
-  // A keyed pull's reply over several stripes (server.cc, PreparePull): its values frames hold
+  // A keyed pull's reply over several stripes (MinClock::PreparePull, server/min_clock.cc): its values frames hold
   // each stripe's rows in turn, stripe 0 first, each in the request's key order; row_begin says
   // how many stripes the server's shard has (TableInfo::SparseStripeOf places a key).
   kFlagByStripe = 4,

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/status.h"
+#include "pushpull/status.h"
 #include "common/wire.h"
 #include "optimizers/optimizer.h"
 #include "server/table_shard.h"

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/control.h"
-#include "common/status.h"
+#include "pushpull/status.h"
 #include "common/wire.h"
 #include "server/checkpoint_writer.h"
 #include "server/min_clock.h"

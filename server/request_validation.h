@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "common/status.h"
+#include "pushpull/status.h"
 #include "common/wire.h"
 #include "server/min_clock.h"
 #include "server/server_context.h"

@@ -14,7 +14,7 @@
 #include "common/control.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
-#include "common/status.h"
+#include "pushpull/status.h"
 #include "server/checkpoint_writer.h"
 #include "server/consistency.h"
 #include "server/min_clock.h"

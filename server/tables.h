@@ -20,7 +20,7 @@
 
 #include "common/cluster.h"
 #include "common/control.h"
-#include "common/status.h"
+#include "pushpull/status.h"
 #include "server/checkpoint.h"
 #include "server/server_context.h"
 #include "server/table_shard.h"

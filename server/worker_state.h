@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "pushpull/status.h"
 #include "common/wire.h"
 #include "server/request_record.h"
 
