@@ -18,28 +18,34 @@ Status ControlOptions::Validate() const {
   return Status::OK();
 }
 
-ControlChannel::ControlChannel(zmq::context_t& ctx, Role role, ControlOptions options)
-    : role_(role), options_(std::move(options)), sock_(ctx, zmq::socket_type::dealer) {
-  ConfigureSocket(sock_, false, 16 << 20);
+ControlChannel::ControlChannel(Transport& transport, Role role, ControlOptions options)
+    : role_(role), options_(std::move(options)), transport_(transport) {
+  SocketOptions so;
+  so.max_msg_bytes = 16 << 20;
   // The scheduler knows a node by its routing id. Left to ZeroMQ, a reconnect (a network blip)
   // would bring a new random one, whose heartbeats the scheduler would ignore until it declared
   // the node dead; a fixed one, unique to this channel, survives reconnects.
-  sock_.set(zmq::sockopt::routing_id, RandomRoutingId(RoleName(role)));
+  so.routing_id = RandomRoutingId(RoleName(role));
+  Result<std::unique_ptr<Socket>> sock = transport_.MakeSocket(SocketKind::kDealer, so);
+  if (sock.ok()) {
+    sock_ = std::move(*sock);
+  } else {
+    made_ = sock.status().Annotate("the scheduler's connection");
+  }
 }
 
 Status ControlChannel::Send(Header h) {
   h.sender_role = role_;
   h.sender_rank = rank_;
-  return SendMessage(sock_, nullptr, h);
+  if (!sock_) return made_;
+  return SendMessage(*sock_, nullptr, h);
 }
 
 Status ControlChannel::Register(const std::string& address) {
-  try {
-    sock_.connect(options_.scheduler);
-  } catch (const zmq::error_t& e) {
-    return Status::InvalidArgument("scheduler address '" + options_.scheduler + "': " + e.what() +
+  if (!sock_) return made_;
+  if (Status st = sock_->Connect(options_.scheduler); !st.ok())
+    return Status::InvalidArgument("scheduler address '" + options_.scheduler + "': " + st.message() +
                                    " (expected tcp://HOST:PORT)");
-  }
   Header h;
   h.type = MsgType::kRegister;
   h.address = address;
@@ -49,7 +55,7 @@ Status ControlChannel::Register(const std::string& address) {
   // Looked up once, before registering: the lookup blocks, and a slow resolver in the loop below
   // would hold its heartbeats back past the scheduler's timeout.
   const std::string unresolved_note = UnresolvedHostNote(options_.scheduler);
-  PP_RETURN_IF_ERROR(SendMessage(sock_, nullptr, h));
+  PP_RETURN_IF_ERROR(SendMessage(*sock_, nullptr, h));
   Deadline deadline = Deadline::In(options_.register_timeout_ms);
   PP_LOG(Info) << "registering with the scheduler at " << options_.scheduler << " (waiting up to "
                << options_.register_timeout_ms / 1000.0 << " s for it and for the job's other nodes)";
@@ -68,13 +74,13 @@ Status ControlChannel::Register(const std::string& address) {
                              " to answer registration");
     if (NowMs() >= ask_again_ms) {
       ask_again_ms = INT64_MAX;
-      PP_RETURN_IF_ERROR(SendMessage(sock_, nullptr, h));
+      PP_RETURN_IF_ERROR(SendMessage(*sock_, nullptr, h));
     }
     if (NowMs() >= next_beat) {
       Header beat;
       beat.type = MsgType::kHeartbeat;
       beat.clock = 0;  // (no membership heard yet)
-      SendMessage(sock_, nullptr, beat).IgnoreError();
+      SendMessage(*sock_, nullptr, beat).IgnoreError();
       next_beat = NowMs() + options_.heartbeat_interval_ms;
     }
     if (NowMs() >= next_note) {  // (the scheduler answers once every node of the job has registered)
@@ -82,11 +88,11 @@ Status ControlChannel::Register(const std::string& address) {
                    << deadline.RemainingMs() / 1000 << " s left" << unresolved_note << ")";
       next_note = NowMs() + 10000;
     }
-    zmq::pollitem_t item{static_cast<void*>(sock_), 0, ZMQ_POLLIN, 0};
-    Poll(&item, 1, std::max<int64_t>(0, std::min({deadline.RemainingMs(), int64_t{200}, next_beat - NowMs(),
+    PollItem item{sock_.get()};
+    transport_.Poll(&item, 1, std::max<int64_t>(0, std::min({deadline.RemainingMs(), int64_t{200}, next_beat - NowMs(),
                                                    ask_again_ms - NowMs()})));
-    if (!(item.revents & ZMQ_POLLIN)) continue;
-    if (!RecvFrames(sock_, &frames_)) continue;
+    if (!item.ready) continue;
+    if (!RecvFrames(*sock_, &frames_)) continue;
     Message m;
     Status st = Decode(&frames_, &m);
     if (!st.ok()) {
@@ -160,7 +166,7 @@ bool ControlChannel::ApplyMembership(const Membership& m) {
 }
 
 bool ControlChannel::Receive(Message* out, bool* membership_changed) {
-  if (!RecvFrames(sock_, &frames_)) return false;
+  if (!sock_ || !RecvFrames(*sock_, &frames_)) return false;
   Status st = Decode(&frames_, out);
   if (!st.ok()) {
     PP_LOG(Warning) << "dropping malformed message from the scheduler: " << st.ToString();

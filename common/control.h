@@ -4,12 +4,11 @@
 // Threading: owned and driven by one thread (the owner's I/O thread).
 #pragma once
 
-#include <zmq.hpp>
-
 #include <atomic>
 #include <string>
 
 #include "common/cluster.h"
+#include "common/transport.h"
 #include "common/wire.h"
 #include "pushpull/status.h"
 
@@ -29,7 +28,8 @@ struct ControlOptions {
 
 class ControlChannel {
  public:
-  ControlChannel(zmq::context_t& ctx, Role role, ControlOptions options);
+  // The channel's socket comes from `transport`, which outlives the channel.
+  ControlChannel(Transport& transport, Role role, ControlOptions options);
 
   // Sends Register and waits (deadline: register_timeout_ms) for the scheduler's reply, which
   // comes once every expected node has registered. Aborted as soon as the process was asked to
@@ -37,7 +37,8 @@ class ControlChannel {
   Status Register(const std::string& address);
   void SetStop(const std::atomic<bool>* stop) { stop_ = stop; }
 
-  zmq::socket_t& socket() { return sock_; }
+  // For the owner's poll (PollItem{&socket()}).
+  Socket& socket() { return *sock_; }
   int rank() const { return rank_; }
   Role role() const { return role_; }
   const ClusterMap& cluster() const { return cluster_; }
@@ -67,7 +68,9 @@ class ControlChannel {
 
   const Role role_;
   const ControlOptions options_;
-  zmq::socket_t sock_;
+  Transport& transport_;
+  std::unique_ptr<Socket> sock_;
+  Status made_;  // whether sock_ could be made (reported by Register)
   int rank_ = -1;
   ClusterMap cluster_;
   Membership membership_;
@@ -76,7 +79,7 @@ class ControlChannel {
   Status dropped_;
   const std::atomic<bool>* stop_ = nullptr;
   int64_t next_heartbeat_ms_ = 0;
-  std::vector<zmq::message_t> frames_;
+  std::vector<Frame> frames_;
 };
 
 }  // namespace pushpull
