@@ -21,10 +21,10 @@ bool LogThisOne(uint64_t* n) {
 
 // Where a reply goes: the routing id the request names (a client's receive socket), else the
 // socket it came from.
-zmq::message_t ReplyIdentity(const Message& m) {
+Frame ReplyIdentity(const Message& m) {
   const std::string& to = m.header.reply_to;
-  if (to.empty()) return zmq::message_t(m.identity.data(), m.identity.size());
-  return zmq::message_t(to.data(), to.size());
+  if (to.empty()) return Frame(m.identity.data(), m.identity.size());
+  return Frame(to.data(), to.size());
 }
 
 // The reply type that answers a request of type t.
@@ -50,12 +50,16 @@ RequestLoop::RequestLoop(const Parts& p)
       deaths_(p.deaths),
       validator_(p.validator),
       metrics_(p.metrics),
-      router_(*p.zmq, zmq::socket_type::router) {}
+      transport_(p.transport) {}
 
 Status RequestLoop::Bind() {
   const ServerOptions& o = ctx_->options;
-  ConfigureSocket(router_, true, o.max_message_bytes);
-  auto addr = BindTcp(router_, o.bind_host, o.port, o.advertise_host, o.advertise_port);
+  SocketOptions so;
+  so.max_msg_bytes = o.max_message_bytes;
+  auto sock = transport_->MakeSocket(SocketKind::kRouter, so);
+  if (!sock.ok()) return sock.status();
+  router_ = std::move(*sock);
+  auto addr = BindTcp(*router_, o.bind_host, o.port, o.advertise_host, o.advertise_port);
   if (!addr.ok()) return addr.status();
   address_ = addr.value();
   return Status::OK();
@@ -86,15 +90,14 @@ Status RequestLoop::Run() {
         std::max<int64_t>(0, std::min({control_->MsUntilTick(), next_control - now, int64_t{100}}));
     try {
       if (checkpoint_->writing()) {
-        zmq::pollitem_t item{static_cast<void*>(control_->socket()), 0, ZMQ_POLLIN, 0};
-        Poll(&item, 1, std::min<int64_t>(timeout, 5));
+        PollItem item{&control_->socket()};
+        transport_->Poll(&item, 1, std::min<int64_t>(timeout, 5));
         if (checkpoint_->written()) checkpoint_->Finish();
       } else if (updates_->awaiting_done() > 0) {
-        zmq::pollitem_t items[] = {{static_cast<void*>(router_), 0, ZMQ_POLLIN, 0},
-                                   {static_cast<void*>(updates_->done_socket()), 0, ZMQ_POLLIN, 0}};
-        Poll(items, 2, timeout);
-        if (items[1].revents & ZMQ_POLLIN) updates_->HandleDone();
-        if (items[0].revents & ZMQ_POLLIN) HandleRouter();
+        PollItem items[] = {{router_.get()}, {updates_->done_socket()}};
+        transport_->Poll(items, 2, timeout);
+        if (items[1].ready) updates_->HandleDone();
+        if (items[0].ready) HandleRouter();
       } else {
         ReceiveRequest(timeout);
       }
@@ -177,7 +180,7 @@ void RequestLoop::HandleRouter() {
 }
 
 bool RequestLoop::ReceiveRequest(int64_t wait_ms) {
-  if (!RecvFrames(router_, &frames_, 5, wait_ms)) return false;
+  if (!RecvFrames(*router_, &frames_, 5, wait_ms)) return false;
   size_t bytes = 0;
   for (auto& f : frames_) bytes += f.size();
   ctx_->stats.bytes_in += bytes;
@@ -298,8 +301,8 @@ void RequestLoop::HandleHello(const Message& m) {
   rh.num_rows = max_message_bytes > 0 ? uint64_t(max_message_bytes) : 0;
   rh.sender_role = Role::kServer;
   rh.sender_rank = ctx_->rank;
-  zmq::message_t to = ReplyIdentity(m);
-  SendMessage(router_, &to, rh).IgnoreError();
+  Frame to = ReplyIdentity(m);
+  SendMessage(*router_, &to, rh).IgnoreError();
 }
 
 void RequestLoop::HandleClock(const Message& m) {
@@ -433,8 +436,8 @@ void RequestLoop::Reply(Request* r) {
   out.sender_rank = ctx_->rank;
   out.table = h.table;
   out.clock = h.clock;
-  zmq::message_t values;
-  std::vector<zmq::message_t> split;  // a pull a frame per stripe
+  Frame values;
+  std::vector<Frame> split;  // a pull a frame per stripe
   if (r->op == Request::kRead) {
     out.flags = h.flags & kFlagRange;  // (and kFlagByStripe below)
     out.num_keys = h.num_keys;
@@ -453,7 +456,7 @@ void RequestLoop::Reply(Request* r) {
       for (size_t k = 0; k < r->shared.size(); ++k) frames += r->sel[k].size() > 0;
       for (size_t k = 0; k < r->shared.size(); ++k) {
         if (r->sel[k].size() == 0) continue;
-        zmq::message_t f = ZeroCopyFrame(r->shared[k].get(), r->sel[k].size() * row_bytes, r->shared[k]);
+        Frame f = ZeroCopyFrame(r->shared[k].get(), r->sel[k].size() * row_bytes, r->shared[k]);
         if (frames == 1) values = std::move(f);  // one stripe: the plain three-frame reply
         else split.push_back(std::move(f));
       }
@@ -463,9 +466,9 @@ void RequestLoop::Reply(Request* r) {
       }
     }
   }
-  zmq::message_t to = ReplyIdentity(r->msg);
-  Status st = split.empty() ? SendMessage(router_, &to, out, zmq::message_t(), std::move(values))
-                            : SendMessage(router_, &to, out, zmq::message_t(), &split);
+  Frame to = ReplyIdentity(r->msg);
+  Status st = split.empty() ? SendMessage(*router_, &to, out, Frame(), std::move(values))
+                            : SendMessage(*router_, &to, out, Frame(), &split);
   if (!st.ok() && LogThisOne(&lost_logged_))  // (a dropped connection loses many)
     PP_LOG(Warning) << "reply to worker " << h.sender_rank << " lost: " << st.ToString() << " ("
                     << lost_logged_ << " so far; the worker asks again once it has reconnected)";
@@ -485,8 +488,8 @@ void RequestLoop::ReplyError(const Message& m, const Status& st, bool record) {
   out.sender_rank = ctx_->rank;
   out.table = m.header.table;
   out.SetStatus(st);
-  zmq::message_t to = ReplyIdentity(m);
-  SendMessage(router_, &to, out).IgnoreError();
+  Frame to = ReplyIdentity(m);
+  SendMessage(*router_, &to, out).IgnoreError();
   if (record) Answered(m.header, out);
 }
 
@@ -500,8 +503,8 @@ Header RequestLoop::SendBareReply(const Message& m, MsgType type, uint32_t table
   out.table = table;
   out.clock = clock;
   out.SetStatus(st);
-  zmq::message_t to = ReplyIdentity(m);
-  SendMessage(router_, &to, out).IgnoreError();
+  Frame to = ReplyIdentity(m);
+  SendMessage(*router_, &to, out).IgnoreError();
   return out;
 }
 
@@ -597,9 +600,9 @@ void RequestLoop::HandleControl() {
     bool got = control_->Receive(&m, &changed);
     if (changed) deaths_->OnMembership();
     if (!got) {
-      zmq::pollitem_t item{static_cast<void*>(control_->socket()), 0, ZMQ_POLLIN, 0};
-      Poll(&item, 1, 0);
-      if (!(item.revents & ZMQ_POLLIN)) return;
+      PollItem item{&control_->socket()};
+      transport_->Poll(&item, 1, 0);
+      if (!item.ready) return;
       continue;
     }
     if (m.header.type == MsgType::kCreateTable) CreateTable(m);

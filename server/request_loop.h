@@ -13,8 +13,6 @@
 // the data socket and the control channel; no other thread touches them.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,7 +38,7 @@ class RequestLoop final : public Replier {
   // The parts of the server it drives, all owned by the server (server/server.cc).
   struct Parts {
     ServerContext* ctx;
-    zmq::context_t* zmq;
+    Transport* transport;
     ControlChannel* control;
     std::vector<WorkerState>* workers;
     Tables* tables;
@@ -104,9 +102,10 @@ class RequestLoop final : public Replier {
   WorkerDeaths* const deaths_;
   const RequestValidator* const validator_;
   ServerMetrics* const metrics_;
-  zmq::socket_t router_;
+  Transport* const transport_;
+  std::unique_ptr<Socket> router_;  // the data socket (a router), made by Bind()
   std::string address_;
-  std::vector<zmq::message_t> frames_;
+  std::vector<Frame> frames_;
   // Log lines so far, malformed messages and refused requests apart: the first 20 of each, then
   // one in 1000 (a flood of one kind does not silence the other).
   uint64_t malformed_logged_ = 0, refused_logged_ = 0, lost_logged_ = 0;

@@ -38,20 +38,21 @@ class ServerImpl final : public Server {
  public:
   explicit ServerImpl(const ServerOptions& o)
       : ctx_(o),
-        control_(zmq_, Role::kServer, o.control),
+        transport_(o.transport ? o.transport : NewZmqTransport()),
+        control_(*transport_, Role::kServer, o.control),
         tables_(&ctx_, &control_),
-        updates_(&zmq_, tables_.cow_budget()),
+        updates_(transport_.get(), tables_.cow_budget()),
         min_clock_(&ctx_, &tables_, &updates_, &workers_),
         checkpoint_(&ctx_, &control_, &tables_, &min_clock_, &workers_, &updates_),
         deaths_(&ctx_, &control_, &workers_, &min_clock_, &tables_, &updates_, &checkpoint_),
         validator_(&ctx_, &workers_, &min_clock_, &tables_),
         metrics_(&ctx_, &tables_, &min_clock_, &checkpoint_, &control_),
-        loop_({&ctx_, &zmq_, &control_, &workers_, &tables_, &updates_, &min_clock_, &checkpoint_, &deaths_,
+        loop_({&ctx_, transport_.get(), &control_, &workers_, &tables_, &updates_, &min_clock_, &checkpoint_, &deaths_,
                &validator_, &metrics_}) {}
 
   Status Init() {
     PP_RETURN_IF_ERROR(loop_.Bind());
-    updates_.Bind();
+    PP_RETURN_IF_ERROR(updates_.Bind());
     if (ctx_.options.metrics_port >= 0)
       PP_RETURN_IF_ERROR(metrics_.Serve(ctx_.options.bind_host, ctx_.options.metrics_port));
     return Status::OK();
@@ -67,7 +68,7 @@ class ServerImpl final : public Server {
  private:
   // Declared in the order they are built: each part is given those declared before it.
   ServerContext ctx_;
-  zmq::context_t zmq_;
+  const std::shared_ptr<Transport> transport_;  // outlives every socket the parts make from it
   ControlChannel control_;
   std::vector<WorkerState> workers_;  // by worker rank, sized at registration
   Tables tables_;

@@ -41,6 +41,8 @@ struct ServerOptions {
   // Serve this server's counters and gauges over HTTP at http://bind_host:metrics_port/metrics, in
   // the Prometheus text format (common/metrics.h; -1: not served, 0: a free port).
   int metrics_port = -1;
+  // How the server reaches workers and the scheduler (null: ZeroMQ). Tests inject faults through it.
+  std::shared_ptr<Transport> transport;
 };
 
 struct ServerStats {

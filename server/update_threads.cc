@@ -8,15 +8,31 @@
 
 namespace pushpull {
 
-UpdateThreads::UpdateThreads(zmq::context_t* ctx, std::shared_ptr<const CopyOnWriteBudget> cow_budget)
-    : ctx_(ctx), cow_budget_(std::move(cow_budget)), done_(*ctx, zmq::socket_type::pull) {}
+UpdateThreads::UpdateThreads(Transport* transport, std::shared_ptr<const CopyOnWriteBudget> cow_budget)
+    : transport_(transport), cow_budget_(std::move(cow_budget)) {}
 
-void UpdateThreads::Bind() {
+namespace {
+
+// The done channel's options: an in-process pipe with no limit on "done" messages in flight (8
+// bytes each): an update thread must never block on one while the I/O thread is blocked handing
+// it more work, or joining it at shutdown.
+SocketOptions DoneChannel() {
+  SocketOptions o;
+  o.network = false;
+  o.send_hwm = 0;
+  o.recv_hwm = 0;
+  o.linger_ms = 0;
+  return o;
+}
+
+}  // namespace
+
+Status UpdateThreads::Bind() {
   done_endpoint_ = "inproc://pp-done-" + std::to_string(reinterpret_cast<uintptr_t>(this));
-  // No limit on "done" messages in flight (8 bytes each): an update thread must never block on
-  // one while the I/O thread is blocked handing it more work, or joining it at shutdown.
-  done_.set(zmq::sockopt::rcvhwm, 0);
-  done_.bind(done_endpoint_);
+  auto sock = transport_->MakeSocket(SocketKind::kPull, DoneChannel());
+  if (!sock.ok()) return sock.status();
+  done_ = std::move(*sock);
+  return done_->Bind(done_endpoint_).status();
 }
 
 void UpdateThreads::Start(int num_threads, Replier* replier) {
@@ -33,9 +49,9 @@ void UpdateThreads::Stop() {
   for (auto& t : threads_) t.join();
   threads_.clear();
   while (true) {
-    zmq::pollitem_t item{static_cast<void*>(done_), 0, ZMQ_POLLIN, 0};
-    Poll(&item, 1, 0);
-    if (!(item.revents & ZMQ_POLLIN)) break;
+    PollItem item{done_.get()};
+    transport_->Poll(&item, 1, 0);
+    if (!item.ready) break;
     HandleDone();
   }
 }
@@ -101,10 +117,14 @@ void UpdateThreads::UpdateLoop(int t) {
   SetThreadName("pp-update-" + std::to_string(t));
   opt::FlushDenormalsOnThisThread();
   CopyOnWriteBudget::SetThisThreadMayWait(true);  // a write over the budget waits for a reply here
-  zmq::socket_t done(*ctx_, zmq::socket_type::push);
-  done.set(zmq::sockopt::linger, 0);
-  done.set(zmq::sockopt::sndhwm, 0);
-  done.connect(done_endpoint_);
+  // The thread's own end of the done channel (a socket is used by one thread). An in-process
+  // pipe to a bound endpoint cannot fail to be made but for want of memory: then nothing works.
+  auto made = transport_->MakeSocket(SocketKind::kPush, DoneChannel());
+  if (!made.ok() || !(*made)->Connect(done_endpoint_).ok()) {
+    PP_LOG(Error) << "update thread " << t << ": no done channel: " << made.status().ToString();
+    std::abort();
+  }
+  std::unique_ptr<Socket> done = std::move(*made);
   SpscQueue<Request>& q = *queues_[t];
   while (Request* r = q.Pop()) {
     ExecuteThreadPart(r, t);
@@ -112,8 +132,10 @@ void UpdateThreads::UpdateLoop(int t) {
     // After the stripe's writes: the I/O thread may run small requests inline once all are idle.
     inflight_[t].fetch_sub(1, std::memory_order_release);
     if (last) {
-      zmq::message_t m(&r, sizeof(r));
-      done.send(m, zmq::send_flags::none);
+      Frame m(&r, sizeof(r));
+      Frame* parts[] = {&m};
+      bool would_block = false;  // (no limit: never)
+      done->Send(parts, 1, /*dont_wait=*/false, &would_block).IgnoreError();
     }
   }
 }
@@ -180,10 +202,10 @@ void UpdateThreads::Dispatch(Request* r) {
 
 void UpdateThreads::HandleDone() {
   for (int i = 0; i < 1024; ++i) {
-    zmq::message_t m;
-    if (!done_.recv(m, zmq::recv_flags::dontwait)) return;
+    if (!done_->Recv(&done_frames_, 1, 0) || done_frames_.empty() || done_frames_[0].size() != sizeof(Request*))
+      return;
     Request* r;
-    std::memcpy(&r, m.data(), sizeof(r));
+    std::memcpy(&r, done_frames_[0].data(), sizeof(r));
     --awaiting_done_;
     // Pairs with the update threads' release decrements: their writes to the request (a pull's
     // values) are visible here, whatever ZeroMQ's inproc pipe guarantees on its own.

@@ -15,7 +15,6 @@
 // those stripes (inline runs, checkpoints).
 #pragma once
 
-#include <zmq.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -25,6 +24,7 @@
 #include <vector>
 
 #include "common/spsc_queue.h"
+#include "common/transport.h"
 #include "server/request.h"
 #include "server/table_shard.h"
 
@@ -34,12 +34,12 @@ class UpdateThreads {
  public:
   // cow_budget: the server's copy-on-write budget (Dispatch keeps writes that may wait for it off
   // the I/O thread).
-  UpdateThreads(zmq::context_t* ctx, std::shared_ptr<const CopyOnWriteBudget> cow_budget);
+  UpdateThreads(Transport* transport, std::shared_ptr<const CopyOnWriteBudget> cow_budget);
   UpdateThreads(const UpdateThreads&) = delete;
   UpdateThreads& operator=(const UpdateThreads&) = delete;
 
   // Binds the I/O thread's end of the done channel; before Start.
-  void Bind();
+  Status Bind();
   // Starts `num_threads` update threads; finished requests go to `replier`.
   void Start(int num_threads, Replier* replier);
   // Stops the update threads after the work they hold, and answers what they finished.
@@ -51,7 +51,7 @@ class UpdateThreads {
   void Dispatch(Request* r);
   // The I/O thread's end of the done channel (to poll), and what reads it: answers up to 1024
   // requests the update threads finished.
-  zmq::socket_t& done_socket() { return done_; }
+  Socket* done_socket() { return done_.get(); }
   void HandleDone();
   // Requests handed over whose "done" is not in yet.
   int64_t awaiting_done() const { return awaiting_done_; }
@@ -67,9 +67,10 @@ class UpdateThreads {
   // Runs r's parts in the stripes that update thread t owns.
   void ExecuteThreadPart(Request* r, int t) noexcept;
 
-  zmq::context_t* const ctx_;
+  Transport* const transport_;
   const std::shared_ptr<const CopyOnWriteBudget> cow_budget_;
-  zmq::socket_t done_;
+  std::unique_ptr<Socket> done_;  // the I/O thread's end of the done channel
+  std::vector<Frame> done_frames_;  // HandleDone's receive buffer
   std::string done_endpoint_;
   Replier* replier_ = nullptr;
   std::vector<std::unique_ptr<SpscQueue<Request>>> queues_;
