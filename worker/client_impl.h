@@ -1,0 +1,117 @@
+// The worker client (Client, worker/pushpull.h): a thin class that composes its parts.
+//   worker/futures.h        a call's state, Future and PulledRows, the waiter that receives
+//   worker/requests.h       requests, the table of unanswered ones, the queue to the I/O thread
+//   worker/client_state.h   what the parts share: the sticky error, stats, ids, tables, clock
+//   worker/server_links.h   the sockets to the servers, Hello, reconnects and resending
+//   worker/call_split.h     a push or pull split into per-server, per-block requests
+//   worker/call_sender.h    a call's requests sent: frame limits, backpressure, ids, clocks
+//   worker/control_calls.h  CreateTable, Clock, Barrier, Checkpoint, Finish, Leave; the scheduler
+//   worker/reply_loop.h     the I/O thread and the handling of replies
+//
+// Calling threads send their requests themselves (ServerLinks::Send, under its send_mu); replies
+// from every server come back on one socket, which whoever holds its lock receives: a thread
+// waiting on a Future (no hand-off between threads on the reply path), or else the I/O thread,
+// which drains it periodically and owns the control channel to the scheduler. Replies are
+// matched to requests by id and complete Futures.
+//
+// Threading: the Client's methods may be called from any thread. The client's locks, in the
+// order they may be taken (a lock is never taken while one after it is held):
+//   1. ControlCalls::finish_mu_   held through Finish()
+//   2. the reply socket's lock (ReceiverHandle::mu) or ServerLinks::send_mu_ (never both)
+//   3. the leaves, never nested: ClientState::mu, RequestTable's, CommandQueue's, FutureState::mu
+#pragma once
+
+#include <zmq.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/control.h"
+#include "pushpull/status.h"
+#include "worker/call_sender.h"
+#include "worker/call_split.h"
+#include "worker/client_state.h"
+#include "worker/control_calls.h"
+#include "pushpull/client.h"
+#include "worker/reply_loop.h"
+#include "worker/requests.h"
+#include "worker/server_links.h"
+
+namespace pushpull {
+namespace internal {
+
+class ClientImpl final : public Client {
+ public:
+  explicit ClientImpl(const ClientOptions& o);
+  // Fails every call still pending (Aborted) and tells the scheduler nothing.
+  ~ClientImpl() override;
+
+  // Registers with the scheduler, connects to every server and starts the I/O thread.
+  Status Start();
+
+  int rank() const override { return control_.rank(); }
+  int num_workers() const override { return control_.cluster().num_workers; }
+  int num_servers() const override { return static_cast<int>(control_.cluster().servers.size()); }
+  int64_t clock() const override { return state_.clock; }
+  bool replacement() const override { return replacement_; }
+  bool checkpoints_enabled() const override { return control_.cluster().checkpoints; }
+  const std::string& restored_run() const override { return control_.cluster().restore_run; }
+
+  Result<Table> CreateTable(const TableSpec& spec) override { return control_calls_.CreateTable(spec); }
+  using Client::Lookup;
+  using Client::Pull;
+  using Client::PullSlot;
+  using Client::PullView;
+  using Client::Push;
+  Future Push(const Table& t, KeyBuffer keys, std::shared_ptr<const std::vector<float>> grads) override;
+  Future Pull(const Table& t, KeyBuffer keys, float* out) override {
+    return PullKeys(t, std::move(keys), -1, out, nullptr);
+  }
+  Future Lookup(const Table& t, KeyBuffer keys, float* out) override {
+    return PullKeys(t, std::move(keys), -1, out, nullptr, /*create=*/false);
+  }
+  Future PullSlot(const Table& t, KeyBuffer keys, int slot, float* out) override {
+    return PullKeys(t, std::move(keys), slot, out, nullptr);
+  }
+  Future PushDense(const Table& t, std::shared_ptr<const std::vector<float>> grads) override;
+  Result<std::vector<uint32_t>> GroupByServer(const Table& t, std::vector<Key>* keys) override;
+  Future PullView(const Table& t, KeyBuffer keys, PulledRows* out) override {
+    return PullKeys(t, std::move(keys), -1, nullptr, out);
+  }
+  Future PullDense(const Table& t, float* out) override { return PullWholeTable(t, out, nullptr); }
+  Future PullDenseView(const Table& t, PulledRows* out) override { return PullWholeTable(t, nullptr, out); }
+
+  Status Clock() override { return control_calls_.Clock(); }
+  using Client::Checkpoint;
+  Status Checkpoint(const std::string& run) override { return control_calls_.Checkpoint(run); }
+  Status Barrier() override { return control_calls_.Barrier(); }
+  Status Finish() override { return control_calls_.Finish(); }
+  Status Leave(const Status& why) override { return control_calls_.Leave(why); }
+
+  ClientStats stats() const override;
+
+ private:
+  // Keyed pulls: into `out`, or kept in `view` (no copy); `create` false: Lookup (kFlagNoCreate).
+  Future PullKeys(const Table& t, KeyBuffer keys, int slot, float* out, PulledRows* view, bool create = true);
+  // Whole dense table: into `out`, or kept in `view`.
+  Future PullWholeTable(const Table& t, float* out, PulledRows* view);
+  // Gives the call's requests its state, posts them and returns its Future.
+  Future PostCall(std::shared_ptr<FutureState> fs, Commands cmds);
+
+  // Declared in construction order; the ZeroMQ context first, so that it goes after every socket.
+  const ClientOptions options_;
+  zmq::context_t ctx_;
+  ControlChannel control_;  // the I/O thread's after Start(); cluster() and rank() fixed by then
+  ClientState state_;
+  RequestTable requests_;
+  CommandQueue queue_;
+  ServerLinks links_;
+  CallSender sender_;
+  ControlCalls control_calls_;
+  ReplyLoop loop_;
+  bool replacement_ = false;  // set in Start(): took a dead worker's place mid-job
+};
+
+}  // namespace internal
+}  // namespace pushpull
