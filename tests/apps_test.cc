@@ -9,7 +9,7 @@
 #include "apps/fmnist_mlp.h"
 #include "apps/linreg.h"
 #include "apps/sparse_lr.h"
-#include "deploy/local_cluster.h"
+#include "tests/support/local_cluster.h"
 
 namespace pushpull {
 namespace {

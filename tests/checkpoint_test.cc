@@ -17,7 +17,7 @@
 #include "apps/linreg.h"
 #include "apps/sparse_lr.h"
 #include "common/crc32c.h"
-#include "deploy/local_cluster.h"
+#include "tests/support/local_cluster.h"
 #include "server/checkpoint.h"
 #include "server/table_shard.h"
 

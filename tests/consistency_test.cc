@@ -13,9 +13,9 @@
 #include "common/time.h"
 #include "optimizers/optimizer.h"
 #include "server/consistency.h"
-#include "deploy/local_cluster.h"
-#include "tests/alloc_fault.h"
-#include "tests/eventually.h"
+#include "tests/support/local_cluster.h"
+#include "tests/support/alloc_fault.h"
+#include "tests/support/eventually.h"
 
 namespace pushpull {
 namespace {

@@ -21,11 +21,11 @@
 
 #include "common/address.h"
 #include "common/time.h"
-#include "deploy/local_cluster.h"
+#include "tests/support/local_cluster.h"
 #include "server/request_record.h"
 #include "worker/mlp_backend.h"
-#include "tests/eventually.h"
-#include "tests/tcp_proxy.h"
+#include "tests/support/eventually.h"
+#include "tests/support/tcp_proxy.h"
 
 namespace pushpull {
 namespace {

@@ -19,8 +19,8 @@
 #include "common/time.h"
 #include "apps/app.h"
 #include "apps/linreg.h"
-#include "deploy/local_cluster.h"
-#include "tests/eventually.h"
+#include "tests/support/local_cluster.h"
+#include "tests/support/eventually.h"
 
 namespace pushpull {
 namespace {

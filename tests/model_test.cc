@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "deploy/local_cluster.h"
+#include "tests/support/local_cluster.h"
 #include "optimizers/optimizer.h"
 
 namespace pushpull {

@@ -16,9 +16,9 @@
 #include "common/cpus.h"
 #include "common/time.h"
 #include "common/wire.h"
-#include "deploy/local_cluster.h"
+#include "tests/support/local_cluster.h"
 #include "server/table_shard.h"
-#include "tests/eventually.h"
+#include "tests/support/eventually.h"
 
 namespace pushpull {
 namespace {

@@ -47,7 +47,7 @@
 #include "common/log.h"
 #include "common/memory.h"
 #include "apps/bench/bench.h"
-#include "deploy/local_cluster.h"
+#include "tests/support/local_cluster.h"
 #include "optimizers/optimizer.h"
 
 namespace pushpull::bench {

@@ -1,4 +1,4 @@
-#include "deploy/local_cluster.h"
+#include "tests/support/local_cluster.h"
 
 #include "common/flags.h"
 #include "common/time.h"
