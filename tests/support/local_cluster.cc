@@ -14,15 +14,6 @@
 
 namespace pushpull {
 
-namespace {
-// Sanitizer builds run 5 to 15 times slower: stretch the liveness timeouts to match.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr int kTimeoutScale = 10;
-#else
-constexpr int kTimeoutScale = 1;
-#endif
-}  // namespace
-
 Status LocalCluster::Start() {
   config_.heartbeat_timeout_ms *= kTimeoutScale;
   SchedulerOptions so;
