@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -19,6 +20,7 @@
 #include "apps/linreg.h"
 #include "apps/sparse_lr.h"
 #include "server/checkpoint.h"
+#include "tests/support/cluster_test.h"
 #include "tests/support/local_cluster.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_tables.h"
@@ -28,6 +30,17 @@ namespace pushpull {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The clusters of TEST_P tests checkpoint into root_, a fresh directory.
+class Checkpoint : public ClusterTest {
+ protected:
+  void Configure(LocalClusterConfig* config) override {
+    root_ = std::make_unique<TempDir>();
+    config->checkpoint_dir = root_->path();
+  }
+
+  std::unique_ptr<TempDir> root_;
+};
 
 // One worker's part of a small BSP job from its current clock to `until`: a dense Adam table over
 // both servers and a sparse AdaGrad one; gradients depend on the pulled parameters, so any
@@ -77,7 +90,7 @@ void Train(Client& c, int64_t until, int64_t ckpt_at, std::vector<float>* final_
 // A job checkpointed at clock 4 and run on to 8, and new jobs restored from that checkpoint and
 // run to 8 (another number of update threads; 3 servers and 1, re-sharding the checkpoint), end
 // bit for bit alike: BSP's per-row arithmetic does not depend on where a row lives.
-TEST(Checkpoint, RestoredBspJobContinuesExactlyOnAnyNumberOfServers) {
+TEST_F(Checkpoint, RestoredBspJobContinuesExactlyOnAnyNumberOfServers) {
   TempDir root;
   std::vector<std::vector<float>> full(2);
   {
@@ -116,7 +129,7 @@ TEST(Checkpoint, RestoredBspJobContinuesExactlyOnAnyNumberOfServers) {
 // A restored table that no worker created again before the next checkpoint is in that checkpoint
 // as it was restored (found in review: it was left out, and gone once its checkpoint was pruned),
 // also across a change in the number of servers.
-TEST(Checkpoint, ATableNotCreatedAgainIsKeptInTheNextCheckpoint) {
+TEST_F(Checkpoint, ATableNotCreatedAgainIsKeptInTheNextCheckpoint) {
   TempDir first, second;
   std::vector<std::vector<float>> full(2);
   {
@@ -159,7 +172,7 @@ TEST(Checkpoint, ATableNotCreatedAgainIsKeptInTheNextCheckpoint) {
 // A restore that failed once its rows were handed over (here: past the server's table memory
 // limit) fails every later creation of the table the same way; it was retried into an empty
 // sparse table, logged as restored (found in review).
-TEST(Checkpoint, ARestoreThatFailedPartWayIsNotRetriedIntoAnEmptyTable) {
+TEST_F(Checkpoint, ARestoreThatFailedPartWayIsNotRetriedIntoAnEmptyTable) {
   TempDir root;
   TableSpec s = CheckpointSpec("sparse", true, opt::Kind::kAdaGrad);
   {
@@ -205,11 +218,9 @@ TEST(Checkpoint, ARestoreThatFailedPartWayIsNotRetriedIntoAnEmptyTable) {
 // Under SSP and ASP too a checkpoint is an exact cut: what every worker reads right after it (the
 // others held at a barrier) is exactly what a job restored from it reads first, tables and
 // optimizer state alike, even with workers running at different speeds before it.
-class CheckpointCutTest : public ::testing::TestWithParam<const char*> {};
-
-TEST_P(CheckpointCutTest, RestoredStateIsWhatWorkersSawAtTheCheckpoint) {
-  TempDir root;
-  const Consistency model = *ParseConsistency(GetParam());
+TEST_P(Checkpoint, RestoredStateIsWhatWorkersSawAtTheCheckpoint) {
+  const TempDir& root = *root_;
+  const Consistency model = GetParam().consistency;
   auto tables = [&](Client& c, Table* d, Table* sp) {
     TableSpec ds = CheckpointSpec("dense", false, opt::Kind::kAdam), ss = CheckpointSpec("sparse", true, opt::Kind::kAdaGrad);
     ds.consistency = ss.consistency = model;
@@ -239,12 +250,7 @@ TEST_P(CheckpointCutTest, RestoredStateIsWhatWorkersSawAtTheCheckpoint) {
   big.optimizer.lr = 1e-3f;
   big.consistency = model;
   {
-    LocalClusterConfig cfg;
-    cfg.servers = 2;
-    cfg.workers = 3;
-    cfg.checkpoint_dir = root.path();
-    LocalCluster cluster(cfg);
-    ASSERT_TRUE(cluster.Start().ok());
+    LocalCluster& cluster = *cluster_;  // checkpointing into root
     cluster.RunWorkers([&](Client& c, int w) {
       Table d, sp;
       tables(c, &d, &sp);
@@ -272,12 +278,10 @@ TEST_P(CheckpointCutTest, RestoredStateIsWhatWorkersSawAtTheCheckpoint) {
     ASSERT_TRUE(cluster.FinishAndJoin().ok());
   }
   {
-    LocalClusterConfig cfg;
-    cfg.servers = 2;
-    cfg.workers = 3;
+    LocalClusterConfig cfg = GetParam().Config();
     cfg.restore_from = root.path();
-    LocalCluster cluster(cfg);
-    ASSERT_TRUE(cluster.Start().ok());
+    ASSERT_TRUE(StartCluster(cfg));
+    LocalCluster& cluster = *cluster_;
     cluster.RunWorkers([&](Client& c, int w) {
       Table d, sp;
       tables(c, &d, &sp);
@@ -293,12 +297,13 @@ TEST_P(CheckpointCutTest, RestoredStateIsWhatWorkersSawAtTheCheckpoint) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(, CheckpointCutTest, ::testing::Values("ssp:2", "asp"));
+INSTANTIATE_TEST_SUITE_P(, Checkpoint, ::testing::ValuesIn(UnderEachModel(2, 3, {"ssp:2", "asp"})),
+                         ClusterParamsName());
 
 // An app checkpoints every N epochs and after its last, so the trained model is in the newest
 // checkpoint; a job restored from that one (restarted after training, before it ended) has
 // nothing left to train: it evaluates the restored model, the trained one, and ends.
-TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
+TEST_F(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
   TempDir root;
   AppOptions app;
   app.consistency = *ParseConsistency("bsp");
@@ -507,7 +512,7 @@ TEST(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
 
 // The other apps too: restored from the checkpoint after their last epoch, they evaluate the
 // trained model (worker 0 reports the same metric as the run that trained it) and end.
-TEST(Checkpoint, AppsRestoredAfterTheLastEpochEvaluateTheTrainedModel) {
+TEST_F(Checkpoint, AppsRestoredAfterTheLastEpochEvaluateTheTrainedModel) {
   using AppFn = std::function<Status(Client&, const AppOptions&, AppResult*)>;
   FmnistOptions fo;
   fo.device = Device::kCpu;
@@ -557,7 +562,7 @@ TEST(Checkpoint, AppsRestoredAfterTheLastEpochEvaluateTheTrainedModel) {
 // An app asked to checkpoint in a job without checkpoints (no scheduler --checkpoint_dir) fails
 // before it trains, saying so; a checkpoint directory that cannot be created fails the
 // scheduler at its start. Both are setup errors: the binaries exit 2, not restarted.
-TEST(Checkpoint, CheckpointsAskedForWithoutADirectoryFailAtTheStart) {
+TEST_F(Checkpoint, CheckpointsAskedForWithoutADirectoryFailAtTheStart) {
   LocalClusterConfig cfg;
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());
@@ -590,7 +595,7 @@ TEST(Checkpoint, CheckpointsAskedForWithoutADirectoryFailAtTheStart) {
 
 // A worker that dies while the others wait in Checkpoint() (the job going on without it) no longer
 // counts: the checkpoint completes with the live ones.
-TEST(Checkpoint, ADeadWorkerDoesNotHoldACheckpointUp) {
+TEST_F(Checkpoint, ADeadWorkerDoesNotHoldACheckpointUp) {
   TempDir root;
   LocalClusterConfig cfg;
   cfg.workers = 3;
@@ -612,7 +617,7 @@ TEST(Checkpoint, ADeadWorkerDoesNotHoldACheckpointUp) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
-TEST(Checkpoint, MisuseGetsClearErrors) {
+TEST_F(Checkpoint, MisuseGetsClearErrors) {
   {  // No --checkpoint_dir.
     LocalCluster cluster(LocalClusterConfig{});
     ASSERT_TRUE(cluster.Start().ok());

@@ -8,60 +8,62 @@
 
 #include "tests/support/alloc_fault.h"
 #include "tests/support/eventually.h"
+#include "tests/support/cluster_test.h"
 #include "tests/support/local_cluster.h"
 #include "tests/support/test_tables.h"
 
 namespace pushpull {
 namespace {
 
+class ConsistencyBlocking : public ClusterTest {};
+
 // SSP(k): with worker 1 stopped at clock 0, worker 0 may pull at clocks 0..k without waiting
 // and its pull at clock k+1 waits until worker 1 clocks once.
-TEST(ConsistencyBlocking, SspLetsTheFastWorkerRunExactlyKAhead) {
-  for (int k : {0, 1, 2}) {
-    LocalClusterConfig cfg;
-    cfg.servers = 2;
-    cfg.workers = 2;
-    LocalCluster cluster(cfg);
-    ASSERT_TRUE(cluster.Start().ok());
-    Consistency c{k == 0 ? Consistency::kBsp : Consistency::kSsp, k};
-    auto t0 = cluster.client(0).CreateTable(CounterTable(4, c));
-    auto t1 = cluster.client(1).CreateTable(CounterTable(4, c));
-    ASSERT_TRUE(t0.ok() && t1.ok());
-    std::vector<float> vals(8);
-    for (int clock = 0; clock <= k; ++clock) {
-      Future f = cluster.client(0).PullDense(*t0, vals.data());
-      ASSERT_TRUE(f.WaitFor(10000).ok()) << "k=" << k << " clock=" << clock;
-      EXPECT_EQ(f.staleness(), clock) << "k=" << k;  // worker 1 is at clock 0
-      ASSERT_TRUE(cluster.client(0).Clock().ok());
-    }
-    Future blocked = cluster.client(0).PullDense(*t0, vals.data());
-    auto parked = [&] {
-      uint64_t p = 0;
-      for (int s = 0; s < 2; ++s) p += cluster.server(s).stats().parked_now.load();
-      return p == 2;  // the pull's part on each server waits
-    };
-    ASSERT_TRUE(Eventually(parked)) << "pull at clock " << k + 1 << " should wait for worker 1";
-    EXPECT_FALSE(blocked.Ready());
-    // Worker 1's clock 0: a push to row 2 (SGD, lr 1), then the clock that releases the pull.
-    std::vector<float> g(8, 0.0f);
-    g[4] = g[5] = 5.0f;
-    ASSERT_TRUE(cluster.client(1).PushDense(*t1, g).WaitFor(10000).ok());
-    EXPECT_FALSE(blocked.Ready());
-    ASSERT_TRUE(cluster.client(1).Clock().ok());
-    EXPECT_TRUE(blocked.WaitFor(10000).ok());
-    EXPECT_EQ(blocked.staleness(), k);  // the bound, met exactly
-    // It sees the push it waited for: applied at once under SSP; under BSP in clock 0's mean
-    // over both workers (worker 0 pushed nothing).
-    EXPECT_EQ(vals[4], k == 0 ? -2.5f : -5.0f) << "k=" << k;
-    EXPECT_EQ(vals[0], 0.0f);
-    EXPECT_TRUE(cluster.FinishAndJoin().ok());
+TEST_P(ConsistencyBlocking, SspLetsTheFastWorkerRunExactlyKAhead) {
+  LocalCluster& cluster = *cluster_;
+  const Consistency c = GetParam().consistency;
+  const int k = int(c.bound());  // BSP: 0
+  auto t0 = cluster.client(0).CreateTable(CounterTable(4, c));
+  auto t1 = cluster.client(1).CreateTable(CounterTable(4, c));
+  ASSERT_TRUE(t0.ok() && t1.ok());
+  std::vector<float> vals(8);
+  for (int clock = 0; clock <= k; ++clock) {
+    Future f = cluster.client(0).PullDense(*t0, vals.data());
+    ASSERT_TRUE(f.WaitFor(10000).ok()) << "k=" << k << " clock=" << clock;
+    EXPECT_EQ(f.staleness(), clock) << "k=" << k;  // worker 1 is at clock 0
+    ASSERT_TRUE(cluster.client(0).Clock().ok());
   }
+  Future blocked = cluster.client(0).PullDense(*t0, vals.data());
+  auto parked = [&] {
+    uint64_t p = 0;
+    for (int s = 0; s < 2; ++s) p += cluster.server(s).stats().parked_now.load();
+    return p == 2;  // the pull's part on each server waits
+  };
+  ASSERT_TRUE(Eventually(parked)) << "pull at clock " << k + 1 << " should wait for worker 1";
+  EXPECT_FALSE(blocked.Ready());
+  // Worker 1's clock 0: a push to row 2 (SGD, lr 1), then the clock that releases the pull.
+  std::vector<float> g(8, 0.0f);
+  g[4] = g[5] = 5.0f;
+  ASSERT_TRUE(cluster.client(1).PushDense(*t1, g).WaitFor(10000).ok());
+  EXPECT_FALSE(blocked.Ready());
+  ASSERT_TRUE(cluster.client(1).Clock().ok());
+  EXPECT_TRUE(blocked.WaitFor(10000).ok());
+  EXPECT_EQ(blocked.staleness(), k);  // the bound, met exactly
+  // It sees the push it waited for: applied at once under SSP; under BSP in clock 0's mean
+  // over both workers (worker 0 pushed nothing).
+  EXPECT_EQ(vals[4], k == 0 ? -2.5f : -5.0f) << "k=" << k;
+  EXPECT_EQ(vals[0], 0.0f);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(, ConsistencyBlocking,
+                         ::testing::ValuesIn(UnderEachModel(2, 2, {"bsp", "ssp:1", "ssp:2"})),
+                         ClusterParamsName());
 
 // A pull the minimum clock released, but for whose reply the server ran out of memory, stays
 // parked and is served a moment later, not at the next clock only, which may never come (here
 // worker 1 has nothing left to do). Found in review.
-TEST(ConsistencyBlocking, APullReleasedWithoutMemoryForItsReplyIsServedSoonAfter) {
+TEST_F(ConsistencyBlocking, APullReleasedWithoutMemoryForItsReplyIsServedSoonAfter) {
   LocalClusterConfig cfg;
   cfg.servers = 1;
   cfg.workers = 2;
@@ -90,7 +92,7 @@ TEST(ConsistencyBlocking, APullReleasedWithoutMemoryForItsReplyIsServedSoonAfter
 }
 
 // ASP never blocks: worker 0 runs 40 clocks ahead of an idle worker 1.
-TEST(ConsistencyBlocking, AspNeverWaits) {
+TEST_F(ConsistencyBlocking, AspNeverWaits) {
   LocalClusterConfig cfg;
   cfg.servers = 2;
   cfg.workers = 2;

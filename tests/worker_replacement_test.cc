@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/wire.h"
+#include "tests/support/cluster_test.h"
 #include "tests/support/eventually.h"
 #include "tests/support/fault_jobs.h"
 #include "tests/support/local_cluster.h"
@@ -21,26 +22,26 @@
 namespace pushpull {
 namespace {
 
+// The clusters of TEST_P tests wait for a dead worker's replacement (--on_worker_death=wait).
+class WorkerReplacement : public ClusterTest {
+ protected:
+  void Configure(LocalClusterConfig* config) override { config->wait_for_replacement = true; }
+};
+
 // --on_worker_death=wait: a new worker takes a dead one's rank and resumes at its clock; the
 // others wait for it meanwhile (under BSP; under SSP once the bound is reached). Each step counts
 // once, as in the uninterrupted run: under BSP what the dead worker had pushed of its unfinished
 // clock is dropped and the new one pushes it again; under SSP and ASP, whose pushes are applied
 // as they come, the new one's pushes of that clock that the dead one had made are answered and
 // not applied again.
-class WorkerReplacementIn : public ::testing::TestWithParam<const char*> {};
-
-TEST_P(WorkerReplacementIn, ANewWorkerTakesADeadOnesPlaceAndEachStepCountsOnce) {
-  const bool bsp = std::string(GetParam()) == "bsp";
-  LocalClusterConfig cfg;
-  cfg.servers = 2;
-  cfg.workers = 2;
-  cfg.wait_for_replacement = true;
-  LocalCluster cluster(cfg);
-  ASSERT_TRUE(cluster.Start().ok());
+TEST_P(WorkerReplacement, ANewWorkerTakesADeadOnesPlaceAndEachStepCountsOnce) {
+  const bool bsp = GetParam().consistency.model == Consistency::kBsp;
+  const LocalClusterConfig cfg = ParamConfig();
+  LocalCluster& cluster = *cluster_;
   TableSpec spec = Dense("w", 8);
   spec.init = InitKind::kZeros;
   spec.optimizer.lr = 0.25f;
-  spec.consistency = *ParseConsistency(GetParam());
+  spec.consistency = GetParam().consistency;
   std::vector<Table> t(2);
   for (int w = 0; w < 2; ++w) {
     auto made = cluster.client(w).CreateTable(spec);
@@ -92,18 +93,16 @@ TEST_P(WorkerReplacementIn, ANewWorkerTakesADeadOnesPlaceAndEachStepCountsOnce) 
   EXPECT_TRUE(cluster.scheduler_status().ok()) << cluster.scheduler_status().ToString();
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, WorkerReplacementIn, ::testing::Values("bsp", "ssp:2", "asp"),
-                         [](const ::testing::TestParamInfo<const char*>& i) {
-                           std::string n = i.param;
-                           return n.substr(0, n.find(':'));
-                         });
+INSTANTIATE_TEST_SUITE_P(, WorkerReplacement,
+                         ::testing::ValuesIn(UnderEachModel(2, 2, {"bsp", "ssp:2", "asp"})),
+                         ClusterParamsName());
 
 // A worker dies while it waits in a checkpoint the other has not asked for yet, and a new one
 // takes its place at that clock. The dead one's ask does not count for the new one (which pushes
 // at that clock once it runs: a checkpoint started on the old ask would hold those pushes, or fail
 // on them); the new one asks itself, as the apps' FirstEpoch does, and the checkpoint is taken
 // once, at that clock, with both. Asked again at that clock, it is answered at once.
-TEST(WorkerReplacement, ADeadWorkersCheckpointAskIsNotItsReplacements) {
+TEST_F(WorkerReplacement, ADeadWorkersCheckpointAskIsNotItsReplacements) {
   char tmpl[] = "/tmp/pp-ckpt-replace-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   LocalClusterConfig cfg;
@@ -158,7 +157,7 @@ TEST(WorkerReplacement, ADeadWorkersCheckpointAskIsNotItsReplacements) {
 // answered when it commits (found in review: it was refused "a checkpoint in progress", failed,
 // and the rank went back to waiting for a replacement). The servers' answers are lost until then
 // (a proxy on server 0's control connection), which keeps the checkpoint in its writing phase.
-TEST(WorkerReplacement, AReplacementJoinsTheCheckpointBeingWritten) {
+TEST_F(WorkerReplacement, AReplacementJoinsTheCheckpointBeingWritten) {
   char tmpl[] = "/tmp/pp-ckpt-writing-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   TcpProxy proxy;
@@ -207,7 +206,7 @@ TEST(WorkerReplacement, AReplacementJoinsTheCheckpointBeingWritten) {
 }
 
 // Nobody takes the dead worker's place in time: the job aborts, naming its rank and the flag.
-TEST(WorkerReplacement, NoReplacementInTimeAbortsTheJobNamingTheRank) {
+TEST_F(WorkerReplacement, NoReplacementInTimeAbortsTheJobNamingTheRank) {
   LocalClusterConfig cfg;
   cfg.servers = 1;
   cfg.workers = 2;
@@ -226,7 +225,7 @@ TEST(WorkerReplacement, NoReplacementInTimeAbortsTheJobNamingTheRank) {
 // Under --on_worker_death=wait a worker that comes while every rank is held is told "not yet" and
 // asks again (a replacement an orchestrator starts before the death is declared: ReplaceClient
 // relies on it); when no rank frees up within its registration deadline, it says so.
-TEST(WorkerReplacement, AWorkerComingWhileEveryRankIsHeldWaitsWithinItsDeadline) {
+TEST_F(WorkerReplacement, AWorkerComingWhileEveryRankIsHeldWaitsWithinItsDeadline) {
   LocalClusterConfig cfg;
   cfg.workers = 1;
   cfg.wait_for_replacement = true;
@@ -245,7 +244,7 @@ TEST(WorkerReplacement, AWorkerComingWhileEveryRankIsHeldWaitsWithinItsDeadline)
 
 // A worker that asks for a rank waits for that rank: rank 1 frees up (its worker died) while it
 // waits for rank 0, which it does not take; rank 1 goes to the worker asking for it.
-TEST(WorkerReplacement, AWorkerAskingForAHeldRankWaitsForItAndTakesNoOther) {
+TEST_F(WorkerReplacement, AWorkerAskingForAHeldRankWaitsForItAndTakesNoOther) {
   LocalClusterConfig cfg;
   cfg.workers = 2;
   cfg.wait_for_replacement = true;

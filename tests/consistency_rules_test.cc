@@ -14,20 +14,14 @@
 #include <vector>
 
 #include "server/consistency.h"
+#include "tests/support/cluster_test.h"
 #include "tests/support/local_cluster.h"
 #include "tests/support/test_tables.h"
 
 namespace pushpull {
 namespace {
 
-struct ModelCase {
-  const char* name;
-  Consistency c;
-};
-
-void PrintTo(const ModelCase& m, std::ostream* os) { *os << m.name; }
-
-class ConsistencyTest : public ::testing::TestWithParam<ModelCase> {};
+class ConsistencyRules : public ClusterTest {};
 
 // Row v counts worker v's pushes: each push adds exactly 1 to row v (BSP: the mean over W
 // workers is applied, so a worker pushes -W into its own row). At a pull at clock c:
@@ -35,15 +29,14 @@ class ConsistencyTest : public ::testing::TestWithParam<ModelCase> {};
 //   own row == c exactly (read-my-writes; BSP: the pushes of clocks below c)
 //   every row <= pushes that worker has issued so far
 //   BSP: every row == c exactly
-TEST_P(ConsistencyTest, PullsSeeWhatTheModelAllows) {
-  const ModelCase mc = GetParam();
-  const int W = 3, S = 2, T = 12;
-  LocalClusterConfig cfg;
-  cfg.servers = S;
-  cfg.workers = W;
-  LocalCluster cluster(cfg);
-  ASSERT_TRUE(cluster.Start().ok());
-  std::atomic<int64_t> issued[W];
+TEST_P(ConsistencyRules, PullsSeeWhatTheModelAllows) {
+  const struct {
+    std::string name;  // the instance's, for messages
+    Consistency c;
+  } mc{GetParam().Name(), GetParam().consistency};
+  const int W = GetParam().workers, S = GetParam().servers, T = 12;
+  LocalCluster& cluster = *cluster_;
+  std::vector<std::atomic<int64_t>> issued(W);
   for (auto& i : issued) i = 0;
   std::atomic<int> violations{0};
   std::atomic<int32_t> max_staleness{0};
@@ -90,14 +83,11 @@ TEST_P(ConsistencyTest, PullsSeeWhatTheModelAllows) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ConsistencyTest,
-                         ::testing::Values(ModelCase{"bsp", {Consistency::kBsp, 0}},
-                                           ModelCase{"ssp1", {Consistency::kSsp, 1}},
-                                           ModelCase{"ssp3", {Consistency::kSsp, 3}},
-                                           ModelCase{"asp", {Consistency::kAsp, 0}}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(, ConsistencyRules,
+                         ::testing::ValuesIn(UnderEachModel(2, 3, {"bsp", "ssp:1", "ssp:3", "asp"})),
+                         ClusterParamsName());
 
-TEST(Consistency, PullRule) {
+TEST_F(ConsistencyRules, PullRule) {
   EXPECT_TRUE(PullReady(5, 0, 5));
   EXPECT_FALSE(PullReady(5, 0, 4));
   EXPECT_TRUE(PullReady(5, 2, 3));
