@@ -98,7 +98,7 @@ TEST(BspEquivalence, RunsAreBitwiseReproducible) {
 
 // A sparse table's BSP mean is over every worker that took part in the clock, whichever servers
 // its keys went to: two workers pushing keys that two servers own give the rows one server gives
-// (each server used to divide by the workers that pushed to it, here one: twice the step).
+// (a server that divided by the workers that pushed to it, here one, would take twice the step).
 TEST(BspEquivalence, SparseMeanIsOverEveryWorkerWhateverTheServers) {
   TableSpec spec;
   spec.name = "emb";
@@ -140,7 +140,8 @@ TEST(BspEquivalence, SparseMeanIsOverEveryWorkerWhateverTheServers) {
 
 // A worker that dies in the middle of a BSP clock, having pushed to one server and not the other:
 // every server drops its pushes for that clock, so the clock's mean is the survivor's gradient on
-// every row (server 0 used to average the dead worker's push in and server 1 not).
+// every row (were server 0 to average the dead worker's push in and server 1 not, their rows would
+// part).
 TEST(BspEquivalence, AWorkerDyingMidClockCountsNowhere) {
   LocalClusterConfig cfg;
   cfg.servers = 2;

@@ -173,8 +173,7 @@ TEST(CheckpointFiles, FileRoundTripsAShardAcrossStripings) {
       EXPECT_EQ(rows.params.size(), in_blocks ? 0u : size_t(wide.rows) * wide.dim);
       EXPECT_EQ(rows.slots.size(), in_blocks ? 0u : 2u);
     }
-    // The checkpoint tool exports such a table whole (found in review: it read the blocks' form
-    // and wrote from an empty array).
+    // The checkpoint tool exports such a table whole, from its blocks.
     const std::string npy = root.path() + "/blocks.npy";
     std::string out;
     ASSERT_EQ(RunCommand(BinDir() + "/pushpull-checkpoint --dir=" + root.path() + " --export_table=blocks --out=" + npy,
@@ -249,13 +248,10 @@ int AsUnprivileged(const std::function<int()>& check) {
   return -1;
 }
 
-// A checkpoint this process may not read is a setup error that says so (InvalidArgument, exit 2),
-// not a missing or damaged one: a restore does not pass over it to an older one. A checkpoint
-// directory it may not write in fails a checkpoint the same way.
 // --checkpoint_dir must be one filesystem every server shares: a server that does not see its
 // root (a mount gone) refuses to write rather than make it afresh on a local disk, and the
 // scheduler commits no checkpoint one of whose files it cannot see (so it never prunes the
-// older ones a restore could use for it). Both are setup errors. Found in review.
+// older ones a restore could use for it). Both are setup errors.
 TEST(CheckpointFiles, AFileTheSchedulerCannotSeeIsNoCompleteCheckpoint) {
   TableSpec spec = CheckpointSpec("t", false, opt::Kind::kSgd);
   const TableInfo info = TableInfo::Make(0, spec, 1);
@@ -315,6 +311,9 @@ TEST(CheckpointFiles, ATableInOnlySomeServersFilesIsNotRestoredOntoAnotherCount)
   EXPECT_EQ(own->count("failed"), 1u);
 }
 
+// A checkpoint this process may not read is a setup error that says so (InvalidArgument, exit 2),
+// not a missing or damaged one: a restore does not pass over it to an older one. A checkpoint
+// directory it may not write in fails a checkpoint the same way.
 TEST(CheckpointFiles, FilesThisProcessMayNotReadOrWriteAreASetupErrorNotDamage) {
   // Under /tmp (any user may enter it: TMPDIR may be a directory nobody else can), made
   // readable and searchable by all; given back its owner's rights before it is removed.
@@ -516,7 +515,7 @@ TEST(CheckpointFiles, AnEarlierRunsCheckpointsInTheDirectory) {
   for (int64_t c : {4, 8, 12}) commit(c);  // the earlier run
   // A fresh run reaching the earlier run's newest clock: LATEST goes while it is rewritten, not
   // back to the earlier run's clock 8 (a restart after a crash here would resume the fresh run
-  // from that run's parameters; found in review).
+  // from that run's parameters).
   ASSERT_TRUE(PrepareCheckpointDir(root.path(), CheckpointDir(root.path(), 12)).ok());
   EXPECT_EQ(ReadLatestCheckpoint(root.path()).status().code(), Code::kNotFound);
   EXPECT_FALSE(fs::exists(fs::path(CheckpointDir(root.path(), 12)) / "MANIFEST"));

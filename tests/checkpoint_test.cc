@@ -127,8 +127,8 @@ TEST_F(Checkpoint, RestoredBspJobContinuesExactlyOnAnyNumberOfServers) {
 }
 
 // A restored table that no worker created again before the next checkpoint is in that checkpoint
-// as it was restored (found in review: it was left out, and gone once its checkpoint was pruned),
-// also across a change in the number of servers.
+// as it was restored (left out, it would be gone once its checkpoint was pruned), also across a
+// change in the number of servers.
 TEST_F(Checkpoint, ATableNotCreatedAgainIsKeptInTheNextCheckpoint) {
   TempDir first, second;
   std::vector<std::vector<float>> full(2);
@@ -170,8 +170,8 @@ TEST_F(Checkpoint, ATableNotCreatedAgainIsKeptInTheNextCheckpoint) {
 }
 
 // A restore that failed once its rows were handed over (here: past the server's table memory
-// limit) fails every later creation of the table the same way; it was retried into an empty
-// sparse table, logged as restored (found in review).
+// limit) fails every later creation of the table the same way, rather than being retried into an
+// empty sparse table that is logged as restored.
 TEST_F(Checkpoint, ARestoreThatFailedPartWayIsNotRetriedIntoAnEmptyTable) {
   TempDir root;
   TableSpec s = CheckpointSpec("sparse", true, opt::Kind::kAdaGrad);
@@ -346,7 +346,7 @@ TEST_F(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
   }
   // The checkpoint keeps how the run counted its clocks: restored with half the batch, clock 40
   // would end epoch 2 of a run of 20 clocks an epoch, and the job would go on there as if
-  // nothing changed (found in review). Refused, naming both.
+  // nothing changed. Refused, naming both.
   EXPECT_EQ(ReadLatestCheckpoint(root.path())->run,
             "linreg: epochs end at clocks 10, 20, 30, ... (batch 100, 2 workers, 1000 examples a worker, seed 42)");
   LocalCluster other(cfg);
@@ -362,7 +362,7 @@ TEST_F(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
         << st.ToString();
     EXPECT_NE(st.message().find("this one: \"linreg: epochs end at clocks 20, 40, 60, ... (batch 50"),
               std::string::npos) << st.ToString();
-    // Nor with another seed, which draws another problem (found in review: linreg resumed on it).
+    // Nor with another seed, which draws another problem to resume on.
     AppOptions reseeded = app;
     reseeded.seed = 7;
     st = RunLinreg(c, reseeded, o, &r);
@@ -371,8 +371,8 @@ TEST_F(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
   });
   other.FinishAndJoin().IgnoreError();
   {
-    // A checkpoint of the build before, whose run line said neither workers nor seed, still
-    // resumes with the default seed (found in review: every such checkpoint was refused).
+    // A checkpoint whose run line names neither workers nor seed (an older build's) resumes with
+    // the default seed.
     const std::string manifest = ReadLatestCheckpoint(root.path())->dir + "/MANIFEST";
     std::string text;
     {
@@ -393,8 +393,8 @@ TEST_F(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
     EXPECT_TRUE(earlier.FinishAndJoin().ok());
     std::ofstream(manifest, std::ios::trunc) << text;
   }
-  // Restored with fewer --epochs than it had trained: a setup error naming the epoch (exit 2; it
-  // was FailedPrecondition, exit 1, and a launcher restarted into it).
+  // Restored with fewer --epochs than it had trained: a setup error naming the epoch (exit 2, so
+  // that a launcher does not restart into it).
   LocalCluster fewer(cfg);
   ASSERT_TRUE(fewer.Start().ok());
   AppOptions three = app;
@@ -497,9 +497,8 @@ TEST_F(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
     });
     EXPECT_TRUE(older.FinishAndJoin().ok());
   }
-  // A root whose own name starts like a checkpoint's is still a root (found in review: it was
-  // read as one incomplete checkpoint, so a job in --checkpoint_dir=.../ckpt-fmnist could not
-  // resume).
+  // A root whose own name starts like a checkpoint's is still a root, not one incomplete
+  // checkpoint: a job in --checkpoint_dir=.../ckpt-fmnist resumes.
   TempDir links;
   const std::string named_like_one = links.path() + "/ckpt-fmnist";
   std::filesystem::create_directory_symlink(root.path(), named_like_one);
@@ -593,8 +592,8 @@ TEST_F(Checkpoint, CheckpointsAskedForWithoutADirectoryFailAtTheStart) {
   EXPECT_TRUE(fs::is_directory(so.checkpoint_dir));
 }
 
-// A worker that dies while the others wait in Checkpoint() (the job going on without it) no longer
-// counts: the checkpoint completes with the live ones.
+// A worker that dies while the others wait in Checkpoint() (the job going on without it) counts no
+// more: the checkpoint completes with the live ones.
 TEST_F(Checkpoint, ADeadWorkerDoesNotHoldACheckpointUp) {
   TempDir root;
   LocalClusterConfig cfg;
@@ -668,7 +667,7 @@ TEST_F(Checkpoint, MisuseGetsClearErrors) {
   }
   {  // Pushes at the checkpoint's clock itself (a worker that went on after a failed
      // Checkpoint(), or another thread of it): they would be in the checkpoint and trained again
-     // on resuming, so it is refused, and taken once the clock is closed (found in review).
+     // on resuming, so it is refused, and taken once the clock is closed.
     TempDir r4;
     LocalClusterConfig cfg;
     cfg.checkpoint_dir = r4.path();
@@ -716,8 +715,8 @@ TEST_F(Checkpoint, MisuseGetsClearErrors) {
     ASSERT_TRUE(cluster.Start().ok());
     auto t = cluster.client(0).CreateTable(CheckpointSpec("dense", false, opt::Kind::kSgd));
     // A setup error (the job's flags against the checkpoint): a worker exits 2 on it, not restarted.
-    // It says what differs (found in review: it printed both specs, which left out most settings
-    // and so read the same).
+    // It says what differs (two specs printed whole leave out most settings, and so may read the
+    // same).
     EXPECT_EQ(t.status().code(), Code::kInvalidArgument) << t.status().ToString();
     EXPECT_NE(t.status().message().find("cannot take the checkpoint's rows: optimizer adam -> sgd"), std::string::npos)
         << t.status().ToString();

@@ -44,8 +44,8 @@ TEST(ClientErrors, PullOfAReplyOverTheMessageLimitIsRefused) {
 }
 
 // clip_norm clips a push by the norm of the whole push, also when it is split over servers
-// (each part scaled alike, the direction kept): found in review, each server clipped its part
-// by that part's own norm, so results depended on the number of servers.
+// (each part scaled alike, the direction kept): clipped by each part's own norm, results would
+// depend on the number of servers.
 TEST(ClientErrors, APushSplitOverServersIsClippedByItsWholeNorm) {
   LocalClusterConfig cfg;
   cfg.servers = 2;
@@ -77,10 +77,6 @@ TEST(ClientErrors, APushSplitOverServersIsClippedByItsWholeNorm) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
-// A push a server refuses (here a NaN gradient) leaves its step undone: the Clock that would
-// close that step is refused by that server, with the push's reason and code, and the worker's
-// calls fail from then on. (Found in review: the apps drop their push Futures, so under BSP the
-// clock closed and its mean lacked the push, silently.)
 // A push part claiming a whole-push norm below its own (0: no clipping at all) is clipped by its
 // own norm: the claim can only make a part's clipping stronger, never switch it off.
 TEST(ClientErrors, AClaimedPushNormBelowThePartsOwnDoesNotUnclipIt) {
@@ -116,6 +112,10 @@ TEST(ClientErrors, AClaimedPushNormBelowThePartsOwnDoesNotUnclipIt) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
+// A push a server refuses (here a NaN gradient) leaves its step undone: the Clock that would
+// close that step is refused by that server, with the push's reason and code, and the worker's
+// calls fail from then on. (The apps drop their push Futures: a clock closed without the push
+// would take a BSP mean that silently lacks it.)
 TEST(ClientErrors, AClockAfterARefusedPushIsRefused) {
   LocalClusterConfig cfg;
   cfg.workers = 2;
@@ -209,8 +209,8 @@ TEST(ClientErrors, AGivenUpPullNeverTurnsOk) {
 }
 
 // Finish() while a call its caller gave up on is still open waits for it, and succeeds when its
-// answer comes (it ends DeadlineExceeded, as given up: Finish failed on that, found in review,
-// and never told the scheduler); calls after Finish() are refused, saying so.
+// answer comes (the call ends DeadlineExceeded, as given up, which does not fail Finish, so the
+// scheduler hears that the worker finished); calls after Finish() are refused, saying so.
 TEST(ClientErrors, FinishWithAGivenUpCallOpenSucceedsAndLaterCallsAreRefused) {
   AOneClockAhead job;
   ASSERT_TRUE(job.Start());

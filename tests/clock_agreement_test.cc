@@ -100,8 +100,8 @@ struct WorkerDyingBetweenServers {
 // Worker 2's Clock() reaches server 0 and not server 1, and worker 2 dies. Server 0 counts its
 // pushes of clock 0 in the clock's mean (its clock passed it); server 1, asked with the others
 // where worker 2's clock is, counts them too, as server 0 does: its Clock went out once every push
-// was answered, so server 1 holds them all. Without that agreement server 1 dropped them and
-// applied the mean of two workers' pushes where server 0 applied three's.
+// was answered, so server 1 holds them all. Without that agreement server 1 would drop them and
+// apply the mean of two workers' pushes where server 0 applies three's.
 TEST(ClockAgreement, AWorkerDyingBetweenItsClockMessagesCountsAlikeOnEveryServer) {
   WorkerDyingBetweenServers job(MsgType::kClock);
   ASSERT_TRUE(job.ok());
@@ -111,9 +111,9 @@ TEST(ClockAgreement, AWorkerDyingBetweenItsClockMessagesCountsAlikeOnEveryServer
 
 // The same under --on_worker_death=wait: the servers agree that worker 2 reached clock 1, and the
 // worker taking its place starts there on both (server 1 raised worker 2's clock, from the
-// scheduler's word or from the new worker's hello, whichever came first). Before, it started at
-// the lowest, clock 0, and redid that clock: server 1 dropped the dead worker's pushes of it and
-// summed the new one's, computed from parameters server 0 had already moved on.
+// scheduler's word or from the new worker's hello, whichever came first). Started at the lowest,
+// clock 0, it would redo that clock: server 1 would drop the dead worker's pushes of it and sum
+// the new one's, computed from parameters server 0 had already moved on.
 TEST(ClockAgreement, AWorkerDyingBetweenItsClockMessagesIsReplacedWhereEveryServerCountsIt) {
   WorkerDyingBetweenServers job(MsgType::kClock, /*wait=*/true);
   ASSERT_TRUE(job.ok());
@@ -125,8 +125,8 @@ TEST(ClockAgreement, AWorkerDyingBetweenItsClockMessagesIsReplacedWhereEveryServ
 // Worker 2 pushed nothing in clock 0 and dies with its Clock() on server 0 only: it still counts in
 // the clock's divisor there (every worker whose clock passed it does), so server 1 must count it
 // too. A worker with a BSP table settles every Clock (one without pushes waits only for the Clock
-// before it); before, only one after BSP pushes was, and server 1 divided by two where server 0
-// divided by three.
+// before it), not only one after BSP pushes: else server 1 would divide by two where server 0
+// divides by three.
 TEST(ClockAgreement, AWorkerDyingBetweenTheClockMessagesOfAClockItDidNotPushInCountsAlike) {
   WorkerDyingBetweenServers job(MsgType::kClock);
   ASSERT_TRUE(job.ok());
@@ -151,8 +151,8 @@ TEST(ClockAgreement, ASettledClockGoesOutAfterAPushItsCallerGaveUpOnButTheServer
 
 // Worker 2's push has a NaN in server 1's rows: server 1 refuses it, server 0 sums it. Its Clock()
 // is then not sent (a push of it failed), and worker 2 dies: no server counts it in clock 0.
-// Settled and sent, the Clock counted on server 0 (refused on server 1, whose refused push blocks
-// it), and the agreement then had server 1 count worker 2 in its divisor without its push.
+// Settled and sent, the Clock would count on server 0 (refused on server 1, whose refused push
+// blocks it), and the agreement then have server 1 count worker 2 in its divisor without its push.
 TEST(ClockAgreement, AClockAfterAPushARefusedIsNotSentWhenTheJobSurvivesDeaths) {
   WorkerDyingBetweenServers job(MsgType::kHelloReply);  // (never sent to a server: nothing lost)
   ASSERT_TRUE(job.ok());
@@ -172,8 +172,8 @@ TEST(ClockAgreement, AClockAfterAPushARefusedIsNotSentWhenTheJobSurvivesDeaths) 
 
 // Under --on_worker_death=wait, server 1 hears nothing from the scheduler after worker 2 is
 // dying until the job ends (its scheduler connection loses those memberships): it learns the
-// agreed clock from the new worker's hello, and takes that worker's requests (it refused them as
-// a dying worker's before), so the new worker's first clock completes on both servers.
+// agreed clock from the new worker's hello, and takes that worker's requests (not refusing them as
+// a dying worker's), so the new worker's first clock completes on both servers.
 TEST(ClockAgreement, AServerThatMissedTheAgreementTakesTheReplacementsRequests) {
   TcpProxy control;
   control.DropFromUpstream([](const std::vector<std::string>& frames, int64_t) {
@@ -199,8 +199,8 @@ TEST(ClockAgreement, AServerThatMissedTheAgreementTakesTheReplacementsRequests) 
 
 // Worker 2's push to server 1 is lost (as with a connection that drops as the worker dies): its
 // Clock() after pushes to a BSP table waits for their answers and, none coming, is not sent at
-// all, so no server counts worker 2 in clock 0. Sent at once, as before, it reached both servers:
-// server 0 counted worker 2's push in a mean of three, server 1 a mean of three without it.
+// all, so no server counts worker 2 in clock 0. Sent at once, it would reach both servers: server
+// 0 would count worker 2's push in a mean of three, server 1 a mean of three without it.
 TEST(ClockAgreement, AClockAfterBspPushesGoesOutOnlyOnceEveryServerAnsweredThem) {
   WorkerDyingBetweenServers job(MsgType::kPush);
   ASSERT_TRUE(job.ok());

@@ -28,7 +28,7 @@ namespace {
 
 // A node whose registration answer is lost (its connection dropped as the job started) is told
 // again at its next heartbeat, not left waiting out its registration deadline while the job
-// counts it alive (found in review).
+// counts it alive.
 TEST(ConnectionFailure, ALostRegistrationAnswerIsSentAgain) {
   TcpProxy proxy;
   proxy.DropFromUpstream([lost = std::make_shared<std::atomic<bool>>(false)](const std::vector<std::string>& frames,

@@ -62,7 +62,7 @@ INSTANTIATE_TEST_SUITE_P(, ConsistencyBlocking,
 
 // A pull the minimum clock released, but for whose reply the server ran out of memory, stays
 // parked and is served a moment later, not at the next clock only, which may never come (here
-// worker 1 has nothing left to do). Found in review.
+// worker 1 has nothing left to do).
 TEST_F(ConsistencyBlocking, APullReleasedWithoutMemoryForItsReplyIsServedSoonAfter) {
   LocalClusterConfig cfg;
   cfg.servers = 1;

@@ -210,8 +210,8 @@ TEST(FmnistData, MismatchedCountsAndWrongSizeAreCorruption) {
   EXPECT_EQ(d->labels[4], 4);
 }
 
-// Files gunzipped by hand are found under their names without .gz (found in review: only the
-// .gz names were tried, though the loader reads either); the .gz one when both are there.
+// Files gunzipped by hand are found under their names without .gz (the loader reads either);
+// the .gz one when both are there.
 TEST(FmnistData, FilesWithoutGzAreFoundToo) {
   TempDir dir;
   WriteRaw(dir.path() + "/t10k-images-idx3-ubyte", IdxImages(0x803, 5, 28, 28, 5 * 784));

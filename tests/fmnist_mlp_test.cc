@@ -90,8 +90,8 @@ TEST(FmnistMlp, MissingDataIsAClearError) {
   EXPECT_NE(st.message().find("--data_dir"), std::string::npos) << st.ToString();
 }
 
-// Fewer training images than workers: said as such (found in review: it failed on the cosine
-// schedule's length of 0).
+// Fewer training images than workers: said as such, not as a failure further on (a cosine
+// schedule of length 0).
 TEST(FmnistMlp, TooFewImagesForItsWorkersIsAClearError) {
   if (!std::ifstream("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) GTEST_SKIP() << "no Fashion-MNIST";
   AppOptions app;

@@ -18,7 +18,7 @@ using test_util::kNaN;
 using test_util::Uniform;
 
 // Finite gradients of 2^60 or more are refused too: Adam's v (g^2) and the sums of AdaGrad and
-// FTRL would be Inf, freezing or poisoning their rows for good (optimizer review).
+// FTRL would be Inf, freezing or poisoning their rows for good.
 TEST(GradientHelpers, AllUsableFindsNaNInfAndHugeValuesAnywhere) {
   const float below = std::nextafter(kMaxGradient, 0.0f);
   const float bads[] = {kNaN, kInf, -kInf, kMaxGradient, -kMaxGradient, std::numeric_limits<float>::max()};

@@ -10,7 +10,7 @@ namespace pushpull {
 namespace {
 
 // --straggler and --slowdown take RANK:VALUE lists; anything else is refused naming the item
-// ("x:50" once meant rank 0 and "1abc:50" rank 1: the rank's digits were not checked).
+// ("x:50" is no rank 0, nor "1abc:50" rank 1: every digit of the rank is checked).
 TEST(Injection, RankMapsAreParsedWhole) {
   std::map<int, double> m;
   ASSERT_TRUE(InjectionOptions::ParseRankMap("straggler", "1:50,3:2.5", &m).ok());

@@ -36,8 +36,8 @@ INSTANTIATE_TEST_SUITE_P(, Linreg, ::testing::ValuesIn(UnderEachModel(2, 2, {"bs
                          ClusterParamsName());
 
 // Without label noise the loss floor is 0, which float arithmetic never quite reaches: the default
-// target is then 1e-6, not 0 (found in review: a run that converged to 7e-12 reported reached=NO
-// and its worker exited 3).
+// target is then 1e-6, not 0 (with 0, a run that converged to 7e-12 would report reached=NO and
+// its worker exit 3).
 TEST_F(Linreg, WithoutNoiseItReachesItsDefaultTarget) {
   AppOptions app;
   app.epochs = 5;

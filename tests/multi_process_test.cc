@@ -256,8 +256,8 @@ TEST(MultiProcess, JobRestoredFromACheckpointAfterASigkilledServerEndsAsIfNeverK
   ASSERT_TRUE(crash.killed) << crash.output;
   EXPECT_NE(crash.exit_code, 0);
   EXPECT_NE(crash.output.find("checkpoint at clock 320 complete"), std::string::npos) << crash.output;
-  // The job's end names the server (found in review: the launcher stopped every process at once,
-  // and the scheduler ended the job on the first worker that said it was stopped by a signal).
+  // The job's end names the server, not the first worker that says it was stopped by a signal
+  // (the launcher stops every process at once).
   EXPECT_NE(crash.output.find("job aborted: server 1 "), std::string::npos) << crash.output;
   EXPECT_EQ(crash.output.find("job aborted: worker"), std::string::npos) << crash.output;
   // The other processes stop cleanly (no crash on an interrupted wait).
@@ -347,7 +347,7 @@ TEST(MultiProcess, TheSlurmScriptRunsAJobAndEndsWithTheCodeThatSaysWhy) {
   out.clear();
   // A checkpoint to resume from that is not there: the scheduler says so and ends the job (2),
   // and the servers and workers, started meanwhile, are stopped rather than left to wait out their
-  // registration (found in review: 120 s).
+  // registration (120 s).
   EXPECT_EQ(job("", "--app=linreg --epochs=1", &out, "ckpt-0000000004"), 2) << out;
   EXPECT_NE(out.find("--restore_from"), std::string::npos) << out;
   EXPECT_NE(out.find("the scheduler ended (exit 2"), std::string::npos) << out;
@@ -383,7 +383,7 @@ TEST(MultiProcess, LauncherDoesNotRestartAJobMissingItsData) {
 }
 
 // Nor one whose table outgrew its server's --max_table_mb: it would again. The worker stopping
-// while the launcher signals every process exits cleanly (it once called into its freed client).
+// while the launcher signals every process exits cleanly (without calling into its freed client).
 TEST(MultiProcess, LauncherDoesNotRestartAJobPastItsTableMemory) {
   std::string out;
   int code = RunCommand(BinDir() + "/pushpull-launch --max_table_mb=1 --max_restarts=2 -- --app=sparse_lr --epochs=1",
@@ -397,9 +397,9 @@ TEST(MultiProcess, LauncherDoesNotRestartAJobPastItsTableMemory) {
 }
 
 // A scheduler that fails at once (nothing to restore from): the launcher stops the servers and
-// workers it had just started with SIGTERM, which they heed wherever they are. Sent while a child
-// had not yet exec'd, it ran the launcher's own handler there and was lost: the daemon was killed
-// after --grace_ms (found in review: every such job).
+// workers it had just started with SIGTERM, which they heed wherever they are, also a child that
+// has not yet exec'd (the launcher's own handler, still installed there, would otherwise take the
+// signal and lose it, and the daemon be killed after --grace_ms).
 TEST(MultiProcess, LauncherStopsChildrenItJustStartedWithoutKillingThem) {
   std::string out;
   const int code = RunCommand(BinDir() + "/pushpull-launch --servers=2 --workers=2 --restore_from=/nonexistent/ckpt "
@@ -411,9 +411,9 @@ TEST(MultiProcess, LauncherStopsChildrenItJustStartedWithoutKillingThem) {
   EXPECT_EQ(out.find("signal 9"), std::string::npos) << out;
 }
 
-// Nor one whose app's data does not fit in the worker's memory (found in review: linreg with a
-// huge --dim or --examples aborted the worker with an uncaught std::bad_alloc, signal 6, which the launcher
-// restarts into).
+// Nor one whose app's data does not fit in the worker's memory: linreg with a huge --dim or
+// --examples says so and exits 2, rather than abort on an uncaught std::bad_alloc (signal 6, which
+// the launcher restarts into).
 TEST(MultiProcess, AWorkerOutOfMemoryForItsDataSaysSoAndIsNotRestarted) {
   std::string out;
   int code = RunCommand(BinDir() + "/pushpull-launch --max_restarts=2 -- --app=linreg --epochs=1 --examples=2000000000 --dim=100000", 60,
@@ -427,7 +427,7 @@ TEST(MultiProcess, AWorkerOutOfMemoryForItsDataSaysSoAndIsNotRestarted) {
 // Neither is a worker that --on_worker_death=continue let go, when the job later fails on its own
 // (its target missed: exit 3). Killed, or stopped by SIGTERM (it then tells the scheduler and
 // exits 1): the job goes on. And when the job then finishes, it succeeded: such a worker does not
-// count as its failure in the end (found in review: one stopped by SIGTERM exits 1, which did).
+// count as its failure in the end (though one stopped by SIGTERM exits 1).
 TEST(MultiProcess, LauncherDoesNotRestartForAToleratedWorkerDeath) {
   struct Case {
     int sig;
@@ -462,9 +462,9 @@ TEST(MultiProcess, LauncherStoppedBySigtermExits143) {
 }
 
 // A Ctrl-C at the terminal (SIGINT to the launcher's whole process group, as the terminal sends
-// it) stops every process once, cleanly: each was sent the terminal's SIGINT and the launcher's
-// SIGTERM, took the second for a second signal and exited at once (143) without telling the job
-// (found in review). The children now have process groups of their own.
+// it) stops every process once, cleanly: the children have process groups of their own, so each
+// gets only the launcher's SIGTERM (with the terminal's SIGINT too, it would take the SIGTERM for
+// a second signal and exit at once, 143, without telling the job).
 TEST(MultiProcess, ACtrlCStopsEveryProcessCleanly) {
   std::string out;
   const int rc = RunCommand("sh -c 'setsid " + BinDir() +
@@ -477,10 +477,10 @@ TEST(MultiProcess, ACtrlCStopsEveryProcessCleanly) {
 }
 
 // A daemon (here a server waiting for a scheduler that is not there) stops on SIGTERM at once,
-// also while it registers (it waited out its 120 s registration deadline); and a second signal
+// also while it registers (not after its 120 s registration deadline); and a second signal
 // before the first's clean stop is done kills it by that signal, as its parent sees it (a
 // launcher replaces or restarts it as a process killed from outside), rather than exiting 143
-// as if it had chosen to (found in review).
+// as if it had chosen to.
 TEST(MultiProcess, SignalsStopADaemonAtOnceAndASecondKillsIt) {
   const std::string bin = BinDir() + "/pushpull-server";
   auto start = [&] {

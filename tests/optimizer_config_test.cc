@@ -84,7 +84,7 @@ std::vector<BadCase> BadCases() {
 }
 
 // FTRL's step is ftrl_alpha's, per coordinate: a learning-rate schedule or staleness_aware would
-// do nothing, so they are refused rather than silently ignored (found in review).
+// do nothing, so they are refused rather than silently ignored.
 TEST(OptimizerConfig, FtrlRefusesWhatItWouldIgnore) {
   OptimizerConfig c;
   c.kind = Kind::kFtrl;

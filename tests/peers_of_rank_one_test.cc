@@ -274,8 +274,8 @@ TEST_F(PeersOfRankOne, ARepeatOlderThanTheRecordIsDecidedByKind) {
 }
 
 // A request id answered as one kind of request and reused for another (a client's bug) is
-// refused, not served as the first nor run: a push given a pull's id was run at the pull's old
-// clock (found in review), a pull given a push's id answered with the push's reply.
+// refused, not served as the first nor run: a push given a pull's id would run at the pull's old
+// clock, a pull given a push's id be answered with the push's reply.
 TEST_F(PeersOfRankOne, AnIdReusedForAnotherKindOfRequestIsRefused) {
   auto p = Peer();
   ASSERT_EQ(Hello(*p), MsgType::kHelloReply);
@@ -296,9 +296,9 @@ TEST_F(PeersOfRankOne, AnIdReusedForAnotherKindOfRequestIsRefused) {
 
 // A client of a worker rank that another has replaced (declared dead, but still running) is
 // refused, and its request ids stay out of the new client's record: the new client's requests of
-// the same ids are run and answered (found in review: the old one's refused id was marked begun
-// in the new record, and the new client's request of that id was then dropped as a repeat for
-// good), and the old client is never given the new one's recorded answers.
+// the same ids are run and answered (the old one's refused id, marked begun in the new record,
+// would have the new client's request of that id dropped as a repeat for good), and the old
+// client is never given the new one's recorded answers.
 TEST_F(PeersOfRankOne, AReplacedClientsRequestIdsAreNotTheNewOnes) {
   auto a = Peer("old-client"), b = Peer("new-client");
   auto send = [&](RawPeer& p, MsgType type, uint64_t request_id, const std::string& reply_to) {

@@ -101,8 +101,8 @@ TEST(ServerFailure, ARankOutsideTheJobIsRefused) {
 
 // A node asking for a rank an earlier registration holds, before the job runs, is most likely
 // that node restarted before the dead one's heartbeat timeout: it takes the rank its deployment
-// gave it, and the earlier one is told why and dropped
-// (found in review: it was given another rank, or refused when the job had its count).
+// gave it (not another, nor a refusal when the job has its count), and the earlier one is told
+// why and dropped.
 TEST(ServerFailure, ANodeAskingForItsRankAgainBeforeTheJobRunsTakesIt) {
   // Both workers in (the job has its count of them), the server not yet: a worker of rank 1
   // asks again.
@@ -156,9 +156,9 @@ TEST(ServerFailure, ANodeAskingForItsRankAgainBeforeTheJobRunsTakesIt) {
 }
 
 // A node killed while it waited for the job to start (it registered, then went silent) gives its
-// slot back after a heartbeat timeout: the job then starts with the nodes that are there (found
-// in review: the dead one kept the slot, the job started with it and failed a timeout later, and
-// a node in its place was refused while the job had its count).
+// slot back after a heartbeat timeout: the job then starts with the nodes that are there.
+// Holding the slot, the dead one would start the job only to fail it a timeout later, and a node
+// in its place would be refused while the job had its count.
 TEST(ServerFailure, ANodeSilentBeforeTheJobStartsGivesItsSlotBack) {
   SchedulerThread sched(1, 1, 60000, 1000);
   ASSERT_TRUE(sched.ok());
@@ -319,8 +319,8 @@ TEST(ServerFailure, DeadServerEndsTheJobNamingIt) {
 
 // So do BSP sums: a worker that pushes clock after clock without pulling (its clocks run ahead
 // of a slower worker's) holds a sum of each on the server until the slower one catches up
-// (found in review: uncounted, it grew until the machine killed the server). Its push past the
-// limit is refused, naming the sum.
+// (uncounted, they would grow until the machine killed the server). Its push past the limit is
+// refused, naming the sum.
 TEST(ServerFailure, BspSumsOfAWorkerPushingAheadCountAgainstTheMemoryLimit) {
   LocalClusterConfig cfg;
   cfg.workers = 2;

@@ -264,7 +264,7 @@ TEST(ShardCopyOnWrite, KeyedPushUnderCopyOnWriteWritesOutOfPlace) {
 // wrote a word (64 rows) at a time. Over blocks of several words, a partial last word and block,
 // runs across word ends and keys twice in one push (a second run over rows written and not), with
 // optimizer slots and per-row steps, its result is bit for bit the in-place one's, and the replies
-// held keep what they read (found in review: the tests' blocks were a word or less).
+// held keep what they read (blocks of a word or less would not test the word tracking).
 TEST(ShardCopyOnWrite, KeyedPushesBesideHeldRepliesMatchInPlaceOnesOverManyWords) {
   for (opt::Kind kind : {opt::Kind::kAdam, opt::Kind::kSgd}) {
     SCOPED_TRACE(kind == opt::Kind::kAdam ? "adam" : "sgd with momentum");

@@ -77,9 +77,9 @@ TEST(Shard, RowsPastTheMemoryLimitAreRefusedAndNothingChanges) {
   EXPECT_EQ(memory->used(), 0u);  // given back with the table
 }
 
-// BSP sums count against the same limit (found in review: a worker pushing clocks ahead without
-// pulling held a sum per clock, uncounted): past it a push sums nothing and is refused, and
-// applied or dropped sums give their bytes back.
+// BSP sums count against the same limit (a worker pushing clocks ahead without pulling holds a
+// sum per clock): past it a push sums nothing and is refused, and applied or dropped sums give
+// their bytes back.
 TEST(Shard, BspSumsCountAgainstTheMemoryLimit) {
   TableSpec spec = AdamSparse();
   spec.sparse = false;
@@ -99,7 +99,7 @@ TEST(Shard, BspSumsCountAgainstTheMemoryLimit) {
   const size_t sum = memory->used() - table;
   EXPECT_GE(sum, 100 * spec.dim * sizeof(float));  // a sum of the table's size, counted
   // The same rows again in the clock (minibatches accumulated): no more room, nothing more counted
-  // (found in review: each such push was counted as all new rows).
+  // (not all new rows again).
   s.Accumulate(0, 0, sel[0], keys.data(), g.data(), 1.0f);
   s.Accumulate(0, 0, sel[0], keys.data(), g.data(), 1.0f);
   EXPECT_EQ(memory->used(), table + sum);
@@ -207,7 +207,7 @@ TEST(Shard, CopyOnWriteDropsASparseSpareThatNoLongerFits) {
 
 // Rows added by pulls beside a held reply (an evaluation over new keys: pulls only, no write to
 // age spares) keep no spare of the block they grew: the held array's copy-on-write budget comes
-// back once the reply lets go of it (found in review: it stayed counted until a later push).
+// back once the reply lets go of it, not at a later push.
 TEST(Shard, RowsAddedBesideAHeldReplyKeepNoSpare) {
   const TableSpec spec = AdamSparse();
   const TableInfo info = TableInfo::Make(0, spec, 1);
@@ -604,8 +604,8 @@ TEST(Shard, AdamMomentsReadableThroughPullAndLazyPerRow) {
 }
 
 // A server's threads flush denormals: Adam's first moment under gradients of 0 decays to 0 rather
-// than sticking at a denormal, which every later update of it would pay a slow path for (found in
-// review: 0.1 * 0.9^k stops at 4 * 2^-149 from k of about 900).
+// than sticking at a denormal, which every later update of it would pay a slow path for (0.1 *
+// 0.9^k stops at 4 * 2^-149 from k of about 900).
 TEST(Shard, DecayingStateReachesZeroNotADenormal) {
   LocalCluster cluster(LocalClusterConfig{});
   ASSERT_TRUE(cluster.Start().ok());
@@ -625,8 +625,8 @@ TEST(Shard, DecayingStateReachesZeroNotADenormal) {
 }
 
 // A BSP clock's mean is checked as each push is: a worker's pushes of a row within one clock,
-// each under 2^60, may add up past it, which would make Adam's v Inf (found in review). That
-// clock's update is not applied, and the apply says why.
+// each under 2^60, may add up past it, which would make Adam's v Inf. That clock's update is not
+// applied, and the apply says why.
 TEST(Shard, ABspMeanPastTheGradientLimitIsNotApplied) {
   TableSpec spec = AdamSparse();
   spec.sparse = false;
@@ -665,8 +665,8 @@ TEST(Shard, ABspMeanPastTheGradientLimitIsNotApplied) {
 }
 
 // Lookup reads what Pull would, but a key a sparse table does not hold stays absent: it reads as
-// its row would start (found in review: sparse_lr's held-out evaluation added a row for every id
-// it looked at, to the servers' memory and checkpoints). Over 2 servers and 2 stripes each.
+// its row would start (sparse_lr's held-out evaluation would otherwise add a row for every id it
+// looks at, to the servers' memory and checkpoints). Over 2 servers and 2 stripes each.
 TEST(Shard, LookupReadsUnseenKeysAsTheyWouldStartAndAddsNone) {
   LocalClusterConfig cfg;
   cfg.servers = 2;

@@ -203,7 +203,7 @@ TEST(Stripes, QueuedPullsSeeExactlyTheEarlierPushes) {
 // as a request per block, so that a server applies one block while the next one arrives and
 // sends a pull's first block before it has read the last. Each block's request stands alone: a
 // non-finite gradient refuses the blocks that hold it (as each server's part of a push split
-// over servers always was), and the Clock after it is refused; clip_norm still clips by the
+// over servers is refused), and the Clock after it is refused; clip_norm still clips by the
 // whole push's norm.
 TEST(Stripes, LargeDenseCallsGoABlockARequest) {
   // 4 KB rows, 256 to a block: each server holds 5 whole blocks and one of 100 rows.

@@ -12,7 +12,7 @@ namespace pushpull {
 namespace {
 
 // A dense table's size is checked without wrapping: 2^40 rows of dim 2^24 is 2^64 floats, which
-// passed as 0 (found in review: the server then reserved 0 floats for it and wrote past them).
+// would wrap to 0 (a server would then reserve 0 floats for it and write past them).
 TEST(TableSpecs, SizesThatWouldWrapAreRefused) {
   TableSpec spec;
   spec.name = "huge";

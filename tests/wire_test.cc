@@ -170,9 +170,9 @@ TEST(Wire, BoolBytesOtherThanZeroOrOneAreRefused) {
   EXPECT_NE(flip([](TableSpec& s) { s.optimizer.staleness_aware = true; }).find("flag"), std::string::npos);
 }
 
-// What a scheduler says a node sizes its state by is checked as it is decoded (found in review: a
-// worker count of -1 or 2^31 went on to size a server's per-worker vectors; an unknown job state
-// read as "not running").
+// What a scheduler says a node sizes its state by is checked as it is decoded: a worker count of
+// -1 or 2^31 would size a server's per-worker vectors, an unknown job state read as "not
+// running".
 TEST(Wire, RegisterRepliesAndMembershipsOutOfRangeAreRefused) {
   for (int32_t workers : {-1, int32_t(kMaxNodes) + 1, std::numeric_limits<int32_t>::max()}) {
     Header h;
@@ -195,8 +195,8 @@ TEST(Wire, RegisterRepliesAndMembershipsOutOfRangeAreRefused) {
 }
 
 // A registration answer that does not fit itself (a rank past the job's count, lists of other
-// lengths than its node counts) is refused by the node, not indexed by (found in review). A
-// scheduler of this test's own: one ROUTER that answers the node's Register so.
+// lengths than its node counts) is refused by the node, not indexed by. A scheduler of this
+// test's own: one ROUTER that answers the node's Register so.
 TEST(Wire, ARegistrationAnswerThatDoesNotFitItselfIsRefused) {
   zmq::context_t ctx(1);
   for (int bad = 0; bad < 2; ++bad) {
@@ -301,8 +301,8 @@ TEST(Wire, DecodeRejectsEveryMalformedShape) {
     auto f = Frames(h, 32, 44);
     EXPECT_EQ(Decode(&f, &m).code(), Code::kCorruption);
   }
-  {  // a request that claims an error status, and so no values, for its rows (found in review:
-     // the server then read a gradient that was not there)
+  {  // a request that claims an error status, and so no values, for its rows (a server would
+     // read a gradient that is not there)
     Header bad = h;
     bad.status = Code::kInternal;
     auto f = Frames(bad, 32, 0);
@@ -465,7 +465,7 @@ TEST(Wire, PullReplyValuesMaySpanFramesOfWholeRows) {
     ASSERT_EQ(m.more_values.size(), 2u);
     EXPECT_EQ(static_cast<const float*>(m.more_values[0].data())[1], 2.0f);
   }
-  {  // one frame, as before: nothing more
+  {  // one frame: nothing more
     auto f = split(h, {40});
     ASSERT_TRUE(Decode(&f, &m).ok());
     EXPECT_TRUE(m.more_values.empty());
@@ -508,8 +508,8 @@ TEST(Wire, PullReplyValuesMaySpanFramesOfWholeRows) {
 }
 
 // Checkpoint files keep each table's description as the CreateTable header that made it, in the
-// protocol version of the build that wrote them: a later build still reads them (found in
-// review: every version bump made older checkpoints unrestorable), while live peers must match.
+// protocol version of the build that wrote them: a later build still reads them (else every
+// version bump would make older checkpoints unrestorable), while live peers must match.
 TEST(Wire, CheckpointedTableDescriptionsOfOlderVersionsStillDecode) {
   Header h;
   h.type = MsgType::kCreateTable;

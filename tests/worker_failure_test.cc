@@ -21,7 +21,7 @@ namespace {
 // Worker 1 disappears (no Finish, no more heartbeats) while worker 0 waits at a BSP pull.
 // A pull parked for a straggler that then dies is served when the minimum clock jumps to the
 // live workers': its staleness is against them (0 here), not the step the minimum went through
-// on its way (found in review: it reported 1, the SSP bound).
+// on its way (1, the SSP bound).
 TEST(WorkerFailure, APullReleasedByADeathIsAsStaleAsTheLiveWorkersMakeIt) {
   LocalClusterConfig cfg;
   cfg.workers = 2;
@@ -166,8 +166,8 @@ TEST(WorkerFailure, DeadWorkerAbortsTheJobNamingItByDefault) {
 // (Client::Leave): the job ends at once naming that reason, not a heartbeat timeout later (60 s
 // here, more than the test waits) with advice about --on_worker_death that does not apply.
 TEST(WorkerFailure, AWorkerThatStopsSaysWhyAndTheJobHearsAtOnce) {
-  // Whatever --on_worker_death: a worker in its place, or the others, would stop the same way
-  // (found in review: under wait a replacement was waited for, under continue the job went on).
+  // Whatever --on_worker_death: a worker in its place, or the others, would stop the same way, so
+  // the job waits for no replacement (wait) and does not go on (continue).
   for (const char* policy : {"abort", "continue", "wait"}) {
     SCOPED_TRACE(policy);
     LocalClusterConfig cfg;
@@ -197,9 +197,9 @@ TEST(WorkerFailure, AWorkerThatStopsSaysWhyAndTheJobHearsAtOnce) {
 
 // A worker declared dead while it was alive (its connection to the scheduler stalled past the
 // heartbeat timeout: a paused process, a partition that healed) is told so the moment it speaks
-// again, and stops, with its calls failing saying why; it was answered only with memberships,
-// which do not say which node is dead, and its Barrier() waited out its whole deadline (found in
-// review). The job goes on without it.
+// again, and stops, with its calls failing saying why (answered only with memberships, which do
+// not say which node is dead, its Barrier() would wait out its whole deadline). The job goes on
+// without it.
 TEST(WorkerFailure, AWorkerDeclaredDeadWhileAliveIsToldAndStops) {
   TcpProxy proxy;
   LocalClusterConfig cfg;
@@ -234,9 +234,9 @@ TEST(WorkerFailure, AWorkerDeclaredDeadWhileAliveIsToldAndStops) {
 
 // A call to the scheduler that leaves the worker as the job ends hears the end at once, not
 // after its timeout: the scheduler answers nothing but its membership once the job is over, and
-// the end had already failed every request the worker held (found: a Barrier() that left the
-// calling thread just before the end arrived waited out its 10 s; seen once in a full run of the
-// test above, forced here by holding worker 0's outgoing messages 300 ms).
+// the end had already failed every request the worker held: a Barrier() that leaves the calling
+// thread just before the end arrives would wait out its 10 s. Rare in a run; forced here by
+// holding worker 0's outgoing messages 300 ms.
 TEST(WorkerFailure, ACallSentAsTheJobEndsHearsTheEndAtOnce) {
   LocalClusterConfig cfg;
   cfg.servers = 1;

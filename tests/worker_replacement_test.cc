@@ -154,9 +154,9 @@ TEST_F(WorkerReplacement, ADeadWorkersCheckpointAskIsNotItsReplacements) {
 
 // A worker that dies while the servers write the checkpoint it asked for: its replacement, which
 // catches up on that checkpoint (it starts at its clock), joins the one being written and is
-// answered when it commits (found in review: it was refused "a checkpoint in progress", failed,
-// and the rank went back to waiting for a replacement). The servers' answers are lost until then
-// (a proxy on server 0's control connection), which keeps the checkpoint in its writing phase.
+// answered when it commits (refused as "a checkpoint in progress", it would fail, and the rank go
+// back to waiting for a replacement). The servers' answers are lost until then (a proxy on server
+// 0's control connection), which keeps the checkpoint in its writing phase.
 TEST_F(WorkerReplacement, AReplacementJoinsTheCheckpointBeingWritten) {
   char tmpl[] = "/tmp/pp-ckpt-writing-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
