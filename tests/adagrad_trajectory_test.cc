@@ -22,6 +22,7 @@ using test_util::ToDouble;
 using test_util::Uniform;
 using test_util::Variant;
 
+// The reference update rule, one element at a time, in double.
 struct AdaGradRef {
   std::vector<double> p, acc;
   void Step(const OptimizerConfig& c, const StepContext& ctx, const std::vector<float>& grad) {

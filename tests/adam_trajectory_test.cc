@@ -25,6 +25,7 @@ using test_util::ToDouble;
 using test_util::Uniform;
 using test_util::Variant;
 
+// The reference update rule, one element at a time, in double.
 struct AdamRef {
   std::vector<double> p, m, v, vmax;
   void Step(const OptimizerConfig& c, const StepContext& ctx, const float* grad, size_t begin,

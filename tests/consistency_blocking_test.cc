@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "tests/support/alloc_fault.h"
-#include "tests/support/eventually.h"
 #include "tests/support/cluster_test.h"
+#include "tests/support/eventually.h"
 #include "tests/support/local_cluster.h"
 #include "tests/support/test_tables.h"
 

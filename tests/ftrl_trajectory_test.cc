@@ -14,12 +14,13 @@ namespace {
 using test_util::Ctx;
 using test_util::ExpectClose;
 using test_util::Grad;
-using test_util::kLengths;
 using test_util::kAtol;
+using test_util::kLengths;
 using test_util::kRtol;
 using test_util::kSteps;
 using test_util::Table;
 
+// The reference update rule, one element at a time, in double.
 struct FtrlRef {
   std::vector<double> w, z, n;
   void Step(const OptimizerConfig& c, const StepContext& ctx, const std::vector<float>& grad) {

@@ -15,12 +15,12 @@
 #include <thread>
 #include <vector>
 
-#include "common/metrics.h"
-#include "common/time.h"
 #include "apps/app.h"
 #include "apps/linreg.h"
-#include "tests/support/local_cluster.h"
+#include "common/metrics.h"
+#include "common/time.h"
 #include "tests/support/eventually.h"
+#include "tests/support/local_cluster.h"
 
 namespace pushpull {
 namespace {

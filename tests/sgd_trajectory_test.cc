@@ -24,7 +24,6 @@ using test_util::Uniform;
 using test_util::Variant;
 
 // The reference update rule, one element at a time, in double.
-
 struct SgdRef {
   std::vector<double> p, buf;
   void Step(const OptimizerConfig& c, const StepContext& ctx, const std::vector<float>& grad) {
