@@ -232,7 +232,8 @@ INSTANTIATE_TEST_SUITE_P(, Model,
                          ::testing::Values(Case(1, 1, opt::Kind::kSgd), Case(2, 3, opt::Kind::kAdam),
                                            Case(3, 2, opt::Kind::kAdaGrad), Case(2, 1, opt::Kind::kFtrl),
                                            // No copy-on-write at all, and room for some of it.
-                                           Case(1, 1, opt::Kind::kSgd, 0), Case(2, 3, opt::Kind::kAdam, 30000)),
+                                           Case(1, 1, opt::Kind::kSgd, 0),
+                                           Case(2, 3, opt::Kind::kAdam, 30000)),
                          ClusterParamsName());
 
 }  // namespace

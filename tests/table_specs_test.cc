@@ -1,5 +1,6 @@
 // Table descriptions (common/cluster.h): a spec's size is checked without wrapping, its description
-// names what its optimizer uses, and a table's rows and keys are partitioned evenly over servers.
+// names what its optimizer uses, a table's rows and keys are partitioned evenly over servers, and
+// consistency models parse strictly.
 #include <gtest/gtest.h>
 
 #include <cstdint>

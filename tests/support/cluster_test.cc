@@ -37,7 +37,8 @@ std::string ClusterParams::Name() const {
 
 void PrintTo(const ClusterParams& params, std::ostream* os) { *os << params.Name(); }
 
-std::vector<ClusterParams> UnderEachModel(int servers, int workers, std::initializer_list<const char*> models) {
+std::vector<ClusterParams> UnderEachModel(int servers, int workers,
+                                          std::initializer_list<const char*> models) {
   std::vector<ClusterParams> all;
   for (const char* model : models) {
     ClusterParams p;
