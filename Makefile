@@ -42,8 +42,8 @@ NVCCFLAGS ?= -std=c++17 -O2 -Iinclude -I. -Xcompiler -fPIC -MMD -MP \
              -gencode arch=compute_90,code=compute_90 -gencode arch=compute_75,code=compute_75
 endif
 
-# One static library per folder; binaries and tests link them in dependency order.
-LIBDIRS := deploy apps worker server common optimizers
+# One static library per product folder that has library sources; binaries and tests link them
+# in dependency order.
 define lib_srcs
 $(filter-out %_main.cc,$(wildcard $(1)/*.cc))
 endef
@@ -52,18 +52,27 @@ $(if $(filter 1,$(CUDA)),$(wildcard $(1)/*.cu))
 endef
 objs_of = $(patsubst %.cc,$(BUILD)/obj/%.o,$(call lib_srcs,$(1))) \
           $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(call lib_cu,$(1)))
+LIBDIRS := $(foreach d,deploy apps worker server common optimizers,$(if $(strip $(call objs_of,$(d))),$(d)))
 LIBS := $(foreach d,$(LIBDIRS),$(BUILD)/lib/lib$(d).a)
+
+# Test support (tests/support/: the in-process cluster, a TCP proxy, fixtures): a library of its
+# own that only the test binary and pushpull-bench link, never a daemon. alloc_fault.cc replaces
+# the global operator new: it is linked into the test binary as an object (an archive member
+# would be pulled in only by a reference to it), and into nothing else.
+TEST_SUPPORT_SRCS := $(filter-out tests/support/alloc_fault.cc,$(wildcard tests/support/*.cc))
+TEST_SUPPORT_LIB  := $(BUILD)/lib/libtestsupport.a
 
 BINS := $(BUILD)/bin/pushpull-scheduler $(BUILD)/bin/pushpull-server \
         $(BUILD)/bin/pushpull-worker $(BUILD)/bin/pushpull-launch $(BUILD)/bin/pushpull-bench \
         $(BUILD)/bin/pushpull-checkpoint
-TEST_SRCS := $(wildcard tests/*.cc)
+TEST_SRCS := $(wildcard tests/*_test.cc) tests/support/alloc_fault.cc
 TEST_BIN  := $(BUILD)/bin/pushpull-tests
 
 .PHONY: all test demo bench deps clean experiments install check-threads check-public-headers
 all: $(BINS) $(TEST_BIN)
 
 $(foreach d,$(LIBDIRS),$(eval $(BUILD)/lib/lib$(d).a: $(call objs_of,$(d))))
+$(TEST_SUPPORT_LIB): $(patsubst %.cc,$(BUILD)/obj/%.o,$(TEST_SUPPORT_SRCS))
 $(BUILD)/lib/%.a:
 	@mkdir -p $(dir $@)
 	@rm -f $@
@@ -83,14 +92,14 @@ $(BUILD)/bin/pushpull-worker:    $(BUILD)/obj/apps/worker_main.o $(LIBS)
 $(BUILD)/bin/pushpull-launch:    $(BUILD)/obj/deploy/launch_main.o $(LIBS)
 $(BUILD)/bin/pushpull-checkpoint: $(BUILD)/obj/server/checkpoint_main.o $(LIBS)
 # The benches register, and run, in the link order of their objects: sorted by file name.
-$(BUILD)/bin/pushpull-bench:     $(patsubst %.cc,$(BUILD)/obj/%.o,$(sort $(wildcard apps/bench/*.cc))) $(LIBS)
+$(BUILD)/bin/pushpull-bench:     $(patsubst %.cc,$(BUILD)/obj/%.o,$(sort $(wildcard apps/bench/*.cc))) $(TEST_SUPPORT_LIB) $(LIBS)
 $(BINS):
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS) $(LDLIBS)
+	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS)
 
-$(TEST_BIN): $(patsubst %.cc,$(BUILD)/obj/%.o,$(TEST_SRCS)) $(LIBS)
+$(TEST_BIN): $(patsubst %.cc,$(BUILD)/obj/%.o,$(TEST_SRCS)) $(TEST_SUPPORT_LIB) $(LIBS)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS) $(LDLIBS) -lgtest -lgtest_main
+	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS) -lgtest -lgtest_main
 
 # Clang's thread-safety analysis over every C++ source (common/mutex.h): a GUARDED_BY member
 # touched without its lock, or a REQUIRES function called without it, fails the build.

@@ -1,10 +1,15 @@
-// MLP backends: gradients against finite differences of a double-precision reference, losses
-// worked out by hand, Predict against a reference argmax, and CPU vs GPU on the same batch.
+// MLP backends (worker/mlp_backend.h): gradients against finite differences of a double-precision
+// reference, losses worked out by hand, Predict against a reference argmax, and CPU vs GPU on the
+// same batch.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <memory>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "worker/mlp_backend.h"
@@ -96,7 +101,7 @@ std::unique_ptr<MlpBackend> MakeCpu(std::vector<int> layers, int max_batch) {
   return r.ok() ? std::move(r).value() : nullptr;
 }
 
-TEST(MlpCpu, GradientsMatchCentralDifferences) {
+TEST(MlpBackend, GradientsMatchCentralDifferences) {
   const std::vector<int> layers = {8, 12, 10, 5};  // 108 + 130 + 55 = 293 coordinates
   const int batch = 7;
   Net net(layers, 0.6f, 1);
@@ -131,7 +136,7 @@ TEST(MlpCpu, GradientsMatchCentralDifferences) {
   EXPECT_EQ(checked, 293);
 }
 
-TEST(MlpCpu, LossAndGradientsOfATinyCaseByHand) {
+TEST(MlpBackend, LossAndGradientsOfATinyCaseByHand) {
   // No hidden layer. Unit 0: w = (1, 2), b = 0.5; unit 1: w = (-1, 0), b = 0.
   // Example 1: x = (1, 1), label 0: z = (3.5, -1), loss = log(1 + e^-4.5).
   // Example 2: x = (0, 0), label 1: z = (0.5, 0), loss = log(1 + e^0.5).
@@ -154,7 +159,7 @@ TEST(MlpCpu, LossAndGradientsOfATinyCaseByHand) {
   EXPECT_NEAR(g[5], -d1 - d2, 1e-6);
 }
 
-TEST(MlpCpu, HiddenReluCaseByHand) {
+TEST(MlpBackend, HiddenReluCaseByHand) {
   // 1 -> 2 -> 2. Hidden: h = relu(x, -x) at x = 2: (2, 0). Output unit 0: w = (1, 1), b = 0;
   // unit 1: all zero. z = (2, 0), label 1: loss = log(e^2 + 1). d loss/dz = (s, -s) with
   // s = e^2/(e^2+1); dh = (s, s) masked by the ReLU to (s, 0).
@@ -176,7 +181,7 @@ TEST(MlpCpu, HiddenReluCaseByHand) {
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(g0[i], want0[i], 1e-6) << i;
 }
 
-TEST(MlpCpu, LargeLogitsStayFinite) {
+TEST(MlpBackend, LargeLogitsStayFinite) {
   auto be = MakeCpu({1, 2}, 1);
   ASSERT_NE(be, nullptr);
   std::vector<float> p = {0, 1000, 0, -1000}, g(4);  // z = (1000, -1000)
@@ -189,7 +194,7 @@ TEST(MlpCpu, LargeLogitsStayFinite) {
   EXPECT_NEAR(g[3], -1.0f, 1e-6);
 }
 
-TEST(MlpCpu, PredictMatchesReferenceArgmaxAcrossChunks) {
+TEST(MlpBackend, PredictMatchesReferenceArgmaxAcrossChunks) {
   const std::vector<int> layers = {8, 12, 10, 5};
   Net net(layers, 0.8f, 3);
   const int n = 37;  // max_batch 10: four chunks, the last partial
@@ -220,7 +225,7 @@ TEST(MlpCpu, PredictMatchesReferenceArgmaxAcrossChunks) {
   EXPECT_EQ(untouched, 123.0f);
 }
 
-TEST(MlpCpu, RejectsBadArguments) {
+TEST(MlpBackend, RejectsBadArguments) {
   auto be = MakeCpu({4, 3, 2}, 4);
   ASSERT_NE(be, nullptr);
   Net net({4, 3, 2}, 0.5f, 5);

@@ -14,8 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "deploy/local_cluster.h"
 #include "optimizers/optimizer.h"
+#include "tests/support/cluster_test.h"
+#include "tests/support/local_cluster.h"
 
 namespace pushpull {
 namespace {
@@ -68,28 +69,26 @@ class ModelTable {
   std::map<Key, Row> rows_;
 };
 
-struct ModelCase {
-  int servers, update_threads;
-  opt::Kind kind;
-  // Per server; small ones make pushes wait for pull replies to let go of the parameters.
-  size_t copy_on_write_budget = ServerOptions().copy_on_write_budget_bytes;
-};
+class Model : public ClusterTest {};
 
-void PrintTo(const ModelCase& c, std::ostream* os) {
-  *os << c.servers << " servers, " << c.update_threads << " update threads, " << opt::KindName(c.kind)
-      << ", copy-on-write budget " << c.copy_on_write_budget;
+// One worker under ASP on `servers` servers of `update_threads` each, with `kind` tables; a small
+// copy-on-write budget (per server) makes pushes wait for pull replies to let go of the
+// parameters.
+ClusterParams Case(int servers, int update_threads, opt::Kind kind,
+                   size_t copy_on_write_budget = ServerOptions().copy_on_write_budget_bytes) {
+  ClusterParams p;
+  p.servers = servers;
+  p.consistency = *ParseConsistency("asp");
+  p.optimizer = kind;
+  p.update_threads = update_threads;
+  p.copy_on_write_budget_bytes = copy_on_write_budget;
+  return p;
 }
 
-class ModelTest : public ::testing::TestWithParam<ModelCase> {};
-
-TEST_P(ModelTest, RandomOperationsMatchTheModelBitForBit) {
-  const ModelCase mc = GetParam();
-  LocalClusterConfig cfg;
-  cfg.servers = mc.servers;
-  cfg.update_threads = mc.update_threads;
-  cfg.copy_on_write_budget_bytes = mc.copy_on_write_budget;
-  LocalCluster cluster(cfg);
-  ASSERT_TRUE(cluster.Start().ok());
+TEST_P(Model, RandomOperationsMatchTheModelBitForBit) {
+  const ClusterParams& mc = GetParam();
+  const opt::Kind kind = *mc.optimizer;
+  LocalCluster& cluster = *cluster_;
   Client& c = cluster.client(0);
 
   TableSpec dense;
@@ -99,22 +98,22 @@ TEST_P(ModelTest, RandomOperationsMatchTheModelBitForBit) {
   dense.rows = 1000;
   dense.dim = 20;
   dense.init = InitKind::kUniform;
-  dense.optimizer.kind = mc.kind;
+  dense.optimizer.kind = kind;
   dense.optimizer.lr = 0.05f;
-  dense.consistency = *ParseConsistency("asp");
+  dense.consistency = mc.consistency;
   TableSpec sparse = dense;
   sparse.name = "sparse";
   sparse.sparse = true;
   sparse.rows = 0;
   sparse.dim = 5;
   sparse.init = InitKind::kNormal;
-  if (mc.kind == opt::Kind::kFtrl) dense.init = sparse.init = InitKind::kZeros;  // (FTRL starts at 0)
+  if (kind == opt::Kind::kFtrl) dense.init = sparse.init = InitKind::kZeros;  // (FTRL starts at 0)
   auto td = c.CreateTable(dense);
   auto ts = c.CreateTable(sparse);
   ASSERT_TRUE(td.ok() && ts.ok()) << td.status().ToString() << ts.status().ToString();
   ModelTable md(dense), ms(sparse);
 
-  std::mt19937_64 rng(20261122 + mc.servers * 7 + mc.update_threads * 131 + int(mc.kind));
+  std::mt19937_64 rng(20261122 + mc.servers * 7 + mc.update_threads * 131 + int(kind));
   std::vector<Key> sparse_ids(60);
   for (auto& k : sparse_ids) k = rng() >> (rng() % 60);  // small and huge ids alike
   std::sort(sparse_ids.begin(), sparse_ids.end());
@@ -218,7 +217,8 @@ TEST_P(ModelTest, RandomOperationsMatchTheModelBitForBit) {
   EXPECT_GT(pulls, 100);
   ASSERT_TRUE(cluster.FinishAndJoin().ok());
   // With a small budget some pushes wait for a reply to reach the kernel's socket buffers (a
-  // race here: these replies are small; tests/shard_test.cc makes writes wait deterministically).
+  // race here: these replies are small; tests/shard_copy_on_write_test.cc makes writes
+  // wait deterministically).
   uint64_t waits = 0, overdrafts = 0;
   for (int s = 0; s < mc.servers; ++s) {
     waits += cluster.server(s).stats().copy_on_write_waits;
@@ -228,12 +228,13 @@ TEST_P(ModelTest, RandomOperationsMatchTheModelBitForBit) {
   EXPECT_EQ(overdrafts, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(, ModelTest,
-                         ::testing::Values(ModelCase{1, 1, opt::Kind::kSgd}, ModelCase{2, 3, opt::Kind::kAdam},
-                                           ModelCase{3, 2, opt::Kind::kAdaGrad}, ModelCase{2, 1, opt::Kind::kFtrl},
+INSTANTIATE_TEST_SUITE_P(, Model,
+                         ::testing::Values(Case(1, 1, opt::Kind::kSgd), Case(2, 3, opt::Kind::kAdam),
+                                           Case(3, 2, opt::Kind::kAdaGrad), Case(2, 1, opt::Kind::kFtrl),
                                            // No copy-on-write at all, and room for some of it.
-                                           ModelCase{1, 1, opt::Kind::kSgd, 0},
-                                           ModelCase{2, 3, opt::Kind::kAdam, 30000}));
+                                           Case(1, 1, opt::Kind::kSgd, 0),
+                                           Case(2, 3, opt::Kind::kAdam, 30000)),
+                         ClusterParamsName());
 
 }  // namespace
 }  // namespace pushpull

@@ -12,7 +12,7 @@
 #include "common/log.h"
 #include "common/time.h"
 #include "apps/bench/bench.h"
-#include "deploy/local_cluster.h"
+#include "tests/support/local_cluster.h"
 #include "worker/mlp_backend.h"
 
 namespace pushpull::bench {

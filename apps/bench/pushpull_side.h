@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "apps/bench/harness.h"
-#include "deploy/local_cluster.h"
+#include "tests/support/local_cluster.h"
 #include "optimizers/optimizer.h"
 
 namespace pushpull::bench {

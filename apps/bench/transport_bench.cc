@@ -33,7 +33,8 @@
 #include "apps/bench/raw_zmq.h"
 #include "common/log.h"
 #include "common/memory.h"
-#include "deploy/local_cluster.h"
+#include "optimizers/optimizer.h"
+#include "tests/support/local_cluster.h"
 
 namespace pushpull::bench {
 namespace {

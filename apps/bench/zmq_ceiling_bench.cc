@@ -26,7 +26,7 @@
 #include "apps/bench/pushpull_side.h"
 #include "apps/bench/raw_zmq.h"
 #include "common/log.h"
-#include "deploy/local_cluster.h"
+#include "tests/support/local_cluster.h"
 
 namespace pushpull::bench {
 namespace {

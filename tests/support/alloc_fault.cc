@@ -1,7 +1,7 @@
 // Not a test: the test binary's replacement of the global operator new, which fails the one
-// allocation a FailAllocation armed (tests/alloc_fault.h). Tests that use it assert on what the
-// failure does (tests/shard_test.cc).
-#include "tests/alloc_fault.h"
+// allocation a FailAllocation armed (tests/support/alloc_fault.h). Tests that use it assert on
+// what the failure does (tests/shard_copy_on_write_test.cc, tests/consistency_blocking_test.cc).
+#include "tests/support/alloc_fault.h"
 
 #include <atomic>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "deploy/local_cluster.h"
+#include "tests/support/local_cluster.h"
 
 #include "common/flags.h"
 #include "common/time.h"
@@ -13,15 +13,6 @@
 #include <thread>
 
 namespace pushpull {
-
-namespace {
-// Sanitizer builds run 5 to 15 times slower: stretch the liveness timeouts to match.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr int kTimeoutScale = 10;
-#else
-constexpr int kTimeoutScale = 1;
-#endif
-}  // namespace
 
 Status LocalCluster::Start() {
   config_.heartbeat_timeout_ms *= kTimeoutScale;

@@ -25,11 +25,12 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace pushpull {
 
@@ -63,12 +64,12 @@ class TcpProxy {
     return port;
   }
   // Where accepted connections go: a "tcp://127.0.0.1:PORT" address.
-  void SetUpstream(const std::string& tcp_address) {
-    std::lock_guard<std::mutex> l(mu_);
+  void SetUpstream(const std::string& tcp_address) EXCLUDES(mu_) {
+    MutexLock l(&mu_);
     upstream_port_ = std::atoi(tcp_address.substr(tcp_address.rfind(':') + 1).c_str());
   }
-  std::string upstream() const {
-    std::lock_guard<std::mutex> l(mu_);
+  std::string upstream() const EXCLUDES(mu_) {
+    MutexLock l(&mu_);
     return "tcp://127.0.0.1:" + std::to_string(upstream_port_);
   }
   // to_upstream: bytes from the accepting side (the client) to upstream; from_upstream: the other
@@ -93,14 +94,14 @@ class TcpProxy {
   // passed to drop(), on the relay's thread, with the milliseconds since its connection was
   // accepted: true loses it. ZeroMQ's commands pass unseen.
   using DropFn = std::function<bool(const std::vector<std::string>& frames, int64_t connection_age_ms)>;
-  void DropFromUpstream(DropFn drop) {
-    std::lock_guard<std::mutex> l(mu_);
+  void DropFromUpstream(DropFn drop) EXCLUDES(mu_) {
+    MutexLock l(&mu_);
     drop_[1] = std::make_shared<DropFn>(std::move(drop));
   }
   // The same for messages to upstream: as a worker's requests are lost with a connection that
   // drops (or a worker that dies) before they are written.
-  void DropToUpstream(DropFn drop) {
-    std::lock_guard<std::mutex> l(mu_);
+  void DropToUpstream(DropFn drop) EXCLUDES(mu_) {
+    MutexLock l(&mu_);
     drop_[0] = std::make_shared<DropFn>(std::move(drop));
   }
 
@@ -166,10 +167,10 @@ class TcpProxy {
     char c = 1;
     if (write(wake_[1], &c, 1) != 1) std::abort();
   }
-  int Upstream() {
+  int Upstream() EXCLUDES(mu_) {
     int port;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       port = upstream_port_;
     }
     int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -186,7 +187,7 @@ class TcpProxy {
     pairs_.erase(pairs_.begin() + i);
     filters_.erase(filters_.begin() + i);
   }
-  void Loop() {
+  void Loop() EXCLUDES(mu_) {
     char buf[1 << 16];
     std::string filtered;
     while (!stop_) {
@@ -246,7 +247,7 @@ class TcpProxy {
         }
         pairs_.emplace_back(c, u);
         {
-          std::lock_guard<std::mutex> l(mu_);
+          MutexLock l(&mu_);
           filters_.emplace_back();
           for (int side = 0; side < 2; ++side)
             if (drop_[side]) {
@@ -260,13 +261,15 @@ class TcpProxy {
   }
 
   int listen_ = -1, port_ = 0, wake_[2] = {-1, -1};
-  mutable std::mutex mu_;
-  int upstream_port_ = 0;
-  std::vector<std::pair<int, int>> pairs_;  // accepted, upstream: the loop's only
+  // What the test's thread sets for the relay loop's next connections. The only lock here.
+  mutable Mutex mu_;
+  int upstream_port_ GUARDED_BY(mu_) = 0;
+  std::shared_ptr<DropFn> drop_[2] GUARDED_BY(mu_);  // to and from upstream (null: nothing dropped)
+  // The relay loop's own (the destructor reads them once it has joined the loop):
+  std::vector<std::pair<int, int>> pairs_;  // accepted, upstream
   // pairs_'s, to upstream and from it (null: relayed as they come)
   std::vector<std::array<std::unique_ptr<Filter>, 2>> filters_;
-  std::shared_ptr<DropFn> drop_[2];  // under mu_: for connections accepted next, to and from upstream
-  std::vector<int> silent_;                 // upstream sides left open by Cut(true)
+  std::vector<int> silent_;  // upstream sides left open by Cut(true)
   std::atomic<bool> stop_{false}, cut_{false}, half_open_{false}, hold_up_{false}, hold_down_{false};
   std::atomic<int> accepted_{0};
   std::thread thread_;

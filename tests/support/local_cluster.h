@@ -14,6 +14,15 @@
 
 namespace pushpull {
 
+// Sanitizer builds run 5 to 15 times slower: LocalCluster stretches its liveness timeouts (the
+// scheduler's heartbeat timeout, the nodes' scheduler timeouts) by this much, and so do tests
+// that set such timeouts themselves.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+inline constexpr int kTimeoutScale = 10;
+#else
+inline constexpr int kTimeoutScale = 1;
+#endif
+
 struct LocalClusterConfig {
   int servers = 1;
   int workers = 1;

@@ -1,5 +1,5 @@
-// Out of memory on demand, for tests of what a server guarantees when an allocation fails. The
-// test binary replaces the global operator new (tests/alloc_fault.cc); while a FailAllocation is
+// Out of memory on demand, for tests of what a server guarantees when an allocation fails. The test
+// binary replaces the global operator new (tests/support/alloc_fault.cc); while a FailAllocation is
 // alive, one chosen allocation of the thread that made it throws std::bad_alloc, as it would on a
 // machine out of memory. Every other allocation goes to malloc as usual.
 #pragma once

@@ -15,12 +15,12 @@
 #include <thread>
 #include <vector>
 
-#include "common/metrics.h"
-#include "common/time.h"
 #include "apps/app.h"
 #include "apps/linreg.h"
-#include "deploy/local_cluster.h"
-#include "tests/eventually.h"
+#include "common/metrics.h"
+#include "common/time.h"
+#include "tests/support/eventually.h"
+#include "tests/support/local_cluster.h"
 
 namespace pushpull {
 namespace {
@@ -191,8 +191,8 @@ TEST(Monitoring, TheEndpointSurvivesBadClients) {
 }
 
 // A large answer to a slow reader arrives whole: the endpoint closes the connection after its
-// answer, and what was queued before the close is still sent (unverified until the twenty-first
-// session: today's bodies are a few KB). 8 MB, read after a pause, several times.
+// answer, and what was queued before the close is still sent (the daemons' bodies are a few KB:
+// this is what checks it). 8 MB, read after a pause, several times.
 TEST(Monitoring, ALargeAnswerReachesASlowReaderWhole) {
   std::string body;
   for (int i = 0; body.size() < (8u << 20); ++i) body += "pp_series_" + std::to_string(i) + " " + std::to_string(i) + "\n";
@@ -364,7 +364,7 @@ TEST(Monitoring, TheLauncherServesEachDaemonsMetrics) {
   // A port the launcher cannot give out: refused before anything starts.
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --metrics_port=65535 -- --app=linreg", 30, &out), 2) << out;
   EXPECT_NE(out.find("--metrics_port must be"), std::string::npos) << out;
-  // 0: each daemon a free port of its own, which it logs (it was refused, though the daemons take 0).
+  // 0: each daemon a free port of its own, which it logs (the daemons take 0, so the launcher does).
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --servers=2 --metrics_port=0 -- --app=linreg --epochs=1", 60, &out), 0)
       << out;
   for (const std::string who : {"scheduler | ", "server 0 | ", "server 1 | "}) {
