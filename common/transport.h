@@ -52,7 +52,7 @@ struct SocketOptions {
   // them from here, so no caller sets them one by one.
 };
 
-// A change in one of a socket's connections, reported once WatchConnections() was called.
+// A change in one of a socket's connections, reported by a ConnectionWatch.
 struct ConnectionEvent {
   enum Kind : uint8_t {
     kConnected,     // a connection's handshake completed: messages flow
@@ -60,6 +60,16 @@ struct ConnectionEvent {
   };
   Kind kind = kConnected;
   std::string endpoint;  // as given to Connect(), or the peer's address for bound sockets
+};
+
+// A socket's connection events, in the order they happened. Used by one thread at a time, which
+// need not be the socket's: an I/O thread watches the connections that calling threads send on.
+// It may outlive its socket (then it reports nothing more).
+class ConnectionWatch {
+ public:
+  virtual ~ConnectionWatch() = default;
+  // The next event, without waiting. False when there is none.
+  virtual bool Next(ConnectionEvent* event) = 0;
 };
 
 class Socket {
@@ -90,18 +100,19 @@ class Socket {
   // or a signal interrupted the wait.
   virtual bool Recv(std::vector<Frame>* frames, size_t max_frames, int64_t wait_ms) = 0;
 
-  // Starts reporting this socket's connection events (NextConnectionEvent; Poll's
-  // connection_events items).
-  virtual Status WatchConnections() = 0;
-  // The next event reported, without waiting. False when there is none.
-  virtual bool NextConnectionEvent(ConnectionEvent* event) = 0;
+  // Reports this socket's connection events from now on (connections made before are not
+  // reported: watch before connecting).
+  virtual Result<std::unique_ptr<ConnectionWatch>> WatchConnections() = 0;
 };
 
-// One socket to wait on: for a message (connection_events false) or for connection events.
+// What to wait on: a message on `socket`, or (socket null) an event on `watch`.
 struct PollItem {
   Socket* socket = nullptr;
-  bool connection_events = false;
+  ConnectionWatch* watch = nullptr;
   bool ready = false;  // set by Poll
+  PollItem() = default;
+  PollItem(Socket* s) : socket(s) {}  // NOLINT: a socket is what is polled most
+  explicit PollItem(ConnectionWatch* w) : watch(w) {}
 };
 
 class Transport {
@@ -111,7 +122,7 @@ class Transport {
   virtual Result<std::unique_ptr<Socket>> MakeSocket(SocketKind kind, const SocketOptions& options) = 0;
   // Waits up to timeout_ms (-1: no limit) until one of the items is ready, and marks those that
   // are. Returns how many are ready; 0 on a timeout or when a signal interrupted the wait. Every
-  // socket must come from this transport.
+  // socket and watch must come from this transport.
   virtual int Poll(PollItem* items, size_t n, int64_t timeout_ms) = 0;
 };
 

@@ -6,12 +6,39 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
-#include <optional>
 
 #include "common/transport.h"
 
 namespace pushpull {
 namespace {
+
+class ZmqWatch final : public ConnectionWatch {
+ public:
+  explicit ZmqWatch(zmq::socket_t pair) : pair_(std::move(pair)) {}
+  zmq::socket_t& pair() { return pair_; }
+
+  bool Next(ConnectionEvent* event) override {
+    while (true) {
+      zmq::message_t a, b;
+      if (!pair_.recv(a, zmq::recv_flags::dontwait)) return false;
+      if (a.size() < sizeof(uint16_t) || !a.more() || !pair_.recv(b)) return false;
+      uint16_t code = 0;
+      std::memcpy(&code, a.data(), sizeof(code));
+      event->endpoint.assign(static_cast<const char*>(b.data()), b.size());
+      if (code == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+        event->kind = ConnectionEvent::kConnected;
+        return true;
+      }
+      if (code == ZMQ_EVENT_DISCONNECTED) {
+        event->kind = ConnectionEvent::kDisconnected;
+        return true;
+      }
+    }
+  }
+
+ private:
+  zmq::socket_t pair_;  // the PAIR end of the socket's monitor
+};
 
 class ZmqSocket final : public Socket {
  public:
@@ -20,7 +47,6 @@ class ZmqSocket final : public Socket {
 
   SocketKind kind() const override { return kind_; }
   zmq::socket_t& socket() { return sock_; }
-  zmq::socket_t* monitor() { return monitor_ ? &*monitor_ : nullptr; }
 
   Result<std::string> Bind(const std::string& endpoint) override {
     try {
@@ -97,8 +123,7 @@ class ZmqSocket final : public Socket {
     }
   }
 
-  Status WatchConnections() override {
-    if (monitor_) return Status::OK();
+  Result<std::unique_ptr<ConnectionWatch>> WatchConnections() override {
     static std::atomic<uint64_t> serial{0};
     const std::string ep = "inproc://pp-monitor-" + std::to_string(serial++);
     if (zmq_socket_monitor(sock_.handle(), ep.c_str(), ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0)
@@ -107,30 +132,9 @@ class ZmqSocket final : public Socket {
       zmq::socket_t pair(ctx_, zmq::socket_type::pair);
       pair.set(zmq::sockopt::linger, 0);
       pair.connect(ep);
-      monitor_ = std::move(pair);
+      return std::unique_ptr<ConnectionWatch>(new ZmqWatch(std::move(pair)));
     } catch (const zmq::error_t& e) {
       return Status::Internal(std::string("socket monitor: ") + e.what());
-    }
-    return Status::OK();
-  }
-
-  bool NextConnectionEvent(ConnectionEvent* event) override {
-    if (!monitor_) return false;
-    while (true) {
-      zmq::message_t a, b;
-      if (!monitor_->recv(a, zmq::recv_flags::dontwait)) return false;
-      if (a.size() < sizeof(uint16_t) || !a.more() || !monitor_->recv(b)) return false;
-      uint16_t code = 0;
-      std::memcpy(&code, a.data(), sizeof(code));
-      event->endpoint.assign(static_cast<const char*>(b.data()), b.size());
-      if (code == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-        event->kind = ConnectionEvent::kConnected;
-        return true;
-      }
-      if (code == ZMQ_EVENT_DISCONNECTED) {
-        event->kind = ConnectionEvent::kDisconnected;
-        return true;
-      }
     }
   }
 
@@ -138,7 +142,6 @@ class ZmqSocket final : public Socket {
   zmq::context_t& ctx_;
   const SocketKind kind_;
   zmq::socket_t sock_;
-  std::optional<zmq::socket_t> monitor_;  // the PAIR end of sock_'s monitor, once watched
 };
 
 class ZmqTransport final : public Transport {
@@ -190,9 +193,9 @@ class ZmqTransport final : public Transport {
       z = heap.data();
     }
     for (size_t i = 0; i < n; ++i) {
-      auto* s = static_cast<ZmqSocket*>(items[i].socket);
-      zmq::socket_t* target = items[i].connection_events ? s->monitor() : &s->socket();
-      z[i] = zmq_pollitem_t{target ? target->handle() : nullptr, -1, static_cast<short>(target ? ZMQ_POLLIN : 0), 0};
+      zmq::socket_t& target = items[i].socket ? static_cast<ZmqSocket*>(items[i].socket)->socket()
+                                              : static_cast<ZmqWatch*>(items[i].watch)->pair();
+      z[i] = zmq_pollitem_t{target.handle(), 0, ZMQ_POLLIN, 0};
       items[i].ready = false;
     }
     const int rc = zmq_poll(z, static_cast<int>(n), static_cast<long>(timeout_ms));

@@ -198,22 +198,26 @@ TEST(Wire, RegisterRepliesAndMembershipsOutOfRangeAreRefused) {
 // lengths than its node counts) is refused by the node, not indexed by. A scheduler of this
 // test's own: one ROUTER that answers the node's Register so.
 TEST(Wire, ARegistrationAnswerThatDoesNotFitItselfIsRefused) {
-  zmq::context_t ctx(1);
+  std::shared_ptr<Transport> transport = NewZmqTransport();
   for (int bad = 0; bad < 2; ++bad) {
-    zmq::socket_t router(ctx, zmq::socket_type::router);
-    router.set(zmq::sockopt::linger, 0);
-    router.bind("tcp://127.0.0.1:*");
-    const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
+    SocketOptions so;
+    so.linger_ms = 0;
+    auto made = transport->MakeSocket(SocketKind::kRouter, so);
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    std::unique_ptr<Socket> router = std::move(*made);
+    auto bound = router->Bind("tcp://127.0.0.1:*");
+    ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+    const std::string endpoint = *bound;
     ControlOptions o;
     o.scheduler = endpoint;
     o.register_timeout_ms = 10000;
-    ControlChannel node(ctx, Role::kWorker, o);
+    ControlChannel node(*transport, Role::kWorker, o);
     Status registered;
     std::thread t([&] { registered = node.Register(""); });
-    std::vector<zmq::message_t> frames;
+    std::vector<Frame> frames;
     Header reg;
     while (reg.type != MsgType::kRegister) {  // (heartbeats may come first)
-      ASSERT_TRUE(RecvFrames(router, &frames, 8, 5000));
+      ASSERT_TRUE(RecvFrames(*router, &frames, 8, 5000));
       ASSERT_GE(frames.size(), 2u);
       ASSERT_TRUE(DecodeHeader(static_cast<const char*>(frames[1].data()), frames[1].size(), &reg).ok());
     }
@@ -227,8 +231,8 @@ TEST(Wire, ARegistrationAnswerThatDoesNotFitItselfIsRefused) {
     reply.membership.server_alive.assign(1, 1);
     if (bad == 0) reply.sender_rank = 5;                       // a rank past the job's 2 workers
     else reply.membership.worker_alive.assign(7, 1);           // a list of another length
-    zmq::message_t id(frames[0].data(), frames[0].size());
-    ASSERT_TRUE(SendMessage(router, &id, reply).ok());
+    Frame id(frames[0].data(), frames[0].size());
+    ASSERT_TRUE(SendMessage(*router, &id, reply).ok());
     t.join();
     EXPECT_EQ(registered.code(), Code::kCorruption) << registered.ToString();
     EXPECT_NE(registered.message().find(bad == 0 ? "rank 5 of 2 workers" : "lists hold 7/2/2 workers"),

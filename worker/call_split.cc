@@ -107,7 +107,7 @@ Status SplitPush(const TableInfo& info, const KeyBuffer& kbuf, const FloatBuffer
   // Keys in server order -> each server its slices of the caller's buffers, zero-copy; otherwise
   // each server's rows gathered.
   const KeysByServer by = SplitByServer(info, keys, S);
-  auto make = [&](int s, zmq::message_t kf, zmq::message_t vf, uint64_t n, bool continues) {
+  auto make = [&](int s, Frame kf, Frame vf, uint64_t n, bool continues) {
     auto c = std::make_unique<Command>();
     c->header.type = MsgType::kPush;
     if (continues) c->header.flags = kFlagContinues;

@@ -19,14 +19,15 @@ ControlOptions ControlOptionsOf(const ClientOptions& o) {
 
 }  // namespace
 
-ClientImpl::ClientImpl(const ClientOptions& o)
+ClientImpl::ClientImpl(const ClientOptions& o, std::shared_ptr<Transport> transport)
     : options_(o),
-      control_(ctx_, Role::kWorker, ControlOptionsOf(o)),
-      queue_(ctx_),
-      links_(ctx_, options_, control_, state_, requests_),
+      transport_(std::move(transport)),
+      control_(*transport_, Role::kWorker, ControlOptionsOf(o)),
+      queue_(*transport_),
+      links_(*transport_, options_, control_, state_, requests_),
       sender_(options_, control_, state_, requests_, links_, queue_),
       control_calls_(options_, control_, state_, requests_, sender_),
-      loop_(options_, control_, state_, requests_, links_, control_calls_, queue_) {}
+      loop_(*transport_, options_, control_, state_, requests_, links_, control_calls_, queue_) {}
 
 ClientImpl::~ClientImpl() {
   links_.SetReceiver(nullptr);  // waits for a receiving caller's slice
@@ -50,7 +51,7 @@ Status ClientImpl::Start() {
     state_.clock = *lowest;
     replacement_ = true;
   }
-  queue_.Open();
+  PP_RETURN_IF_ERROR(queue_.Open());
   links_.SetReceiver(&loop_);
   loop_.Start();
   return Status::OK();
@@ -129,19 +130,23 @@ Result<std::vector<uint32_t>> ClientImpl::GroupByServer(const Table& t, std::vec
   return order;
 }
 
-}  // namespace internal
-
-Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
-  PP_RETURN_IF_ERROR(internal::ControlOptionsOf(options).Validate());
+Result<std::unique_ptr<Client>> ConnectOver(const ClientOptions& options, std::shared_ptr<Transport> transport) {
+  PP_RETURN_IF_ERROR(ControlOptionsOf(options).Validate());
   if (options.request_timeout_ms < 1)
     return Status::InvalidArgument("request_timeout_ms must be at least 1, not " +
                                    std::to_string(options.request_timeout_ms));
   if (options.max_unanswered_mb < 0)
     return Status::InvalidArgument("max_unanswered_mb must be 0 (no limit) or more, not " +
                                    std::to_string(options.max_unanswered_mb));
-  auto c = std::make_unique<internal::ClientImpl>(options);
+  auto c = std::make_unique<ClientImpl>(options, std::move(transport));
   PP_RETURN_IF_ERROR(c->Start());
   return std::unique_ptr<Client>(std::move(c));
+}
+
+}  // namespace internal
+
+Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  return internal::ConnectOver(options, NewZmqTransport());
 }
 
 }  // namespace pushpull

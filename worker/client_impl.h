@@ -21,13 +21,12 @@
 //   3. the leaves, never nested: ClientState::mu, RequestTable's, CommandQueue's, FutureState::mu
 #pragma once
 
-#include <zmq.hpp>
-
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/control.h"
+#include "common/transport.h"
 #include "pushpull/status.h"
 #include "worker/call_sender.h"
 #include "worker/call_split.h"
@@ -43,7 +42,8 @@ namespace internal {
 
 class ClientImpl final : public Client {
  public:
-  explicit ClientImpl(const ClientOptions& o);
+  // transport: how it reaches the job (Connect: ZeroMQ; tests: one that injects faults).
+  ClientImpl(const ClientOptions& o, std::shared_ptr<Transport> transport);
   // Fails every call still pending (Aborted) and tells the scheduler nothing.
   ~ClientImpl() override;
 
@@ -99,9 +99,9 @@ class ClientImpl final : public Client {
   // Gives the call's requests its state, posts them and returns its Future.
   Future PostCall(std::shared_ptr<FutureState> fs, Commands cmds);
 
-  // Declared in construction order; the ZeroMQ context first, so that it goes after every socket.
+  // Declared in construction order; the transport first, so that it goes after every socket.
   const ClientOptions options_;
-  zmq::context_t ctx_;
+  const std::shared_ptr<Transport> transport_;
   ControlChannel control_;  // the I/O thread's after Start(); cluster() and rank() fixed by then
   ClientState state_;
   RequestTable requests_;
@@ -112,6 +112,9 @@ class ClientImpl final : public Client {
   ReplyLoop loop_;
   bool replacement_ = false;  // set in Start(): took a dead worker's place mid-job
 };
+
+// Client::Connect over the given transport (tests inject faults through it).
+Result<std::unique_ptr<Client>> ConnectOver(const ClientOptions& options, std::shared_ptr<Transport> transport);
 
 }  // namespace internal
 }  // namespace pushpull

@@ -43,7 +43,7 @@ const std::vector<PulledParts::Part>& PulledParts::Parts() const {
   std::call_once(listed_, [this] {
     for (size_t s = 0; s < frames.size(); ++s) {
       uint64_t r = keyed ? 0 : first_row[s];
-      for (const zmq::message_t& f : frames[s]) {
+      for (const Frame& f : frames[s]) {
         parts_.push_back({&f, r});
         r += f.size() / sizeof(float) / dim;
       }
@@ -67,7 +67,7 @@ const float* PulledParts::Row(size_t i) const {
     rows_.assign(rows, nullptr);
     for (size_t s = 0; s < frames.size(); ++s) {
       size_t j = 0;  // row within this server's reply
-      for (const zmq::message_t& f : frames[s]) {
+      for (const Frame& f : frames[s]) {
         const float* src = static_cast<const float*>(f.data());
         const size_t n = dim ? f.size() / sizeof(float) / dim : 0;
         for (size_t k = 0; k < n; ++k, ++j) {
@@ -161,7 +161,7 @@ void PulledRows::CopyTo(float* out) const {
   }
   for (size_t s = 0; s < p_->frames.size(); ++s) {
     float* to = out + p_->first_row[s] * p_->dim;
-    for (const zmq::message_t& f : p_->frames[s]) {
+    for (const Frame& f : p_->frames[s]) {
       std::memcpy(to, f.data(), f.size());
       to += f.size() / sizeof(float);
     }

@@ -18,7 +18,6 @@
 //    part has landed (the pull's Future succeeded), then without a lock.
 #pragma once
 
-#include <zmq.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -28,6 +27,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/transport.h"
 #include "pushpull/status.h"
 #include "common/wire.h"
 #include "pushpull/client.h"
@@ -117,7 +117,7 @@ struct FutureState {
 // row order, the frames of its reply (one per stripe of its rows: of a dense pull in row order,
 // of a keyed one over several stripes each stripe's rows in turn, see key_of_row).
 struct PulledParts {
-  std::vector<std::vector<zmq::message_t>> frames;  // [server part][frame]
+  std::vector<std::vector<Frame>> frames;  // [server part][frame]
   std::vector<uint64_t> first_row;                  // [server part] its first row (see positions)
   // Keyed: [server part] the key index of each row it holds; empty: consecutive key indices from
   // first_row[part] (keys in server order, GroupByServer).
@@ -137,7 +137,7 @@ struct PulledParts {
   // Every frame in row order with the first row it holds, listed on first use (the pull is done
   // by then: PulledRows is read only after its Future).
   struct Part {
-    const zmq::message_t* frame;
+    const Frame* frame;
     uint64_t first_row;
   };
   const std::vector<Part>& Parts() const;

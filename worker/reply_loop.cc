@@ -60,9 +60,10 @@ std::string NodeName(int target) {
 
 }  // namespace
 
-ReplyLoop::ReplyLoop(const ClientOptions& options, ControlChannel& control, ClientState& state, RequestTable& requests,
+ReplyLoop::ReplyLoop(Transport& transport, const ClientOptions& options, ControlChannel& control, ClientState& state, RequestTable& requests,
                      ServerLinks& links, ControlCalls& control_calls, CommandQueue& queue)
     : options_(options),
+      transport_(transport),
       control_(control),
       state_(state),
       requests_(requests),
@@ -88,13 +89,12 @@ void ReplyLoop::FailUnsent(const Status& st) {
 
 void ReplyLoop::IoLoop() {
   SetThreadName("pp-client-io");
-  std::vector<zmq::pollitem_t> items;
+  std::vector<PollItem> items;
   while (!stop_) {
-    // The control socket, commands, then the connection monitors (ServerLinks replaces a request
+    // The control socket, commands, then the connection watches (ServerLinks replaces a request
     // socket's with the socket).
-    items.assign({{static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0},
-                  {static_cast<void*>(queue_.socket_to_poll()), 0, ZMQ_POLLIN, 0}});
-    links_.AddMonitors(&items);
+    items.assign({PollItem(&control_.socket()), PollItem(queue_.socket_to_poll())});
+    links_.AddWatches(&items);
     // Replies nobody waits for (a push never waited on) are drained every kDrainMs while requests
     // to servers are open and no waiting caller receives, and within kIdleDrainMs otherwise. (Not
     // for the scheduler's, which come on its socket, polled here: a Barrier() or Checkpoint()
@@ -103,11 +103,11 @@ void ReplyLoop::IoLoop() {
     if (!links_.receiver()->waiter_receiving.load(std::memory_order_relaxed) && requests_.to_servers() > 0)
       timeout = std::min<int64_t>(timeout, kDrainMs);
     if (!delayed_.empty()) timeout = std::max<int64_t>(0, std::min(timeout, delayed_.front().first - NowMs()));
-    Poll(items.data(), items.size(), timeout);
+    transport_.Poll(items.data(), items.size(), timeout);
     links_.OnConnectionEvents(&items[2], stop_);
     links_.ReplaceDueTx(stop_);
     links_.FlushHeld();
-    if (items[1].revents & ZMQ_POLLIN) {
+    if (items[1].ready) {
       for (int i = 0; i < 1024; ++i) {
         std::unique_ptr<Command> c = queue_.Take();
         if (!c) break;
@@ -124,16 +124,16 @@ void ReplyLoop::IoLoop() {
       DrainRx();
       links_.rx_mu().Unlock();
     }
-    if (items[0].revents & ZMQ_POLLIN) {
+    if (items[0].ready) {
       for (int i = 0; i < 64; ++i) {
         Message m;
         bool changed = false;
         bool got = control_.Receive(&m, &changed);
         if (changed) control_calls_.OnMembership();
         if (got) HandleReply(m, kScheduler);
-        zmq::pollitem_t it{static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0};
-        Poll(&it, 1, 0);
-        if (!(it.revents & ZMQ_POLLIN)) break;
+        PollItem it(&control_.socket());
+        transport_.Poll(&it, 1, 0);
+        if (!it.ready) break;
       }
     }
     Status st = control_.Tick();
@@ -244,7 +244,7 @@ void ReplyLoop::HandleReply(Message& m, int from) {
       if (!part.fs->abandoned) {
         if (part.view) {
           // Kept, not copied.
-          std::vector<zmq::message_t>& keep = part.view->frames[part.view_index];
+          std::vector<Frame>& keep = part.view->frames[part.view_index];
           keep.clear();
           for (size_t fi = 0; fi < m.num_value_frames(); ++fi) keep.push_back(std::move(m.value_frame(fi)));
           if (part.view->keyed) part.view->key_of_row[part.view_index] = std::move(key_of_row);
@@ -255,7 +255,7 @@ void ReplyLoop::HandleReply(Message& m, int from) {
           const size_t row_floats = part.dim;
           size_t i = 0;
           for (size_t fi = 0; fi < m.num_value_frames(); ++fi) {
-            const zmq::message_t& f = m.value_frame(fi);
+            const Frame& f = m.value_frame(fi);
             const float* src = static_cast<const float*>(f.data());
             const size_t rows = row_floats ? f.size() / sizeof(float) / row_floats : 0;
             if (part.positions.empty() && key_of_row.empty()) {

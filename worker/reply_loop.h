@@ -34,7 +34,7 @@ namespace internal {
 
 class ReplyLoop final : public Receiver {
  public:
-  ReplyLoop(const ClientOptions& options, ControlChannel& control, ClientState& state, RequestTable& requests,
+  ReplyLoop(Transport& transport, const ClientOptions& options, ControlChannel& control, ClientState& state, RequestTable& requests,
             ServerLinks& links, ControlCalls& control_calls, CommandQueue& queue);
 
   void Start();  // the I/O thread
@@ -59,6 +59,7 @@ class ReplyLoop final : public Receiver {
   void HandleReply(Message& m, int from);
 
   const ClientOptions& options_;
+  Transport& transport_;
   ControlChannel& control_;  // I/O thread
   ClientState& state_;
   RequestTable& requests_;

@@ -232,32 +232,39 @@ bool RequestTable::AfterResend(int s, const std::vector<Resend>& again,
   return any;
 }
 
-CommandQueue::CommandQueue(zmq::context_t& ctx)
-    : in_(ctx, zmq::socket_type::pull), out_(ctx, zmq::socket_type::push) {}
-
-void CommandQueue::Open() {
+Status CommandQueue::Open() {
+  SocketOptions o;
+  o.network = false;
+  o.send_hwm = 0;  // a caller never blocks handing a command over
+  auto in = transport_.MakeSocket(SocketKind::kPull, o);
+  if (!in.ok()) return in.status();
+  auto out = transport_.MakeSocket(SocketKind::kPush, o);
+  if (!out.ok()) return out.status();
+  in_ = std::move(*in);
   const std::string ep = "inproc://pp-cmd-" + std::to_string(reinterpret_cast<uintptr_t>(this));
-  in_.bind(ep);
+  PP_RETURN_IF_ERROR(in_->Bind(ep).status());
   MutexLock l(&mu_);
-  out_.set(zmq::sockopt::sndhwm, 0);
-  out_.connect(ep);
+  out_ = std::move(*out);
+  return out_->Connect(ep);
 }
 
 void CommandQueue::Post(std::unique_ptr<Command> c) {
   Command* raw = c.release();
-  zmq::message_t m(&raw, sizeof(raw));
+  Frame m(&raw, sizeof(raw));
+  Frame* parts[] = {&m};
+  bool would_block = false;  // (no limit: never)
   MutexLock l(&mu_);
-  out_.send(m, zmq::send_flags::none);
+  out_->Send(parts, 1, /*dont_wait=*/false, &would_block).IgnoreError();
 }
 
 std::unique_ptr<Command> CommandQueue::Take() {
-  zmq::message_t m;
-  if (!in_.recv(m, zmq::recv_flags::dontwait)) return nullptr;
+  if (!in_ || !in_->Recv(&in_frames_, 1, 0) || in_frames_.empty() || in_frames_[0].size() != sizeof(Command*))
+    return nullptr;
   Command* raw;
-  std::memcpy(&raw, m.data(), sizeof(raw));
+  std::memcpy(&raw, in_frames_[0].data(), sizeof(raw));
   {
-    // The Command was posted under mu_; taking the lock makes that ordering explicit (ZeroMQ's own
-    // hand-off is invisible to ThreadSanitizer). Uncontended: cheap.
+    // The Command was posted under mu_; taking the lock makes that ordering explicit (the pipe's
+    // own hand-off is invisible to ThreadSanitizer). Uncontended: cheap.
     MutexLock l(&mu_);
   }
   return std::unique_ptr<Command>(raw);

@@ -10,7 +10,6 @@
 // and the lock released (by the caller, or by FailTarget and FailAll after the lock).
 #pragma once
 
-#include <zmq.hpp>
 
 #include <array>
 #include <cstdint>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/transport.h"
 #include "pushpull/status.h"
 #include "common/wire.h"
 #include "worker/futures.h"
@@ -45,7 +45,7 @@ struct CallPart {
   bool sparse = false;             // a keyed pull of a sparse table (may be answered by stripe)
   // Server requests: the frames as sent (sharing their buffers), to send again when a connection
   // to the server drops before the answer came (the server answers a repeat once).
-  zmq::message_t sent_header, sent_keys, sent_values;
+  Frame sent_header, sent_keys, sent_values;
   bool unsent = false;  // held back (ZeroMQ could not take it, or one before it): sent once it can
   size_t bytes = 0;     // payload held for it (keys and values): counted against max_unanswered_mb
   uint64_t seq = 0;     // server requests: how many went to its server before it, and it
@@ -55,7 +55,7 @@ struct CallPart {
 // handed to the I/O thread (CommandQueue).
 struct Command {
   Header header;
-  zmq::message_t keys, values;
+  Frame keys, values;
   CallPart part;
   bool despite_sticky = false;  // a request to the scheduler sent after a sticky error (Leave)
 };
@@ -123,7 +123,7 @@ class RequestTable {
   // records each one's outcome.
   struct Resend {
     uint64_t id;
-    std::array<zmq::message_t, 3> frames;
+    std::array<Frame, 3> frames;
     std::shared_ptr<FutureState> fs;
     enum Outcome { kHeld, kWent, kGaveUp } outcome = kHeld;  // kHeld: ZeroMQ took no more
   };
@@ -169,21 +169,23 @@ class RequestTable {
 };
 
 // Requests a calling thread hands to the I/O thread (the scheduler's, whose socket that thread
-// owns, and server requests delayed by send_latency_ms), in posting order: an inproc ZeroMQ pair
+// owns, and server requests delayed by send_latency_ms), in posting order: an in-process pipe
 // that carries each Command's pointer. Post from any thread; Take on the I/O thread (or once it
 // has stopped).
 class CommandQueue {
  public:
-  explicit CommandQueue(zmq::context_t& ctx);
-  void Open();  // before any Post; binds the I/O thread's end
+  explicit CommandQueue(Transport& transport) : transport_(transport) {}
+  Status Open();  // before any Post; binds the I/O thread's end
   void Post(std::unique_ptr<Command> c) EXCLUDES(mu_);
   std::unique_ptr<Command> Take() EXCLUDES(mu_);  // null when none is waiting
-  zmq::socket_t& socket_to_poll() { return in_; }  // the I/O thread's end
+  Socket* socket_to_poll() { return in_.get(); }  // the I/O thread's end
 
  private:
   Mutex mu_;  // the sending end is used by any calling thread; a leaf
-  zmq::socket_t in_;  // the I/O thread's (or, once it has stopped, the closing client's)
-  zmq::socket_t out_ GUARDED_BY(mu_);
+  Transport& transport_;
+  std::unique_ptr<Socket> in_;  // the I/O thread's (or, once it has stopped, the closing client's)
+  std::vector<Frame> in_frames_;  // Take's receive buffer, with in_
+  std::unique_ptr<Socket> out_ GUARDED_BY(mu_);
 };
 
 }  // namespace internal

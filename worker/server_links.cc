@@ -13,14 +13,13 @@
 namespace pushpull {
 namespace internal {
 
-ServerLinks::ServerLinks(zmq::context_t& ctx, const ClientOptions& options, ControlChannel& control,
+ServerLinks::ServerLinks(Transport& transport, const ClientOptions& options, ControlChannel& control,
                          ClientState& state, RequestTable& requests)
-    : ctx_(ctx),
+    : transport_(transport),
       options_(options),
       control_(control),
       state_(state),
-      requests_(requests),
-      rx_(ctx, zmq::socket_type::dealer) {}
+      requests_(requests) {}
 
 Result<int64_t> ServerLinks::Open() {
   const ClusterMap& cm = control_.cluster();
@@ -33,12 +32,17 @@ Result<int64_t> ServerLinks::Open() {
   rx_id_ = RandomRoutingId("rx-" + std::to_string(control_.rank()));
   {
     MutexLock l(&receiver_->mu);
-    ConfigureSocket(rx_, false, -1);
-    rx_.set(zmq::sockopt::routing_id, rx_id_);
+    SocketOptions o;
+    o.routing_id = rx_id_;
+    auto rx = transport_.MakeSocket(SocketKind::kDealer, o);
+    if (!rx.ok()) return rx.status();
+    rx_ = std::move(*rx);
     // A dropped connection (OnConnectionEvents): rx_ reconnects by itself, under its routing id.
-    rx_monitor_ = MonitorOf(rx_, "rx", ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+    auto watch = rx_->WatchConnections();
+    if (!watch.ok()) return watch.status();
+    rx_watch_ = std::move(*watch);
   }
-  tx_monitors_.resize(n);
+  tx_watches_.resize(n);
   rx_state_.resize(n);
   tx_state_.resize(n);
   max_frame_.assign(n, 0);
@@ -56,12 +60,9 @@ Result<int64_t> ServerLinks::Open() {
       PP_RETURN_IF_ERROR(OpenTx(s));
     }
     MutexLock l(&receiver_->mu);
-    try {
-      rx_.connect(addresses_[s]);
-    } catch (const zmq::error_t& e) {
+    if (Status st = rx_->Connect(addresses_[s]); !st.ok())
       return Status::Unavailable("connect to server " + std::to_string(s) + " at " + cm.servers[s].address + ": " +
-                                 e.what());
-    }
+                                 st.message());
   }
   return Hello();
 }
@@ -69,18 +70,6 @@ Result<int64_t> ServerLinks::Open() {
 void ServerLinks::SetReceiver(Receiver* r) {
   MutexLock l(&receiver_->mu);  // waits for a receiving caller's slice
   receiver_->client = r;
-}
-
-// A monitor of `sock`'s connections: a PAIR socket that receives the `events` ZeroMQ reports.
-zmq::socket_t ServerLinks::MonitorOf(zmq::socket_t& sock, const std::string& name, int events) {
-  static std::atomic<uint64_t> serial{0};
-  const std::string ep = "inproc://pp-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this)) + "-" + name +
-                         "-" + std::to_string(serial++);
-  if (zmq_socket_monitor(sock.handle(), ep.c_str(), events) != 0) throw zmq::error_t();
-  zmq::socket_t pair(ctx_, zmq::socket_type::pair);
-  pair.set(zmq::sockopt::linger, 0);
-  pair.connect(ep);
-  return pair;
 }
 
 // tx_[s], new: a DEALER to server s, its connection watched. ZeroMQ never reconnects it: a
@@ -93,19 +82,19 @@ Status ServerLinks::OpenTx(size_t s) {
   tx_state_[s].up = false;
   tx_state_[s].opened_ms = NowMs();
   tx_state_[s].replace_at_ms = -1;
-  try {
-    zmq::socket_t sock(ctx_, zmq::socket_type::dealer);
-    ConfigureSocket(sock, false, -1);
-    // (Sends never block: SendDataFrames. A request ZeroMQ cannot take now is held back.)
-    sock.set(zmq::sockopt::reconnect_ivl, -1);
-    zmq::socket_t monitor =
-        MonitorOf(sock, "tx" + std::to_string(s), ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
-    sock.connect(address);
-    tx_[s] = std::move(sock);
-    tx_monitors_[s] = std::move(monitor);
-  } catch (const zmq::error_t& e) {
-    return Status::Unavailable("connect to server " + std::to_string(s) + " at " + address + ": " + e.what());
-  }
+  auto fail = [&](const Status& st) {
+    return Status::Unavailable("connect to server " + std::to_string(s) + " at " + address + ": " + st.message());
+  };
+  SocketOptions o;
+  // (Sends never block: SendDataFrames. A request the transport cannot take now is held back.)
+  o.reconnect = false;
+  auto sock = transport_.MakeSocket(SocketKind::kDealer, o);
+  if (!sock.ok()) return fail(sock.status());
+  auto watch = (*sock)->WatchConnections();
+  if (!watch.ok()) return fail(watch.status());
+  if (Status st = (*sock)->Connect(address); !st.ok()) return fail(st);
+  tx_[s] = std::move(*sock);
+  tx_watches_[s] = std::move(*watch);
   return Status::OK();
 }
 
@@ -114,9 +103,9 @@ Status ServerLinks::OpenTx(size_t s) {
 // look dead meanwhile, and a job aborted meanwhile ends the wait with its reason.
 Status ServerLinks::KeepInTouch() {
   for (int i = 0; i < 64; ++i) {
-    zmq::pollitem_t it{static_cast<void*>(control_.socket()), 0, ZMQ_POLLIN, 0};
-    Poll(&it, 1, 0);
-    if (!(it.revents & ZMQ_POLLIN)) break;
+    PollItem it(&control_.socket());
+    transport_.Poll(&it, 1, 0);
+    if (!it.ready) break;
     Message m;
     bool changed = false;
     control_.Receive(&m, &changed);  // (no control request is open yet: news only)
@@ -155,12 +144,12 @@ Result<int64_t> ServerLinks::Hello() {
         h.row_begin = r < agreed.size() && agreed[r] >= 0 ? uint64_t(agreed[r]) + 1 : 0;
         bool would_block = false;  // (not connected: tried again, on a new socket after kTxConnectMs)
         PP_RETURN_IF_ERROR(
-            SendDataFrames(tx_[s], EncodeHeaderFrame(h), zmq::message_t(), zmq::message_t(), &would_block));
+            SendDataFrames(*tx_[s], EncodeHeaderFrame(h), Frame(), Frame(), &would_block));
       }
       MutexLock l(&receiver_->mu);
-      zmq::pollitem_t item{static_cast<void*>(rx_), 0, ZMQ_POLLIN, 0};
-      Poll(&item, 1, 100);
-      while ((item.revents & ZMQ_POLLIN) && RecvFrames(rx_, &frames_, kMaxDataFrames + 1)) {
+      PollItem item(rx_.get());
+      transport_.Poll(&item, 1, 100);
+      while (item.ready && RecvFrames(*rx_, &frames_, kMaxDataFrames + 1)) {
         Message m;
         if (Decode(&frames_, &m).ok() && m.header.type == MsgType::kHelloReply &&
             m.header.sender_role == Role::kServer && m.header.sender_rank == static_cast<int>(s)) {
@@ -168,7 +157,7 @@ Result<int64_t> ServerLinks::Hello() {
           max_frame_[s] = m.header.num_rows;
           server_clock[s] = m.header.clock;
         }
-        Poll(&item, 1, 0);
+        transport_.Poll(&item, 1, 0);
       }
     }
     if (!answered)
@@ -186,7 +175,7 @@ void ServerLinks::Send(std::unique_ptr<Command> c) {
   const uint64_t id = c->header.request_id;
   c->header.reply_to = rx_id_;
   std::shared_ptr<FutureState> fs = c->part.fs;
-  zmq::message_t header = EncodeHeaderFrame(c->header);
+  Frame header = EncodeHeaderFrame(c->header);
   c->part.sent_header.copy(header);
   c->part.sent_keys.copy(c->keys);
   c->part.sent_values.copy(c->values);
@@ -202,7 +191,7 @@ void ServerLinks::Send(std::unique_ptr<Command> c) {
   // Callers never block on a send (only on room, in CallSender::Post: max_unanswered_mb).
   bool would_block = held_[s];
   if (st.ok() && !would_block)
-    st = SendDataFrames(tx_[s], std::move(header), std::move(c->keys), std::move(c->values), &would_block);
+    st = SendDataFrames(*tx_[s], std::move(header), std::move(c->keys), std::move(c->values), &would_block);
   if (st.ok() && would_block) {
     held_[s] = 1;
     any_held_ = true;
@@ -215,13 +204,13 @@ void ServerLinks::Send(std::unique_ptr<Command> c) {
   }
 }
 
-bool ServerLinks::ReceiveFrames(int64_t wait_ms) { return RecvFrames(rx_, &frames_, kMaxDataFrames + 1, wait_ms); }
+bool ServerLinks::ReceiveFrames(int64_t wait_ms) { return RecvFrames(*rx_, &frames_, kMaxDataFrames + 1, wait_ms); }
 
 Status ServerLinks::DecodeReceived(Message* m, bool* header_ok) { return Decode(&frames_, m, header_ok); }
 
-void ServerLinks::AddMonitors(std::vector<zmq::pollitem_t>* items) {
-  items->push_back({static_cast<void*>(rx_monitor_), 0, ZMQ_POLLIN, 0});
-  for (auto& m : tx_monitors_) items->push_back({static_cast<void*>(m), 0, ZMQ_POLLIN, 0});
+void ServerLinks::AddWatches(std::vector<PollItem>* items) {
+  items->push_back(PollItem(rx_watch_.get()));
+  for (auto& w : tx_watches_) items->push_back(PollItem(w.get()));
 }
 
 // A connection to a server that dropped may have lost requests on their way and answers on theirs.
@@ -231,19 +220,10 @@ void ServerLinks::AddMonitors(std::vector<zmq::pollitem_t>* items) {
 // kRecheckMs later those still unanswered once more, the ones sent in the first half of that
 // while included: the server may answer on the old connection until its socket has taken the
 // new one.
-void ServerLinks::OnConnectionEvents(const zmq::pollitem_t* items, const std::atomic<bool>& stop) {
-  const zmq::pollitem_t& rx_item = items[0];
-  const zmq::pollitem_t* tx_items = items + 1;
-  auto next_event = [](zmq::socket_t& monitor, uint16_t* event, std::string* endpoint) {
-    zmq::message_t a, b;
-    if (!monitor.recv(a, zmq::recv_flags::dontwait)) return false;
-    if (a.size() < sizeof(uint16_t) || !a.more() || !monitor.recv(b)) return false;
-    std::memcpy(event, a.data(), sizeof(uint16_t));
-    endpoint->assign(static_cast<const char*>(b.data()), b.size());
-    return true;
-  };
-  uint16_t event = 0;
-  std::string endpoint;
+void ServerLinks::OnConnectionEvents(const PollItem* items, const std::atomic<bool>& stop) {
+  const PollItem& rx_item = items[0];
+  const PollItem* tx_items = items + 1;
+  ConnectionEvent event;
   const int64_t now = NowMs();
   // Replacements in a row (a server gone, or one whose ZeroMQ drops the connection for what is
   // sent again) back off.
@@ -254,34 +234,35 @@ void ServerLinks::OnConnectionEvents(const zmq::pollitem_t* items, const std::at
     tx.replace_at_ms = now + tx.backoff_ms;
     tx.up = false;
   };
-  for (size_t s = 0; s < tx_monitors_.size(); ++s) {
-    if (!(tx_items[s].revents & ZMQ_POLLIN)) continue;
+  for (size_t s = 0; s < tx_watches_.size(); ++s) {
+    if (!tx_items[s].ready) continue;
     TxState& tx = tx_state_[s];
-    while (next_event(tx_monitors_[s], &event, &endpoint)) {
-      if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) tx.up = true;
-      else if (event == ZMQ_EVENT_DISCONNECTED && tx.replace_at_ms < 0) schedule_replace(tx);
+    while (tx_watches_[s]->Next(&event)) {
+      if (event.kind == ConnectionEvent::kConnected) tx.up = true;
+      else if (event.kind == ConnectionEvent::kDisconnected && tx.replace_at_ms < 0) schedule_replace(tx);
     }
   }
   for (size_t s = 0; s < tx_state_.size(); ++s) {
     TxState& tx = tx_state_[s];
     if (!tx.up && tx.replace_at_ms < 0 && now - tx.opened_ms > kTxConnectMs) schedule_replace(tx);  // never connected
   }
-  if (rx_item.revents & ZMQ_POLLIN) {
-    while (next_event(rx_monitor_, &event, &endpoint)) {
-      auto it = server_of_endpoint_.find(endpoint);
+  if (rx_item.ready) {
+    while (rx_watch_->Next(&event)) {
+      auto it = server_of_endpoint_.find(event.endpoint);
       if (it == server_of_endpoint_.end()) {
-        PP_LOG(Warning) << "connection event " << event << " for " << endpoint << ", which is no server's address";
+        PP_LOG(Warning) << "connection event " << int(event.kind) << " for " << event.endpoint
+                        << ", which is no server's address";
         continue;
       }
       RxState& rx = rx_state_[it->second];
-      if (event == ZMQ_EVENT_DISCONNECTED && !rx.dropped) {
+      if (event.kind == ConnectionEvent::kDisconnected && !rx.dropped) {
         rx.dropped = true;  // (servers leaving at the end of the job drop theirs too: no warning)
         // Answers are lost from now on: the record must keep the oldest unanswered until it has
         // been asked for again on a connection that is up (a recheck due is for the new one).
         rx.recheck_at_ms = rx.mark_at_ms = -1;
         requests_.Protect(it->second, true);
         PP_LOG(Debug) << "connection for answers from server " << it->second << " dropped; reconnecting";
-      } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && rx.dropped) {
+      } else if (event.kind == ConnectionEvent::kConnected && rx.dropped) {
         rx.dropped = false;
         rx.resend = true;
         rx.recheck_at_ms = rx.mark_at_ms = -1;
@@ -373,7 +354,7 @@ size_t ServerLinks::SendPending(int s, bool unsent_only, uint64_t below, size_t*
     const uint64_t b = a.frames[1].size() + a.frames[2].size();
     bool would_block = false;
     Status st =
-        SendDataFrames(tx_[s], std::move(a.frames[0]), std::move(a.frames[1]), std::move(a.frames[2]), &would_block);
+        SendDataFrames(*tx_[s], std::move(a.frames[0]), std::move(a.frames[1]), std::move(a.frames[2]), &would_block);
     if (would_block) break;  // this one and the rest stay held, in order
     if (!st.ok()) PP_LOG(Warning) << "sending request " << a.id << " to server " << s << ": " << st.ToString();
     a.outcome = RequestTable::Resend::kWent;

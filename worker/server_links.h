@@ -1,13 +1,13 @@
 // The worker's connections to the servers. A request socket per server (tx: a DEALER each) on
 // which calling threads send; one reply socket (rx: a DEALER connected to every server, whose
-// routing id every request names in reply_to) on which all replies come back; monitors that
+// routing id every request names in reply_to) on which all replies come back; watches that
 // report each connection dropping and coming back; the Hello handshake through which each server
 // learns the reply socket. A dropped connection is no failure: a request socket is replaced (with
 // backoff) and the requests unanswered on it are sent again on the new one, oldest first, ahead of
 // anything newer; once the reply socket has reconnected to a server, the requests unanswered are
 // sent again, and once more a while later (answers the server sent on the old connection are lost).
 // The server answers a repeat once and never runs it twice (server/request_record.h).
-// Every ZeroMQ call on the sockets to the servers is made here.
+// Every call on the sockets to the servers is made here.
 //
 // Threading:
 //  - send_mu_ guards the request sockets and what is held back on them. A calling thread holds it
@@ -15,14 +15,12 @@
 //    (FlushHeld, OnConnectionEvents, ReplaceDueTx) and never waits for it.
 //  - The reply socket is guarded by receiver()->mu (rx_mu()): whoever holds it receives (a waiting
 //    caller, or the I/O thread).
-//  - The monitors and connection states belong to the I/O thread (and to Open, before it starts).
+//  - The connection watches and states belong to the I/O thread (and to Open, before it starts).
 //  - The servers' addresses, frame limits and the reply socket's routing id are set in Open and
 //    read-only afterwards.
 //  - Lock order: send_mu_ and rx_mu() are never held together; each may be held while the
 //    leaves are taken (RequestTable's lock, ClientState::mu, FutureState::mu).
 #pragma once
-
-#include <zmq.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -45,7 +43,7 @@ namespace internal {
 
 class ServerLinks {
  public:
-  ServerLinks(zmq::context_t& ctx, const ClientOptions& options, ControlChannel& control, ClientState& state,
+  ServerLinks(Transport& transport, const ClientOptions& options, ControlChannel& control, ClientState& state,
               RequestTable& requests);
 
   // Connects to every server of the job (registered with the scheduler) and says hello to each,
@@ -75,11 +73,11 @@ class ServerLinks {
   bool ReceiveFrames(int64_t wait_ms) REQUIRES(receiver_->mu);
   Status DecodeReceived(Message* m, bool* header_ok) REQUIRES(receiver_->mu);
 
-  // I/O thread. The monitors to poll: appended to `items`, the reply socket's first.
-  void AddMonitors(std::vector<zmq::pollitem_t>* items);
-  // Reacts to what the monitors reported (`items`: AddMonitors' entries after a poll) and to
-  // what is due: a request socket to replace, requests to send again. `stop`: the client closing.
-  void OnConnectionEvents(const zmq::pollitem_t* items, const std::atomic<bool>& stop) EXCLUDES(send_mu_);
+  // I/O thread. The connection watches to poll: appended to `items`, the reply socket's first.
+  void AddWatches(std::vector<PollItem>* items);
+  // Reacts to what the watches reported (`items`: AddWatches' entries after a poll) and to what
+  // is due: a request socket to replace, requests to send again. `stop`: the client closing.
+  void OnConnectionEvents(const PollItem* items, const std::atomic<bool>& stop) EXCLUDES(send_mu_);
   // Replaces the request sockets that are due (dropped, or never connected), sending again what
   // was unanswered on them; after a sticky error fails it instead.
   void ReplaceDueTx(bool stopping) EXCLUDES(send_mu_);
@@ -87,7 +85,6 @@ class ServerLinks {
   void FlushHeld() EXCLUDES(send_mu_);
 
  private:
-  zmq::socket_t MonitorOf(zmq::socket_t& sock, const std::string& name, int events);
   Status OpenTx(size_t s) REQUIRES(send_mu_);
   Status KeepInTouch();
   Result<int64_t> Hello();
@@ -106,28 +103,28 @@ class ServerLinks {
   // the oldest unanswered (RequestTable::Protect), so a lost answer is still there when asked.
   static constexpr int64_t kRecheckMs = 250;
 
-  zmq::context_t& ctx_;
+  Transport& transport_;
   const ClientOptions& options_;
   ControlChannel& control_;  // Open (before the I/O thread), then the I/O thread
   ClientState& state_;
   RequestTable& requests_;
 
   const std::shared_ptr<ReceiverHandle> receiver_ = std::make_shared<ReceiverHandle>();
-  zmq::socket_t rx_ GUARDED_BY(receiver_->mu);  // replies from all servers
-  std::vector<zmq::message_t> frames_ GUARDED_BY(receiver_->mu);  // a reply's frames, as received
+  std::unique_ptr<Socket> rx_ GUARDED_BY(receiver_->mu);  // replies from all servers
+  std::vector<Frame> frames_ GUARDED_BY(receiver_->mu);  // a reply's frames, as received
   std::string rx_id_;                           // rx_'s routing id, named in every request's reply_to
 
   // Request sockets are reconnected here, not by ZeroMQ (OpenTx), so that what a drop may have lost
   // goes first on the new connection.
   // Lock order: after ControlCalls::finish_mu_; never held with rx_mu(); before the leaves.
   Mutex send_mu_;
-  std::vector<zmq::socket_t> tx_ GUARDED_BY(send_mu_);  // requests to each server
+  std::vector<std::unique_ptr<Socket>> tx_ GUARDED_BY(send_mu_);  // requests to each server
   std::vector<char> held_ GUARDED_BY(send_mu_);         // per server: requests held back (FlushHeld)
   std::atomic<bool> any_held_{false};
 
-  // I/O thread: tx_'s and rx_'s monitors; which server an rx_ event's endpoint is.
-  std::vector<zmq::socket_t> tx_monitors_;
-  zmq::socket_t rx_monitor_;
+  // I/O thread: tx_'s and rx_'s connection watches; which server an rx_ event's endpoint is.
+  std::vector<std::unique_ptr<ConnectionWatch>> tx_watches_;
+  std::unique_ptr<ConnectionWatch> rx_watch_;
   std::vector<std::string> addresses_;  // the servers' addresses, numeric (Open)
   std::map<std::string, int> server_of_endpoint_;
   std::vector<uint64_t> max_frame_;     // Open: each server's HelloReply

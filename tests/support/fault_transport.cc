@@ -9,34 +9,111 @@
 
 namespace pushpull {
 
+namespace {
+
+// The endpoints a socket connected to, shared with its watches (which another thread reads).
+struct Endpoints {
+  Mutex mu;
+  std::vector<std::string> list GUARDED_BY(mu);
+};
+
+}  // namespace
+
+// A socket's connection events, with a cut's drops and returns told for each endpoint the
+// socket connected to, then what the inner watch reports.
+class FaultTransport::FaultWatch final : public ConnectionWatch {
+ public:
+  FaultWatch(FaultTransport* owner, std::unique_ptr<ConnectionWatch> inner, std::shared_ptr<Endpoints> endpoints)
+      : owner_(owner), inner_(std::move(inner)), endpoints_(std::move(endpoints)), seen_(owner->cut_generation()) {}
+
+  ConnectionWatch* inner() { return inner_.get(); }
+
+  bool Next(ConnectionEvent* event) override {
+    Update();
+    if (!events_.empty()) {
+      *event = std::move(events_.front());
+      events_.pop_front();
+      return true;
+    }
+    return inner_->Next(event);
+  }
+
+  // Whether Next has an event of this watch's own now.
+  bool Ready() {
+    Update();
+    return !events_.empty();
+  }
+  // When it next has one (a cut ending), ms; -1: not before something happens.
+  int64_t NextDueMs() const { return in_cut_ ? owner_->cut_end_ms() : -1; }
+
+ private:
+  void Update() {
+    const int64_t generation = owner_->cut_generation();
+    const bool cut = owner_->CutNow(NowMs());
+    if (generation != seen_) {
+      seen_ = generation;
+      if (cut && !in_cut_) {
+        in_cut_ = true;
+        Tell(ConnectionEvent::kDisconnected);
+      }
+    }
+    if (in_cut_ && !cut) {
+      in_cut_ = false;
+      Tell(ConnectionEvent::kConnected);
+    }
+  }
+  void Tell(ConnectionEvent::Kind kind) {
+    MutexLock l(&endpoints_->mu);
+    for (const std::string& ep : endpoints_->list) events_.push_back({kind, ep});
+  }
+
+  FaultTransport* const owner_;
+  const std::unique_ptr<ConnectionWatch> inner_;
+  const std::shared_ptr<Endpoints> endpoints_;
+  std::deque<ConnectionEvent> events_;
+  int64_t seen_;  // the cut generation last looked at
+  bool in_cut_ = false;
+};
+
 // A socket of the inner transport, with the faults its transport decides applied on the way.
 // In-process pipes (options.network false) pass through untouched.
 class FaultTransport::FaultSocket final : public Socket {
  public:
   FaultSocket(FaultTransport* owner, std::unique_ptr<Socket> inner, bool faulty)
-      : owner_(owner), inner_(std::move(inner)), faulty_(faulty) {}
+      : owner_(owner), inner_(std::move(inner)), faulty_(faulty), seen_(owner->cut_generation()) {}
 
   Socket* inner() { return inner_.get(); }
   SocketKind kind() const override { return inner_->kind(); }
   Result<std::string> Bind(const std::string& endpoint) override { return inner_->Bind(endpoint); }
   Status Connect(const std::string& endpoint) override {
     Status st = inner_->Connect(endpoint);
-    if (st.ok()) endpoints_.push_back(endpoint);
+    if (st.ok()) {
+      MutexLock l(&endpoints_->mu);
+      endpoints_->list.push_back(endpoint);
+    }
     return st;
   }
   Status Disconnect(const std::string& endpoint) override {
-    endpoints_.erase(std::remove(endpoints_.begin(), endpoints_.end(), endpoint), endpoints_.end());
+    {
+      MutexLock l(&endpoints_->mu);
+      auto& v = endpoints_->list;
+      v.erase(std::remove(v.begin(), v.end(), endpoint), v.end());
+    }
     return inner_->Disconnect(endpoint);
   }
 
   Status Send(Frame* const* frames, size_t n, bool dont_wait, bool* would_block) override {
     *would_block = false;
     if (!faulty_) return inner_->Send(frames, n, dont_wait, would_block);
-    UpdateCut();
     std::vector<Frame*> parts(frames, frames + n);
-    const Decision d = in_cut_ ? Decision{true, false, false, 0} : owner_->Decide(FaultRule::kSend, kind(), parts);
-    if (d.cut) UpdateCut();
-    if (d.drop || d.cut || in_cut_) {
+    Decision d;
+    if (owner_->CutNow(NowMs())) {
+      owner_->CountLostInCut();
+      d.drop = true;
+    } else {
+      d = owner_->Decide(FaultRule::kSend, kind(), parts);
+    }
+    if (d.drop || d.cut) {
       for (Frame* f : parts) *f = Frame();  // lost on the way: the caller's copies are all that is left
       return Status::OK();
     }
@@ -49,7 +126,6 @@ class FaultTransport::FaultSocket final : public Socket {
       }
       bool blocked = false;
       PP_RETURN_IF_ERROR(inner_->Send(ptrs.data(), n, dont_wait, &blocked));
-      if (blocked) return inner_->Send(frames, n, dont_wait, would_block);
     }
     return inner_->Send(frames, n, dont_wait, would_block);
   }
@@ -58,7 +134,7 @@ class FaultTransport::FaultSocket final : public Socket {
     if (!faulty_) return inner_->Recv(frames, max_frames, wait_ms);
     const int64_t deadline = NowMs() + std::max<int64_t>(wait_ms, 0);
     while (true) {
-      UpdateCut();
+      ForgetHeldAfterCut();
       if (TakeHeld(frames)) return true;
       int64_t wait = std::max<int64_t>(deadline - NowMs(), 0);
       if (!held_.empty()) wait = std::min(wait, std::max<int64_t>(held_.front().first - NowMs(), 0));
@@ -67,11 +143,14 @@ class FaultTransport::FaultSocket final : public Socket {
         if (NowMs() >= deadline) return false;
         continue;
       }
+      if (owner_->CutNow(NowMs())) {
+        owner_->CountLostInCut();
+        continue;
+      }
       std::vector<Frame*> parts;
       for (Frame& f : *frames) parts.push_back(&f);
-      const Decision d = in_cut_ ? Decision{true, false, false, 0} : owner_->Decide(FaultRule::kRecv, kind(), parts);
-      if (d.cut) UpdateCut();
-      if (d.drop || d.cut || in_cut_) continue;
+      const Decision d = owner_->Decide(FaultRule::kRecv, kind(), parts);
+      if (d.drop || d.cut) continue;
       if (d.delay_ms > 0) {
         held_.emplace_back(NowMs() + d.delay_ms, std::move(*frames));
         frames->clear();
@@ -86,58 +165,28 @@ class FaultTransport::FaultSocket final : public Socket {
     }
   }
 
-  Status WatchConnections() override {
-    watching_ = true;
-    return inner_->WatchConnections();
+  Result<std::unique_ptr<ConnectionWatch>> WatchConnections() override {
+    Result<std::unique_ptr<ConnectionWatch>> inner = inner_->WatchConnections();
+    if (!inner.ok()) return inner.status();
+    return std::unique_ptr<ConnectionWatch>(new FaultWatch(owner_, std::move(*inner), endpoints_));
   }
 
-  bool NextConnectionEvent(ConnectionEvent* event) override {
-    if (faulty_) UpdateCut();
-    if (!events_.empty()) {
-      *event = std::move(events_.front());
-      events_.pop_front();
-      return true;
-    }
-    return inner_->NextConnectionEvent(event);
-  }
-
-  // Whether Recv or NextConnectionEvent has something now without asking the inner socket.
-  bool ReadyWithoutInner(bool connection_events) {
+  // Whether Recv has a message of this socket's own now (one held back and due).
+  bool Ready() {
     if (!faulty_) return false;
-    UpdateCut();
-    if (connection_events) return !events_.empty();
+    ForgetHeldAfterCut();
     return !held_.empty() && held_.front().first <= NowMs();
   }
-  // When this socket next has something of its own (a held message due, a cut ending), ms; -1: never.
-  int64_t NextDueMs() {
-    int64_t due = -1;
-    if (!held_.empty()) due = held_.front().first;
-    if (in_cut_) {
-      const int64_t end = owner_->cut_end_ms();
-      due = due < 0 ? end : std::min(due, end);
-    }
-    return due;
-  }
+  // When it next has one, ms; -1: not before something arrives.
+  int64_t NextDueMs() const { return held_.empty() ? -1 : held_.front().first; }
 
  private:
-  // Starts or ends this socket's part of a cut: watched connections report dropped, then back.
-  void UpdateCut() {
+  // What was held back when a cut began was on its way: lost with the connection.
+  void ForgetHeldAfterCut() {
     const int64_t generation = owner_->cut_generation();
-    const bool cut = owner_->CutNow(NowMs());
-    if (generation != seen_generation_) {
-      seen_generation_ = generation;
-      if (cut && !in_cut_) {
-        in_cut_ = true;
-        held_.clear();  // what was on its way is lost with the connection
-        if (watching_)
-          for (const std::string& ep : endpoints_) events_.push_back({ConnectionEvent::kDisconnected, ep});
-      }
-    }
-    if (in_cut_ && !cut) {
-      in_cut_ = false;
-      if (watching_)
-        for (const std::string& ep : endpoints_) events_.push_back({ConnectionEvent::kConnected, ep});
-    }
+    if (generation == seen_) return;
+    seen_ = generation;
+    held_.clear();
   }
 
   bool TakeHeld(std::vector<Frame>* frames) {
@@ -150,14 +199,11 @@ class FaultTransport::FaultSocket final : public Socket {
   FaultTransport* const owner_;
   const std::unique_ptr<Socket> inner_;
   const bool faulty_;
-  std::vector<std::string> endpoints_;
-  bool watching_ = false;
-  std::deque<ConnectionEvent> events_;
+  const std::shared_ptr<Endpoints> endpoints_ = std::make_shared<Endpoints>();
   // Received messages held back (a delay) or to be delivered again (a duplicate, due at once),
   // by when they are due.
   std::deque<std::pair<int64_t, std::vector<Frame>>> held_;
-  int64_t seen_generation_ = 0;
-  bool in_cut_ = false;
+  int64_t seen_;  // the cut generation last looked at
 };
 
 FaultTransport::FaultTransport(std::shared_ptr<Transport> inner, uint64_t seed)
@@ -187,10 +233,17 @@ int FaultTransport::Poll(PollItem* items, size_t n, int64_t timeout_ms) {
   int ready = 0;
   int64_t due = -1;
   for (size_t i = 0; i < n; ++i) {
-    auto* s = static_cast<FaultSocket*>(items[i].socket);
-    items[i].ready = s->ReadyWithoutInner(items[i].connection_events);
+    int64_t d;
+    if (items[i].socket) {
+      auto* s = static_cast<FaultSocket*>(items[i].socket);
+      items[i].ready = s->Ready();
+      d = s->NextDueMs();
+    } else {
+      auto* w = static_cast<FaultWatch*>(items[i].watch);
+      items[i].ready = w->Ready();
+      d = w->NextDueMs();
+    }
     ready += items[i].ready;
-    const int64_t d = s->NextDueMs();
     if (d >= 0) due = due < 0 ? d : std::min(due, d);
   }
   if (ready > 0) return ready;
@@ -199,8 +252,12 @@ int FaultTransport::Poll(PollItem* items, size_t n, int64_t timeout_ms) {
     timeout_ms = timeout_ms < 0 ? until : std::min(timeout_ms, until);
   }
   std::vector<PollItem> inner(n);
-  for (size_t i = 0; i < n; ++i)
-    inner[i] = PollItem{static_cast<FaultSocket*>(items[i].socket)->inner(), items[i].connection_events, false};
+  for (size_t i = 0; i < n; ++i) {
+    if (items[i].socket)
+      inner[i] = PollItem(static_cast<FaultSocket*>(items[i].socket)->inner());
+    else
+      inner[i] = PollItem(static_cast<FaultWatch*>(items[i].watch)->inner());
+  }
   ready = inner_->Poll(inner.data(), n, timeout_ms);
   for (size_t i = 0; i < n; ++i) items[i].ready = inner[i].ready;
   return ready;
@@ -253,6 +310,11 @@ FaultTransport::Decision FaultTransport::Decide(FaultRule::Direction dir, Socket
 bool FaultTransport::CutNow(int64_t now_ms) {
   MutexLock l(&mu_);
   return now_ms < cut_until_ms_;
+}
+
+void FaultTransport::CountLostInCut() {
+  MutexLock l(&mu_);
+  ++counts_.lost_in_cuts;
 }
 
 int64_t FaultTransport::cut_generation() const {

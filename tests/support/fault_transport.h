@@ -65,7 +65,9 @@ class FaultTransport : public Transport {
 
  private:
   class FaultSocket;
+  class FaultWatch;
   friend class FaultSocket;
+  friend class FaultWatch;
   struct Decision {
     bool drop = false, duplicate = false, cut = false;
     int delay_ms = 0;
@@ -73,6 +75,7 @@ class FaultTransport : public Transport {
   // What to do with a message going `dir` on a socket of `kind` (it has been counted).
   Decision Decide(FaultRule::Direction dir, SocketKind kind, const std::vector<Frame*>& frames) EXCLUDES(mu_);
   bool CutNow(int64_t now_ms) EXCLUDES(mu_);
+  void CountLostInCut() EXCLUDES(mu_);
   int64_t cut_generation() const EXCLUDES(mu_);
   int64_t cut_end_ms() const EXCLUDES(mu_);
 
