@@ -360,21 +360,21 @@ std::string EncodeHeaderCereal(const Header& h) {
   return os.str();
 }
 
-zmq::message_t EncodeHeaderFrame(const Header& h) {
+Frame EncodeHeaderFrame(const Header& h) {
   if (!IsDataType(h.type)) {
     std::string e = EncodeHeaderCereal(h);
-    return zmq::message_t(e.data(), e.size());
+    return Frame(e.data(), e.size());
   }
   PodWriter count(nullptr);
   SaveCommon(count, h);
-  zmq::message_t m(count.size());
+  Frame m(count.size());
   PodWriter w(static_cast<char*>(m.data()));
   SaveCommon(w, h);
   return m;
 }
 
 std::string EncodeHeader(const Header& h) {
-  zmq::message_t m = EncodeHeaderFrame(h);
+  Frame m = EncodeHeaderFrame(h);
   return std::string(static_cast<const char*>(m.data()), m.size());
 }
 
@@ -408,7 +408,7 @@ Status DecodeHeader(const void* data, size_t size, Header* h, uint16_t oldest_ve
   return Status::OK();
 }
 
-Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok) {
+Status Decode(std::vector<Frame>* frames, Message* out, bool* header_ok) {
   if (header_ok) *header_ok = false;
   if (frames->empty()) return Status::Corruption("empty message");
   Status st = DecodeHeader((*frames)[0].data(), (*frames)[0].size(), &out->header);
@@ -451,9 +451,9 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
                               " bytes, header implies " + std::to_string(key_bytes));
   // ZeroMQ may hand small frames out at any offset of its receive buffer: realign (a copy,
   // small frames only in practice) so keys and values can be read in place as u64 and float.
-  auto align = [](zmq::message_t& f, size_t a) {
+  auto align = [](Frame& f, size_t a) {
     if (reinterpret_cast<uintptr_t>(f.data()) % a == 0) return;
-    zmq::message_t copy(f.size());
+    Frame copy(f.size());
     std::memcpy(copy.data(), f.data(), f.size());
     f = std::move(copy);
   };
@@ -472,7 +472,7 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
   const uint64_t row_bytes = uint64_t(h.dim) * sizeof(float);
   uint64_t total = 0;
   for (size_t i = 0; i < out->num_value_frames(); ++i) {
-    zmq::message_t& f = out->value_frame(i);
+    Frame& f = out->value_frame(i);
     if (row_bytes == 0 || f.size() == 0 || f.size() % row_bytes != 0)
       return Status::Corruption("values frame " + std::to_string(i) + " has " + std::to_string(f.size()) +
                                 " bytes, not a whole number of rows of dim " + std::to_string(h.dim));
@@ -485,92 +485,12 @@ Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok
   return Status::OK();
 }
 
-bool RecvFrames(zmq::socket_t& sock, std::vector<zmq::message_t>* frames, size_t max_frames, int64_t wait_ms) {
-  frames->clear();
-  const bool wait = wait_ms > 0;
-  if (wait)  // an option store, no system call (a wait past INT_MAX ms would wrap: clamped)
-    sock.set(zmq::sockopt::rcvtimeo, static_cast<int>(std::min<int64_t>(wait_ms, std::numeric_limits<int>::max())));
-  while (true) {
-    zmq::message_t m;
-    zmq::recv_result_t r;
-    try {
-      r = sock.recv(m, wait && frames->empty() ? zmq::recv_flags::none : zmq::recv_flags::dontwait);
-    } catch (const zmq::error_t& e) {
-      // A signal (SIGTERM, the daemons' stop request) interrupted the wait: nothing received.
-      // Only the first frame is waited for, so no message is left half read.
-      if (e.num() != EINTR) throw;
-      return !frames->empty();
-    }
-    if (!r) return !frames->empty();
-    bool more = m.more();
-    if (frames->size() < max_frames) frames->push_back(std::move(m));
-    if (!more) return true;
-  }
-}
-
-zmq::message_t ZeroCopyFrame(const void* data, size_t size, std::shared_ptr<const void> owner) {
-  if (size < 4096) return zmq::message_t(data, size);
+Frame ZeroCopyFrame(const void* data, size_t size, std::shared_ptr<const void> owner) {
+  if (size < 4096) return Frame(data, size);
   auto* hint = new std::shared_ptr<const void>(std::move(owner));
-  return zmq::message_t(const_cast<void*>(data), size,
+  return Frame(const_cast<void*>(data), size,
                         [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); },
                         hint);
-}
-
-namespace {
-
-Status SendFrames(zmq::socket_t& sock, const zmq::message_t* identity, const Header& h,
-                  zmq::message_t* keys, zmq::message_t* values, size_t num_values) {
-  zmq::message_t hm = EncodeHeaderFrame(h);
-  bool data = IsDataType(h.type);
-  try {
-    if (identity) {
-      zmq::message_t id(identity->data(), identity->size());
-      if (!sock.send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait))
-        return Status::Unavailable("peer send queue full");
-    }
-    if (!sock.send(hm, data ? zmq::send_flags::sndmore : zmq::send_flags::none))
-      return Status::Unavailable("send would block");
-    if (data) {
-      sock.send(*keys, zmq::send_flags::sndmore);
-      for (size_t i = 0; i < num_values; ++i)
-        sock.send(values[i], i + 1 < num_values ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    }
-  } catch (const zmq::error_t& e) {
-    return Status::Unavailable(std::string("send ") + MsgTypeName(h.type) + ": " + e.what());
-  }
-  return Status::OK();
-}
-
-}  // namespace
-
-Status SendDataFrames(zmq::socket_t& sock, zmq::message_t header, zmq::message_t keys, zmq::message_t values,
-                      bool* would_block) {
-  *would_block = false;
-  try {
-    // Once the first part is taken, ZeroMQ takes the rest of the message.
-    if (!sock.send(header, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
-      *would_block = true;
-      return Status::OK();
-    }
-    sock.send(keys, zmq::send_flags::sndmore);
-    sock.send(values, zmq::send_flags::none);
-  } catch (const zmq::error_t& e) {
-    return Status::Unavailable(std::string("send: ") + e.what());
-  }
-  return Status::OK();
-}
-
-Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const Header& h,
-                   zmq::message_t keys, zmq::message_t values) {
-  return SendFrames(sock, identity, h, &keys, &values, 1);
-}
-
-Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const Header& h,
-                   zmq::message_t keys, std::vector<zmq::message_t>* values) {
-  if (values->empty() || values->size() > kMaxValueFrames)
-    return Status::InvalidArgument(std::to_string(values->size()) + " values frames (1 to " +
-                                   std::to_string(kMaxValueFrames) + " allowed)");
-  return SendFrames(sock, identity, h, &keys, values->data(), values->size());
 }
 
 bool RecvFrames(Socket& sock, std::vector<Frame>* frames, size_t max_frames, int64_t wait_ms) {
@@ -632,52 +552,11 @@ Result<std::string> BindTcp(Socket& sock, const std::string& bind_host, int port
   return "tcp://" + advertise_host + (advertise_port > 0 ? ":" + std::to_string(advertise_port) : last->substr(colon));
 }
 
-int Poll(zmq::pollitem_t* items, size_t n, int64_t timeout_ms) {
-  int rc = zmq_poll(items, static_cast<int>(n), static_cast<long>(timeout_ms));
-  if (rc < 0) {
-    for (size_t i = 0; i < n; ++i) items[i].revents = 0;
-    return 0;
-  }
-  return rc;
-}
-
-void ConfigureSocket(zmq::socket_t& sock, bool is_router, int64_t max_msg_bytes) {
-  sock.set(zmq::sockopt::linger, 200);
-  sock.set(zmq::sockopt::sndhwm, 100000);
-  sock.set(zmq::sockopt::rcvhwm, 100000);
-  sock.set(zmq::sockopt::heartbeat_ivl, 1000);
-  sock.set(zmq::sockopt::heartbeat_timeout, 10000);
-  sock.set(zmq::sockopt::sndbuf, 4 << 20);
-  sock.set(zmq::sockopt::rcvbuf, 4 << 20);
-  if (is_router) {
-    sock.set(zmq::sockopt::router_mandatory, 1);
-    // A peer that reconnects (its TCP connection dropped: a network blip) under the routing id it
-    // had takes its place at once, even before this side has noticed the old connection is gone.
-    sock.set(zmq::sockopt::router_handover, 1);
-  }
-  if (max_msg_bytes > 0) sock.set(zmq::sockopt::maxmsgsize, max_msg_bytes);
-}
-
 std::string RandomRoutingId(const std::string& prefix) {
   std::random_device rd;
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%08x%08x", rd(), rd());
   return prefix + "-" + hex;
-}
-
-Result<std::string> BindTcp(zmq::socket_t& sock, const std::string& bind_host, int port,
-                            const std::string& advertise_host, int advertise_port) {
-  std::string ep = "tcp://" + bind_host + ":" + (port == 0 ? std::string("*") : std::to_string(port));
-  try {
-    sock.bind(ep);
-  } catch (const zmq::error_t& e) {
-    if (e.num() == EADDRINUSE)
-      return Status::Unavailable("bind " + ep + ": " + e.what() + " (another process listens there: another --port, or 0 for any free one)");
-    return Status::Unavailable("bind " + ep + ": " + e.what());
-  }
-  std::string last = sock.get(zmq::sockopt::last_endpoint);  // tcp://0.0.0.0:41234
-  auto colon = last.rfind(':');
-  return "tcp://" + advertise_host + (advertise_port > 0 ? ":" + std::to_string(advertise_port) : last.substr(colon));
 }
 
 }  // namespace pushpull

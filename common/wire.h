@@ -11,8 +11,6 @@
 // (table exists, rows in range) are the receiver's.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -138,19 +136,19 @@ struct Header {
 // rows in turn); every other message has one values
 // frame and more_values empty.
 struct Message {
-  zmq::message_t identity;
+  Frame identity;
   Header header;
-  zmq::message_t keys;
-  zmq::message_t values;
-  std::vector<zmq::message_t> more_values;
+  Frame keys;
+  Frame values;
+  std::vector<Frame> more_values;
 
   // The values frames in order: values, then more_values.
   size_t num_value_frames() const { return 1 + more_values.size(); }
-  zmq::message_t& value_frame(size_t i) { return i == 0 ? values : more_values[i - 1]; }
-  const zmq::message_t& value_frame(size_t i) const { return i == 0 ? values : more_values[i - 1]; }
+  Frame& value_frame(size_t i) { return i == 0 ? values : more_values[i - 1]; }
+  const Frame& value_frame(size_t i) const { return i == 0 ? values : more_values[i - 1]; }
   size_t value_bytes() const {
     size_t n = values.size();
-    for (const zmq::message_t& f : more_values) n += f.size();
+    for (const Frame& f : more_values) n += f.size();
     return n;
   }
 
@@ -163,7 +161,7 @@ struct Message {
 // Cereal's binary archive writes either way (EncodeHeaderCereal: the Cereal path for any type,
 // which tests compare against).
 std::string EncodeHeader(const Header& h);
-zmq::message_t EncodeHeaderFrame(const Header& h);
+Frame EncodeHeaderFrame(const Header& h);
 std::string EncodeHeaderCereal(const Header& h);
 // oldest_version: the oldest protocol version accepted (kWireVersion: live peers match exactly;
 // kOldestCheckpointVersion: a table description a checkpoint file kept).
@@ -172,58 +170,34 @@ Status DecodeHeader(const void* data, size_t size, Header* h, uint16_t oldest_ve
 // Validates a multipart message (identity already removed) and moves it into *out.
 // *header_ok (optional) says whether the header itself decoded, i.e. whether the sender can be
 // answered even though the message as a whole is malformed.
-Status Decode(std::vector<zmq::message_t>* frames, Message* out, bool* header_ok = nullptr);
-
-// Receives one multipart message without blocking longer than zmq's own timeouts. Returns
-// false when nothing was there (EAGAIN). At most max_frames frames are kept; the rest of an
-// oversized message is drained and the message reported as malformed by Decode.
-// With wait_ms > 0 the first frame is waited for up to that long, in ZeroMQ's own blocking receive
-// (a poll followed by a receive costs twice the system calls); the others never wait (a multipart
-// message arrives whole). A wait a signal interrupts returns false, as if it had timed out.
-bool RecvFrames(zmq::socket_t& sock, std::vector<zmq::message_t>* frames, size_t max_frames = 8,
-                int64_t wait_ms = 0);
+Status Decode(std::vector<Frame>* frames, Message* out, bool* header_ok = nullptr);
 
 // A frame over `size` bytes at `data`, sent without copying: `owner` keeps the memory alive
 // until ZeroMQ is done with it. Small payloads are copied (cheaper than the callback).
-zmq::message_t ZeroCopyFrame(const void* data, size_t size, std::shared_ptr<const void> owner);
+Frame ZeroCopyFrame(const void* data, size_t size, std::shared_ptr<const void> owner);
 
-// Sends [identity?][header][keys][values] (data) or [identity?][header] (control).
-Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const Header& h,
-                   zmq::message_t keys = zmq::message_t(), zmq::message_t values = zmq::message_t());
-// A pull reply whose values are split over frames (1 to kMaxValueFrames, whole rows each).
-Status SendMessage(zmq::socket_t& sock, const zmq::message_t* identity, const Header& h,
-                   zmq::message_t keys, std::vector<zmq::message_t>* values);
-
-// Sends a data request whose header is already encoded (EncodeHeaderFrame): [header][keys][values].
-// A worker keeps copies of its requests' frames (zmq::message_t::copy shares the buffer: no
-// payload is copied) until they are answered, to send them again after a dropped connection.
-// Never blocks: when ZeroMQ cannot take the message now (no connection to queue it on, or the
-// queue full) nothing is sent and *would_block is set (the status is OK).
-Status SendDataFrames(zmq::socket_t& sock, zmq::message_t header, zmq::message_t keys, zmq::message_t values,
-                      bool* would_block);
-
-// The same over the transport (common/transport.h).
+// Receives one multipart message (Socket::Recv): at most max_frames frames are kept; the rest
+// of an oversized message is drained and the message reported as malformed by Decode. Waits up
+// to wait_ms for it (0: not at all); false when none came, or a signal interrupted the wait.
 bool RecvFrames(Socket& sock, std::vector<Frame>* frames, size_t max_frames = 8, int64_t wait_ms = 0);
+// Sends [identity?][header][keys][values] (data) or [identity?][header] (control); a router's
+// (identity given) never blocks: a peer whose queue is full is refused (Unavailable).
 Status SendMessage(Socket& sock, const Frame* identity, const Header& h, Frame keys = Frame(), Frame values = Frame());
+// A pull reply whose values are split over frames (1 to kMaxValueFrames, whole rows each).
 Status SendMessage(Socket& sock, const Frame* identity, const Header& h, Frame keys, std::vector<Frame>* values);
+// Sends a data request whose header is already encoded (EncodeHeaderFrame): [header][keys][values].
+// A worker keeps copies of its requests' frames (Frame::copy shares the buffer: no payload is
+// copied) until they are answered, to send them again after a dropped connection. Never blocks:
+// when the transport cannot take the message now (no connection to queue it on, or the queue
+// full) nothing is sent and *would_block is set (the status is OK).
 Status SendDataFrames(Socket& sock, Frame header, Frame keys, Frame values, bool* would_block);
+// Binds to tcp://host:port (port 0: an ephemeral port) and returns the address to advertise:
+// advertise_host and the port bound, or advertise_port when it is set (NAT, port forwarding).
 Result<std::string> BindTcp(Socket& sock, const std::string& bind_host, int port, const std::string& advertise_host,
                             int advertise_port = 0);
-
-// zmq_poll that treats EINTR (a signal arrived) as "nothing ready" instead of throwing.
-int Poll(zmq::pollitem_t* items, size_t n, int64_t timeout_ms);
-
-// Socket options every pushpull socket gets: bounded linger, explicit high-water marks,
-// ZMQ heartbeats, ROUTER_MANDATORY on routers, a maximum message size on receivers.
-void ConfigureSocket(zmq::socket_t& sock, bool is_router, int64_t max_msg_bytes = -1);
 
 // A routing id for a socket that must keep it across reconnects: `prefix`, '-' and 64 random bits
 // (routers hand an id over to whoever connects with it, so it must not be guessable).
 std::string RandomRoutingId(const std::string& prefix);
-
-// Binds to tcp://host:port (port 0: an ephemeral port) and returns the address to advertise:
-// advertise_host and the port bound, or advertise_port when it is set (NAT, port forwarding).
-Result<std::string> BindTcp(zmq::socket_t& sock, const std::string& bind_host, int port,
-                            const std::string& advertise_host, int advertise_port = 0);
 
 }  // namespace pushpull

@@ -164,17 +164,20 @@ TEST(ServerFailure, ANodeSilentBeforeTheJobStartsGivesItsSlotBack) {
   ASSERT_TRUE(sched.ok());
   // A node that registers and then says nothing (hung, or killed: a closed socket is the same
   // silence): it is told, after a heartbeat timeout, that its slot was given up.
-  zmq::context_t ctx;
-  zmq::socket_t hung(ctx, zmq::socket_type::dealer);
-  hung.set(zmq::sockopt::linger, 0);
-  hung.connect(sched.address());
+  std::shared_ptr<Transport> transport = NewZmqTransport();
+  SocketOptions so;
+  so.linger_ms = 0;
+  auto made = transport->MakeSocket(SocketKind::kDealer, so);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  Socket& hung = **made;
+  ASSERT_TRUE(hung.Connect(sched.address()).ok());
   Header h;
   h.type = MsgType::kRegister;
   h.sender_role = Role::kWorker;
   h.sender_rank = -1;  // any rank: it takes the job's only worker slot
   h.clock = 100;
   ASSERT_TRUE(SendMessage(hung, nullptr, h).ok());
-  std::vector<zmq::message_t> frames;
+  std::vector<Frame> frames;
   ASSERT_TRUE(RecvFrames(hung, &frames, 8, 30000 * kTimeoutScale)) << "no word to the silent node";
   Message told;
   ASSERT_TRUE(Decode(&frames, &told).ok());

@@ -1,13 +1,15 @@
-// A peer that speaks the wire protocol to a live server by hand (an independent ZeroMQ DEALER), for
+// A peer that speaks the wire protocol to a live server by hand (its own ZeroMQ DEALER, no Client), for
 // tests of what a server does with requests no Client would send.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <zmq.hpp>
+#include <gtest/gtest.h>
 
+#include "common/transport.h"
 #include "common/wire.h"
 
 namespace pushpull {
@@ -16,18 +18,23 @@ namespace pushpull {
 class RawPeer {
  public:
   // routing_id: named, as a client names its receive socket in every request's reply_to.
-  explicit RawPeer(const std::string& address, const std::string& routing_id = "")
-      : sock_(ctx_, zmq::socket_type::dealer) {
-    sock_.set(zmq::sockopt::linger, 0);
-    if (!routing_id.empty()) sock_.set(zmq::sockopt::routing_id, routing_id);
-    sock_.connect(address);
+  explicit RawPeer(const std::string& address, const std::string& routing_id = "") {
+    SocketOptions o;
+    o.linger_ms = 0;
+    o.routing_id = routing_id;
+    auto sock = transport_->MakeSocket(SocketKind::kDealer, o);
+    EXPECT_TRUE(sock.ok()) << sock.status().ToString();
+    sock_ = std::move(*sock);
+    EXPECT_TRUE(sock_->Connect(address).ok());
   }
-  void SendRaw(std::vector<zmq::message_t> frames) {
-    for (size_t i = 0; i < frames.size(); ++i)
-      sock_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  void SendRaw(std::vector<Frame> frames) {
+    std::vector<Frame*> parts;
+    for (Frame& f : frames) parts.push_back(&f);
+    bool would_block = false;
+    EXPECT_TRUE(sock_->Send(parts.data(), parts.size(), /*dont_wait=*/false, &would_block).ok());
   }
   void Send(const Header& h, const std::vector<Key>& keys, const std::vector<float>& values) {
-    std::vector<zmq::message_t> f;
+    std::vector<Frame> f;
     std::string e = EncodeHeader(h);
     f.emplace_back(e.data(), e.size());
     f.emplace_back(keys.data(), keys.size() * sizeof(Key));
@@ -37,24 +44,21 @@ class RawPeer {
   // The next reply, or a Header with type kHeartbeat when none came within the deadline.
   Header Reply(int ms = 5000) {
     Header h;
-    zmq::pollitem_t it{static_cast<void*>(sock_), 0, ZMQ_POLLIN, 0};
-    Poll(&it, 1, ms);
-    if (!(it.revents & ZMQ_POLLIN)) return h;
-    std::vector<zmq::message_t> frames;
-    RecvFrames(sock_, &frames);
+    std::vector<Frame> frames;
+    if (!sock_->Recv(&frames, 8, ms)) return h;
     Message m;
     EXPECT_TRUE(Decode(&frames, &m).ok());
     return m.header;
   }
   bool Silent(int ms = 300) {
-    zmq::pollitem_t it{static_cast<void*>(sock_), 0, ZMQ_POLLIN, 0};
-    Poll(&it, 1, ms);
-    return !(it.revents & ZMQ_POLLIN);
+    PollItem it(sock_.get());
+    transport_->Poll(&it, 1, ms);
+    return !it.ready;
   }
 
  private:
-  zmq::context_t ctx_;
-  zmq::socket_t sock_;
+  const std::shared_ptr<Transport> transport_ = NewZmqTransport();
+  std::unique_ptr<Socket> sock_;
 };
 
 }  // namespace pushpull
