@@ -2,6 +2,7 @@
 
 #include "common/flags.h"
 #include "common/time.h"
+#include "worker/client_impl.h"
 
 #include <limits.h>
 #include <sys/wait.h>
@@ -62,7 +63,7 @@ Status LocalCluster::Start() {
   std::vector<std::thread> t;
   for (int w = 0; w < config_.workers; ++w) {
     t.emplace_back([&, w] {
-      auto c = Client::Connect(ClientOptionsFor(w));
+      auto c = Connect(w, ClientOptionsFor(w));
       if (c.ok()) clients_[w] = std::move(c.value());
       else st[w] = c.status();
     });
@@ -84,6 +85,11 @@ void LocalCluster::RunWorkers(const std::function<void(Client&, int)>& fn) {
   for (auto& th : t) th.join();
 }
 
+Result<std::unique_ptr<Client>> LocalCluster::Connect(int w, const ClientOptions& o) const {
+  std::shared_ptr<Transport> transport = config_.worker_transport ? config_.worker_transport(w) : nullptr;
+  return transport ? internal::ConnectOver(o, std::move(transport)) : Client::Connect(o);
+}
+
 ClientOptions LocalCluster::ClientOptionsFor(int w) const {
   ClientOptions o;
   o.scheduler = config_.worker_scheduler_address ? config_.worker_scheduler_address(w, scheduler_->address())
@@ -101,7 +107,7 @@ Status LocalCluster::ReplaceClient(int w) {
   // asks again (common/control.cc) within its registration deadline.
   ClientOptions o = ClientOptionsFor(w);
   o.register_timeout_ms = config_.heartbeat_timeout_ms * 4 + 10000 * kTimeoutScale;
-  auto c = Client::Connect(o);
+  auto c = Connect(w, o);
   if (!c.ok()) return c.status().Annotate("replacing worker " + std::to_string(w));
   clients_[w] = std::move(c.value());
   return Status::OK();

@@ -50,6 +50,10 @@ struct LocalClusterConfig {
   std::function<void(int s, ServerOptions* o)> server_options;
   // Changes worker w's client options before it connects.
   std::function<void(int w, ClientOptions* o)> client_options;
+  // The transport worker w's client reaches the job over (unset or null: ZeroMQ); fault tests
+  // give a FaultTransport (tests/support/fault_transport.h). Servers take theirs in
+  // server_options (ServerOptions::transport).
+  std::function<std::shared_ptr<Transport>(int w)> worker_transport;
 };
 
 class LocalCluster {
@@ -81,6 +85,7 @@ class LocalCluster {
 
  private:
   ClientOptions ClientOptionsFor(int w) const;
+  Result<std::unique_ptr<Client>> Connect(int w, const ClientOptions& o) const;
   LocalClusterConfig config_;
   std::unique_ptr<Scheduler> scheduler_;
   std::thread scheduler_thread_;
