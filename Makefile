@@ -6,6 +6,9 @@
 #   make deps    apt-get the Debian packages that are missing (no-op when all are there)
 #   make experiments   the consistency-model experiments (docs/EXPERIMENTS.md)
 #   make install the daemons and tools into $(DESTDIR)$(PREFIX)/bin (PREFIX=/usr/local)
+#   make check-threads   Clang's thread-safety analysis over every source (.ci/run runs it)
+#   make check-public-headers   the headers in include/pushpull/ compile alone and name no internal
+#   make format / make format-check   apply / check .clang-format (.ci/run checks it)
 #   make clean   remove build/
 # Switches: ASAN=1, TSAN=1, CUDA=0 (CUDA defaults to 1 when /usr/local/cuda/bin/nvcc exists),
 #           DEBUG=1 (no optimisation), BUILD=dir (another build directory),
@@ -68,7 +71,7 @@ BINS := $(BUILD)/bin/pushpull-scheduler $(BUILD)/bin/pushpull-server \
 TEST_SRCS := $(wildcard tests/*_test.cc) tests/support/alloc_fault.cc
 TEST_BIN  := $(BUILD)/bin/pushpull-tests
 
-.PHONY: all test demo bench deps clean experiments install check-threads check-public-headers
+.PHONY: all test demo bench deps clean experiments install check-threads check-public-headers format format-check
 all: $(BINS) $(TEST_BIN)
 
 $(foreach d,$(LIBDIRS),$(eval $(BUILD)/lib/lib$(d).a: $(call objs_of,$(d))))
@@ -108,10 +111,18 @@ TSA_FLAGS := -std=c++17 -fsyntax-only -Iinclude -I. -isystem /usr/include/eigen3
              -Wno-unknown-warning-option
 $(BUILD)/tsa/%.ok: %.cc
 	@mkdir -p $(dir $@)
-	@clang++ $(TSA_FLAGS) $< && touch $@
+	@clang++ $(TSA_FLAGS) -MMD -MP -MF $@.d -MT $@ $< && touch $@
 check-threads: deps
 	$(MAKE) -j$$(nproc) $(patsubst %.cc,$(BUILD)/tsa/%.ok,$(ALL_CC))
 	@echo "check-threads: thread-safety analysis clean over $(words $(ALL_CC)) sources"
+
+# The code's format (.clang-format: Google's style, 120 columns). `make format` rewrites it.
+FORMAT_SRCS = $(shell git ls-files '*.cc' '*.h' '*.cu' 2>/dev/null)
+format:
+	clang-format -i $(FORMAT_SRCS)
+format-check: deps
+	@clang-format --dry-run --Werror $(FORMAT_SRCS) || { echo "format-check: run 'make format'"; exit 1; }
+	@echo "format-check: $(words $(FORMAT_SRCS)) files formatted as .clang-format says"
 
 # The public headers (include/pushpull/, what a program includes) are plain: each compiles on its
 # own with nothing but the others beside it (no -I., so an internal include fails), and none
@@ -163,4 +174,4 @@ install: $(addprefix $(BUILD)/bin/,$(INSTALLED))
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/tsa -name '*.d' 2>/dev/null)

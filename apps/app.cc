@@ -1,7 +1,7 @@
 #include "apps/app.h"
 
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -61,7 +61,6 @@ std::string WorkerMetricsText(const Client* client, const std::string& app) {
   return m.str();
 }
 
-
 MetricsWriter::MetricsWriter(std::string path) : path_(std::move(path)) {
   if (!path_.empty() && !std::ofstream(path_, std::ios::app))
     status_ = Status::NotFound("cannot open --metrics_out file '" + path_ + "'");
@@ -79,7 +78,10 @@ Status MetricsWriter::Write(const std::map<std::string, double>& fields) const {
   bool first = true;
   for (const auto& [k, v] : fields) {
     os << (first ? "" : ", ") << "\"" << k << "\": ";
-    if (std::isfinite(v)) os << v; else os << "null";
+    if (std::isfinite(v))
+      os << v;
+    else
+      os << "null";
     first = false;
   }
   os << "}\n";
@@ -102,14 +104,13 @@ void Progress::Update(int64_t step, double loss, int64_t samples) {
   int64_t now = NowMs();
   if (interval_s_ <= 0 || now - last_ms_ < interval_s_ * 1000) return;
   double rate = (samples - last_samples_) * 1000.0 / std::max<int64_t>(1, now - last_ms_);
-  PP_LOG(Info) << prefix_ << " step " << step << " loss " << loss << " samples/s " << int64_t(rate)
-               << " elapsed " << (now - start_ms_) / 1000 << "s";
+  PP_LOG(Info) << prefix_ << " step " << step << " loss " << loss << " samples/s " << int64_t(rate) << " elapsed "
+               << (now - start_ms_) / 1000 << "s";
   last_ms_ = now;
   last_samples_ = samples;
 }
 
-Status InjectionOptions::ParseRankMap(const std::string& flag, const std::string& text,
-                                      std::map<int, double>* out) {
+Status InjectionOptions::ParseRankMap(const std::string& flag, const std::string& text, std::map<int, double>* out) {
   size_t i = 0;
   while (i < text.size()) {
     size_t comma = text.find(',', i);
@@ -122,8 +123,8 @@ Status InjectionOptions::ParseRankMap(const std::string& flag, const std::string
     // Both parts whole numbers: the rank up to the colon, the value to the end ("x:50" and
     // "1abc:50" are no ranks).
     if (colon == std::string::npos || colon == 0 || !std::isdigit(static_cast<unsigned char>(item[0])) ||
-        rank > 1000000 || rank_end != item.c_str() + colon || !end || end == item.c_str() + colon + 1 ||
-        *end != '\0' || !(v >= 0) || !std::isfinite(v))
+        rank > 1000000 || rank_end != item.c_str() + colon || !end || end == item.c_str() + colon + 1 || *end != '\0' ||
+        !(v >= 0) || !std::isfinite(v))
       return Status::InvalidArgument("--" + flag + ": '" + item + "' is not RANK:VALUE (e.g. 1:50)");
     (*out)[static_cast<int>(rank)] = v;
     if (comma == std::string::npos) break;
@@ -200,9 +201,9 @@ Result<StartPoint> FirstEpochOf(int64_t c, int epochs, const std::function<int64
     while (e < epochs + 1000000 && clock_after(e) < c) ++e;
     if (clock_after(e) == c)
       return Status::InvalidArgument(std::string(app_name) + ": the checkpoint (clock " + std::to_string(c) +
-                                     ") is after epoch " + std::to_string(e) + ", beyond this run's last (--epochs=" +
-                                     std::to_string(epochs) + "): resume with --epochs=" + std::to_string(e) +
-                                     " or more");
+                                     ") is after epoch " + std::to_string(e) +
+                                     ", beyond this run's last (--epochs=" + std::to_string(epochs) +
+                                     "): resume with --epochs=" + std::to_string(e) + " or more");
   }
   return Status::InvalidArgument(std::string(app_name) + ": restored at clock " + std::to_string(c) +
                                  ", which ends no epoch of this run (epochs end at clocks " +
@@ -227,14 +228,15 @@ Result<StartPoint> FirstEpoch(Client& client, const AppOptions& app, const std::
   const std::string& was = client.restored_run();
   if (!was.empty() && was != run && (earlier_run.empty() || was != earlier_run))
     return Status::InvalidArgument(std::string(app_name) + ": the checkpoint was taken by a run where \"" + was +
-                                   "\"; this one: \"" + run + "\". Resume with the data, seed, batch size and workers of "
+                                   "\"; this one: \"" + run +
+                                   "\". Resume with the data, seed, batch size and workers of "
                                    "the checkpointed run");
   auto first = FirstEpochOf(client.clock(), app.epochs, clock_after, app_name, client.replacement());
   // Checkpoints asked for in a job without them fail now rather than after an epoch (a job
   // restored after its last epoch trains, and checkpoints, no more).
   if (first.ok() && first->epoch <= app.epochs && app.checkpoint_every_epochs > 0 && !client.checkpoints_enabled())
-    return Status::InvalidArgument(std::string(app_name) + ": --checkpoint_every_epochs=" +
-                                   std::to_string(app.checkpoint_every_epochs) +
+    return Status::InvalidArgument(std::string(app_name) +
+                                   ": --checkpoint_every_epochs=" + std::to_string(app.checkpoint_every_epochs) +
                                    " needs checkpoints on (the scheduler's --checkpoint_dir)");
   // A replacement that takes a dead worker's place at the end of an epoch asks for the checkpoint
   // due there, as the dead one would have: the others may be waiting in it for this rank (the
@@ -249,8 +251,8 @@ Status CheckpointIfDue(Client& client, const AppOptions& app, int epoch, const c
   if (app.checkpoint_every_epochs <= 0 || (epoch % app.checkpoint_every_epochs != 0 && epoch != app.epochs))
     return Status::OK();
   const int64_t t0 = NowMs();
-  PP_RETURN_IF_ERROR(client.Checkpoint(run).Annotate(std::string(app_name) + " checkpoint after epoch " +
-                                                   std::to_string(epoch)));
+  PP_RETURN_IF_ERROR(
+      client.Checkpoint(run).Annotate(std::string(app_name) + " checkpoint after epoch " + std::to_string(epoch)));
   if (client.rank() == 0)
     PP_LOG(Info) << app_name << ": checkpoint after epoch " << epoch << " (clock " << client.clock() << ") in "
                  << NowMs() - t0 << " ms";

@@ -20,30 +20,30 @@ class Future;
 // Stragglers and a slower network, injected into a worker to study the consistency models
 // (all seeded; every run logs what it injected).
 struct InjectionOptions {
-  std::map<int, int> fixed_delay_ms;   // rank -> sleep this long every clock
-  double random_delay_p = 0;           // every worker, each clock, with probability p ...
-  double random_delay_mean_ms = 0;     // ... sleeps an exponential time with this mean
-  std::map<int, double> slowdown;      // rank -> compute takes this many times as long
-  int send_latency_ms = 0;             // added to every message this worker sends
+  std::map<int, int> fixed_delay_ms;  // rank -> sleep this long every clock
+  double random_delay_p = 0;          // every worker, each clock, with probability p ...
+  double random_delay_mean_ms = 0;    // ... sleeps an exponential time with this mean
+  std::map<int, double> slowdown;     // rank -> compute takes this many times as long
+  int send_latency_ms = 0;            // added to every message this worker sends
   // Parses "1:50,3:20" style lists; InvalidArgument naming the flag otherwise.
   static Status ParseRankMap(const std::string& flag, const std::string& text, std::map<int, double>* out);
   std::string Describe(int rank) const;
 };
 
 struct AppOptions {
-  Consistency consistency;        // of every table the app creates
+  Consistency consistency;  // of every table the app creates
   int epochs = 10;
-  int batch = 100;                // per worker
-  float lr = -1;                  // < 0: the app's default
-  std::string optimizer;          // empty: the app's default
+  int batch = 100;        // per worker
+  float lr = -1;          // < 0: the app's default
+  std::string optimizer;  // empty: the app's default
   uint64_t seed = 42;
-  std::string metrics_out;        // append one JSON object per epoch when set
-  double target = -1;             // loss (or accuracy) to reach; < 0: the app's default
-  int progress_interval_s = 5;    // progress line period
-  std::string trace_out;          // CSV, a row per clock (and per evaluation): clock,wall_s,loss,metric,staleness,kind
-  int eval_every = 0;             // worker 0 also evaluates on a test subset every this many clocks
+  std::string metrics_out;       // append one JSON object per epoch when set
+  double target = -1;            // loss (or accuracy) to reach; < 0: the app's default
+  int progress_interval_s = 5;   // progress line period
+  std::string trace_out;         // CSV, a row per clock (and per evaluation): clock,wall_s,loss,metric,staleness,kind
+  int eval_every = 0;            // worker 0 also evaluates on a test subset every this many clocks
   int eval_subset = 1000;        // ... of this many examples (traced as the metric column)
-  bool staleness_aware = false;   // tables divide the step by the push's staleness (Zhang et al.)
+  bool staleness_aware = false;  // tables divide the step by the push's staleness (Zhang et al.)
   InjectionOptions inject;
   int checkpoint_every_epochs = 0;  // checkpoint after every this many epochs and the last (0: never)
 };
@@ -117,11 +117,11 @@ class TraceWriter {
 
 struct AppResult {
   bool reached_target = false;
-  double final_metric = 0;        // loss or accuracy, as the app defines
-  int32_t max_staleness = 0;      // largest staleness any pull observed
-  double samples_per_s = 0;       // training throughput of this worker (data loading excluded)
-  double wait_fraction = 0;       // share of step time spent waiting on pulls (fmnist_mlp)
-  std::string summary;            // one line
+  double final_metric = 0;    // loss or accuracy, as the app defines
+  int32_t max_staleness = 0;  // largest staleness any pull observed
+  double samples_per_s = 0;   // training throughput of this worker (data loading excluded)
+  double wait_fraction = 0;   // share of step time spent waiting on pulls (fmnist_mlp)
+  std::string summary;        // one line
 };
 
 // Appends JSON objects, one per line, to a file (opened per write: safe if the file is shared).
@@ -143,9 +143,9 @@ class MetricsWriter {
 // (Progress::Update, every step) and the last epoch's fields (MetricsWriter::Write, whether or not
 // it has a file). Process-wide: a worker process runs one app. Thread-safe.
 struct AppMetrics {
-  int64_t step = -1;                  // -1: no step yet
-  double loss = 0;                    // the last step's minibatch loss
-  int64_t samples = 0;                // trained on so far
+  int64_t step = -1;                    // -1: no step yet
+  double loss = 0;                      // the last step's minibatch loss
+  int64_t samples = 0;                  // trained on so far
   std::map<std::string, double> epoch;  // the last epoch's fields ("epoch", "test_accuracy", ...)
 };
 AppMetrics AppMetricsNow();

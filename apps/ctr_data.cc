@@ -29,8 +29,7 @@ double Helper1(double x) {
   return std::abs(x) > 1e-8 ? std::log1p(x) / x : 1.0 - x * (0.5 - x * (1.0 / 3.0 - 0.25 * x));
 }
 double Helper2(double x) {
-  return std::abs(x) > 1e-8 ? std::expm1(x) / x
-                            : 1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + 0.25 * x));
+  return std::abs(x) > 1e-8 ? std::expm1(x) / x : 1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + 0.25 * x));
 }
 
 }  // namespace
@@ -40,20 +39,16 @@ Status ValidateCtrConfig(const CtrConfig& c) {
     return Status::InvalidArgument("ctr.active = " + std::to_string(c.active) + " must be > 0");
   }
   if (c.id_space < uint64_t(c.active) || c.id_space > (1ull << 62)) {
-    return Status::InvalidArgument("ctr.id_space = " + std::to_string(c.id_space) +
-                                   " must be in [active, 2^62]");
+    return Status::InvalidArgument("ctr.id_space = " + std::to_string(c.id_space) + " must be in [active, 2^62]");
   }
   if (!(c.zipf_s > 0.0) || !std::isfinite(c.zipf_s)) {
-    return Status::InvalidArgument("ctr.zipf_s = " + std::to_string(c.zipf_s) +
-                                   " must be > 0");
+    return Status::InvalidArgument("ctr.zipf_s = " + std::to_string(c.zipf_s) + " must be > 0");
   }
   if (c.informative_ranks < 0) {
-    return Status::InvalidArgument("ctr.informative_ranks = " +
-                                   std::to_string(c.informative_ranks) + " must be >= 0");
+    return Status::InvalidArgument("ctr.informative_ranks = " + std::to_string(c.informative_ranks) + " must be >= 0");
   }
   if (!(c.informative_fraction >= 0.0 && c.informative_fraction <= 1.0)) {
-    return Status::InvalidArgument("ctr.informative_fraction = " +
-                                   std::to_string(c.informative_fraction) +
+    return Status::InvalidArgument("ctr.informative_fraction = " + std::to_string(c.informative_fraction) +
                                    " must be in [0, 1]");
   }
   if (!std::isfinite(c.weight_scale) || c.weight_scale < 0.0 || !std::isfinite(c.bias)) {
@@ -114,8 +109,7 @@ int64_t CtrGenerator::SampleRank() {
     const double x = HIntegralInverse(u);
     int64_t k = int64_t(x + 0.5);
     k = std::clamp<int64_t>(k, 1, ranks_);
-    if (double(k) - x <= s_ ||
-        u >= HIntegral(double(k) + 0.5) - std::exp(-config_.zipf_s * std::log(double(k)))) {
+    if (double(k) - x <= s_ || u >= HIntegral(double(k) + 0.5) - std::exp(-config_.zipf_s * std::log(double(k)))) {
       return k;
     }
   }
@@ -164,17 +158,15 @@ double BinaryEntropy(double p) {
 
 Result<double> LogLoss(const std::vector<double>& probs, const std::vector<uint8_t>& labels) {
   if (probs.empty() || probs.size() != labels.size()) {
-    return Status::InvalidArgument("LogLoss: " + std::to_string(probs.size()) +
-                                   " probabilities for " + std::to_string(labels.size()) +
-                                   " labels (need the same, non-zero count)");
+    return Status::InvalidArgument("LogLoss: " + std::to_string(probs.size()) + " probabilities for " +
+                                   std::to_string(labels.size()) + " labels (need the same, non-zero count)");
   }
   constexpr double kEps = 1e-15;
   double sum = 0.0;
   for (size_t i = 0; i < probs.size(); ++i) {
     if (!(probs[i] >= 0.0 && probs[i] <= 1.0) || labels[i] > 1) {
-      return Status::InvalidArgument("LogLoss: example " + std::to_string(i) + " has p = " +
-                                     std::to_string(probs[i]) + ", label " +
-                                     std::to_string(labels[i]) + " (need p in [0,1], label 0/1)");
+      return Status::InvalidArgument("LogLoss: example " + std::to_string(i) + " has p = " + std::to_string(probs[i]) +
+                                     ", label " + std::to_string(labels[i]) + " (need p in [0,1], label 0/1)");
     }
     const double p = std::clamp(probs[i], kEps, 1.0 - kEps);
     sum -= labels[i] ? std::log(p) : std::log1p(-p);
@@ -185,8 +177,7 @@ Result<double> LogLoss(const std::vector<double>& probs, const std::vector<uint8
 Result<double> Auc(const std::vector<double>& scores, const std::vector<uint8_t>& labels) {
   if (scores.empty() || scores.size() != labels.size()) {
     return Status::InvalidArgument("Auc: " + std::to_string(scores.size()) + " scores for " +
-                                   std::to_string(labels.size()) +
-                                   " labels (need the same, non-zero count)");
+                                   std::to_string(labels.size()) + " labels (need the same, non-zero count)");
   }
   for (size_t i = 0; i < scores.size(); ++i) {
     if (std::isnan(scores[i])) {
@@ -205,8 +196,7 @@ Result<double> Auc(const std::vector<double>& scores, const std::vector<uint8_t>
     const double mid_rank = 0.5 * double(i + 1 + j);  // mean of ranks i+1 .. j
     for (size_t k = i; k < j; ++k) {
       if (labels[order[k]] > 1) {
-        return Status::InvalidArgument("Auc: label " + std::to_string(labels[order[k]]) +
-                                       " is not 0/1");
+        return Status::InvalidArgument("Auc: label " + std::to_string(labels[order[k]]) + " is not 0/1");
       }
       if (labels[order[k]]) {
         positive_rank_sum += mid_rank;
@@ -217,8 +207,8 @@ Result<double> Auc(const std::vector<double>& scores, const std::vector<uint8_t>
   }
   const uint64_t negatives = scores.size() - positives;
   if (positives == 0 || negatives == 0) {
-    return Status::InvalidArgument("Auc: needs both classes, got " + std::to_string(positives) +
-                                   " positives and " + std::to_string(negatives) + " negatives");
+    return Status::InvalidArgument("Auc: needs both classes, got " + std::to_string(positives) + " positives and " +
+                                   std::to_string(negatives) + " negatives");
   }
   const double p = double(positives), n = double(negatives);
   return (positive_rank_sum - p * (p + 1) / 2) / (p * n);

@@ -25,14 +25,14 @@
 namespace pushpull {
 
 struct CtrConfig {
-  uint64_t seed = 1;                // fixes the true weights and, with the stream, the examples
-  uint64_t id_space = 1ull << 24;   // ids are in [0, id_space)
-  int active = 40;                  // fields, one active feature each
-  double zipf_s = 1.1;              // Zipf exponent of the ranks within a field, > 0
-  int64_t informative_ranks = 1000; // ranks <= this may carry a non-zero true weight
-  double informative_fraction = 0.5;// fraction of those that do, in [0, 1]
-  double weight_scale = 0.4;        // standard deviation of a non-zero true weight
-  double bias = -1.0;               // true intercept
+  uint64_t seed = 1;                  // fixes the true weights and, with the stream, the examples
+  uint64_t id_space = 1ull << 24;     // ids are in [0, id_space)
+  int active = 40;                    // fields, one active feature each
+  double zipf_s = 1.1;                // Zipf exponent of the ranks within a field, > 0
+  int64_t informative_ranks = 1000;   // ranks <= this may carry a non-zero true weight
+  double informative_fraction = 0.5;  // fraction of those that do, in [0, 1]
+  double weight_scale = 0.4;          // standard deviation of a non-zero true weight
+  double bias = -1.0;                 // true intercept
 };
 
 // InvalidArgument naming the field, e.g. "ctr.active = 0 must be > 0".
@@ -73,9 +73,9 @@ class CtrGenerator {
 
   // Set at construction.
   CtrConfig config_;
-  int64_t ranks_ = 0;          // V: ranks per field
-  uint64_t perm_mask_ = 0;     // 2^k - 1 >= id_space - 1, the bijection's domain
-  uint64_t perm_keys_[4] = {}; // round keys of the bijection
+  int64_t ranks_ = 0;           // V: ranks per field
+  uint64_t perm_mask_ = 0;      // 2^k - 1 >= id_space - 1, the bijection's domain
+  uint64_t perm_keys_[4] = {};  // round keys of the bijection
   // Rejection-inversion Zipf sampler constants (Hoermann and Derflinger 1996).
   double h_x1_ = 0.0, h_n_ = 0.0, s_ = 0.0;
   // Mutable PRNG state (xoshiro256**).

@@ -70,15 +70,14 @@ std::string Hex(uint32_t v) {
 }
 
 // Reads a header of `words` big-endian u32s and checks its magic.
-Status ReadHeader(gzFile f, const std::string& path, uint32_t magic, int words,
-                  uint32_t* out) {
+Status ReadHeader(gzFile f, const std::string& path, uint32_t magic, int words, uint32_t* out) {
   uint8_t buf[16];
   const size_t want = size_t(words) * 4;
   size_t got = 0;
   PP_RETURN_IF_ERROR(Read(f, path, buf, want, &got));
   if (got < want) {
-    return Status::Corruption(path + ": truncated header: " + std::to_string(got) + " of " +
-                              std::to_string(want) + " bytes");
+    return Status::Corruption(path + ": truncated header: " + std::to_string(got) + " of " + std::to_string(want) +
+                              " bytes");
   }
   for (int i = 0; i < words; ++i) out[i] = BigEndian32(buf + 4 * i);
   if (out[0] != magic) {
@@ -102,17 +101,15 @@ Status ReadPayload(gzFile f, const std::string& path, size_t want, const std::st
     PP_RETURN_IF_ERROR(Read(f, path, data->data() + have, step, &got));
     have += got;
     if (got < step) {
-      return Status::Corruption(path + ": truncated: the header promises " + what + " = " +
-                                std::to_string(want) + " bytes of data, the file holds " +
-                                std::to_string(have));
+      return Status::Corruption(path + ": truncated: the header promises " + what + " = " + std::to_string(want) +
+                                " bytes of data, the file holds " + std::to_string(have));
     }
   }
   uint8_t extra;
   size_t got = 0;
   PP_RETURN_IF_ERROR(Read(f, path, &extra, 1, &got));
   if (got != 0) {
-    return Status::Corruption(path + ": more data than the header's " + what + " = " +
-                              std::to_string(want) + " bytes");
+    return Status::Corruption(path + ": more data than the header's " + what + " = " + std::to_string(want) + " bytes");
   }
   return Status::OK();
 }
@@ -125,23 +122,22 @@ Result<IdxImages> LoadIdxImages(const std::string& path, int rows, int cols) {
   uint32_t h[4];
   PP_RETURN_IF_ERROR(ReadHeader(file->get(), path, kImagesMagic, 4, h));
   if (h[1] > kMaxCount || h[2] == 0 || h[2] > kMaxSide || h[3] == 0 || h[3] > kMaxSide) {
-    return Status::Corruption(path + ": implausible header: " + std::to_string(h[1]) +
-                              " images of " + std::to_string(h[2]) + "x" + std::to_string(h[3]));
+    return Status::Corruption(path + ": implausible header: " + std::to_string(h[1]) + " images of " +
+                              std::to_string(h[2]) + "x" + std::to_string(h[3]));
   }
   // The shape asked for, from the header: before its payload is read (a file that claims other
   // images could hold gigabytes of them).
   if ((rows > 0 && int(h[2]) != rows) || (cols > 0 && int(h[3]) != cols))
-    return Status::Corruption(path + ": images are " + std::to_string(h[2]) + "x" + std::to_string(h[3]) +
-                              ", not " + std::to_string(rows) + "x" + std::to_string(cols));
+    return Status::Corruption(path + ": images are " + std::to_string(h[2]) + "x" + std::to_string(h[3]) + ", not " +
+                              std::to_string(rows) + "x" + std::to_string(cols));
   IdxImages img;
   img.n = int(h[1]);
   img.rows = int(h[2]);
   img.cols = int(h[3]);
   const size_t want = size_t(img.n) * img.rows * img.cols;
-  PP_RETURN_IF_ERROR(ReadPayload(file->get(), path, want,
-                                 std::to_string(img.n) + " images x " + std::to_string(img.rows) +
-                                     "x" + std::to_string(img.cols),
-                                 &img.pixels));
+  PP_RETURN_IF_ERROR(ReadPayload(
+      file->get(), path, want,
+      std::to_string(img.n) + " images x " + std::to_string(img.rows) + "x" + std::to_string(img.cols), &img.pixels));
   return img;
 }
 
@@ -151,12 +147,10 @@ Result<std::vector<uint8_t>> LoadIdxLabels(const std::string& path) {
   uint32_t h[2];
   PP_RETURN_IF_ERROR(ReadHeader(file->get(), path, kLabelsMagic, 2, h));
   if (h[1] > kMaxCount) {
-    return Status::Corruption(path + ": implausible header: " + std::to_string(h[1]) +
-                              " labels");
+    return Status::Corruption(path + ": implausible header: " + std::to_string(h[1]) + " labels");
   }
   std::vector<uint8_t> labels;
-  PP_RETURN_IF_ERROR(
-      ReadPayload(file->get(), path, h[1], std::to_string(h[1]) + " labels", &labels));
+  PP_RETURN_IF_ERROR(ReadPayload(file->get(), path, h[1], std::to_string(h[1]) + " labels", &labels));
   return labels;
 }
 
@@ -189,14 +183,13 @@ Result<Dataset> LoadFashionMnist(const std::string& dir, bool train) {
   auto labels = LoadIdxLabels(labels_path);
   if (!labels.ok()) return labels.status();
   if (size_t(images->n) != labels->size()) {
-    return Status::Corruption(images_path + " holds " + std::to_string(images->n) +
-                              " images but " + labels_path + " holds " +
-                              std::to_string(labels->size()) + " labels");
+    return Status::Corruption(images_path + " holds " + std::to_string(images->n) + " images but " + labels_path +
+                              " holds " + std::to_string(labels->size()) + " labels");
   }
   for (size_t i = 0; i < labels->size(); ++i) {
     if ((*labels)[i] >= 10) {
-      return Status::Corruption(labels_path + ": label " + std::to_string((*labels)[i]) +
-                                " of example " + std::to_string(i) + " is not in [0, 10)");
+      return Status::Corruption(labels_path + ": label " + std::to_string((*labels)[i]) + " of example " +
+                                std::to_string(i) + " is not in [0, 10)");
     }
   }
   Dataset d;
@@ -211,8 +204,8 @@ Result<Dataset> LoadFashionMnist(const std::string& dir, bool train) {
 
 Result<Dataset> Shard(const Dataset& all, int index, int count) {
   if (count <= 0 || index < 0 || index >= count) {
-    return Status::InvalidArgument("shard " + std::to_string(index) + " of " +
-                                   std::to_string(count) + ": need 0 <= index < count");
+    return Status::InvalidArgument("shard " + std::to_string(index) + " of " + std::to_string(count) +
+                                   ": need 0 <= index < count");
   }
   const size_t begin = size_t(all.n) * index / count;
   const size_t end = size_t(all.n) * (index + 1) / count;

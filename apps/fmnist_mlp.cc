@@ -62,8 +62,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
       test.images.resize(size_t(o.test_limit) * test.dim());
       test.labels.resize(o.test_limit);
     }
-    if (test.n < 1)
-      return Status::InvalidArgument("fmnist_mlp: the test set in " + o.data_dir + " holds no images");
+    if (test.n < 1) return Status::InvalidArgument("fmnist_mlp: the test set in " + o.data_dir + " holds no images");
   }
   const int batch = app.batch;
   const int gpu = o.gpu >= 0 || o.device == Device::kCpu ? std::max(o.gpu, 0) : rank % std::max(1, GpuCount());
@@ -92,9 +91,8 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
     // Cosine decay to zero over the run, counted in applied updates: one per clock under BSP
     // (the workers' mean), one per push otherwise.
     spec.optimizer.schedule.kind = opt::ScheduleKind::kCosine;
-    spec.optimizer.schedule.total_steps =
-        int64_t(app.epochs) * ((total_n / W + batch - 1) / batch) *
-        (app.consistency.model == Consistency::kBsp ? 1 : W);
+    spec.optimizer.schedule.total_steps = int64_t(app.epochs) * ((total_n / W + batch - 1) / batch) *
+                                          (app.consistency.model == Consistency::kBsp ? 1 : W);
     auto t = client.CreateTable(spec);
     if (!t.ok()) return t.status();
     tables.push_back(*t);
@@ -136,13 +134,14 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
   const auto clock_after = [&](int e) { return int64_t(e) * steps; };
   const std::string run =
       RunDescription("fmnist_mlp", clock_after,
-                     "batch " + std::to_string(batch) + ", " + Count(W, "worker") + ", " +
-                         std::to_string(total_n) + " training images, seed " + std::to_string(app.seed));
+                     "batch " + std::to_string(batch) + ", " + Count(W, "worker") + ", " + std::to_string(total_n) +
+                         " training images, seed " + std::to_string(app.seed));
   // (Older checkpoints do not name the seed: one matches a run with the default seed only.)
-  const std::string earlier =
-      app.seed != 42 ? "" : RunDescription("fmnist_mlp", clock_after,
-                                           "batch " + std::to_string(batch) + ", " + Count(W, "worker") + ", " +
-                                               std::to_string(total_n) + " training images");
+  const std::string earlier = app.seed != 42
+                                  ? ""
+                                  : RunDescription("fmnist_mlp", clock_after,
+                                                   "batch " + std::to_string(batch) + ", " + Count(W, "worker") + ", " +
+                                                       std::to_string(total_n) + " training images");
   auto first = FirstEpoch(client, app, clock_after, "fmnist_mlp", run, earlier);
   if (!first.ok()) return first.status();
   // Resuming: the skipped epochs' shuffles, so that the next epoch sees the order it would have.
@@ -229,11 +228,15 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
       PP_LOG(Info) << "fmnist_mlp epoch " << epoch << "/" << app.epochs << " train_loss " << train_loss
                    << " test_accuracy " << test_acc << " " << secs << "s (" << int64_t(rate) << " samples/s)";
     else
-      PP_LOG(Info) << "fmnist_mlp epoch " << epoch << "/" << app.epochs << " train_loss " << train_loss << " "
-                   << secs << "s (" << int64_t(rate) << " samples/s)";
-    PP_RETURN_IF_ERROR(metrics.Write({{"epoch", epoch}, {"clock", double(client.clock())}, {"wall_s", wall},
-                                      {"train_loss", train_loss}, {"test_accuracy", test_acc},
-                                      {"samples_per_s", rate}, {"worker", rank},
+      PP_LOG(Info) << "fmnist_mlp epoch " << epoch << "/" << app.epochs << " train_loss " << train_loss << " " << secs
+                   << "s (" << int64_t(rate) << " samples/s)";
+    PP_RETURN_IF_ERROR(metrics.Write({{"epoch", epoch},
+                                      {"clock", double(client.clock())},
+                                      {"wall_s", wall},
+                                      {"train_loss", train_loss},
+                                      {"test_accuracy", test_acc},
+                                      {"samples_per_s", rate},
+                                      {"worker", rank},
                                       {"wait_fraction", wait_s / std::max(1e-9, wait_s + compute_s)}}));
     PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, epoch, "fmnist_mlp", run));
   }
@@ -248,8 +251,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
                 rank, app.consistency.ToString().c_str(), W, app.epochs,
                 rank == 0 ? std::to_string(accuracy).c_str() : "n/a(worker 0 evaluates)", target,
                 rank != 0 ? "n/a" : (result->reached_target ? "yes" : "NO"), result->max_staleness,
-                100.0 * wait_s / std::max(1e-9, wait_s + compute_s), net.name().c_str(),
-                (NowMs() - start) / 1000.0);
+                100.0 * wait_s / std::max(1e-9, wait_s + compute_s), net.name().c_str(), (NowMs() - start) / 1000.0);
   result->summary = buf;
   return Status::OK();
 }

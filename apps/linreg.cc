@@ -14,8 +14,8 @@ namespace pushpull {
 
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-void MakeLinregData(const LinregOptions& o, uint64_t seed, int shard, std::vector<float>* x,
-                    std::vector<float>* y, std::vector<float>* true_w) {
+void MakeLinregData(const LinregOptions& o, uint64_t seed, int shard, std::vector<float>* x, std::vector<float>* y,
+                    std::vector<float>* true_w) {
   std::mt19937_64 wrng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   true_w->resize(o.dim);
@@ -68,17 +68,17 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   std::vector<float> w(o.dim);
   const int batches = (o.examples_per_worker + app.batch - 1) / app.batch;
   const auto clock_after = [&](int e) { return int64_t(e) * batches; };
-  const std::string run = RunDescription("linreg", clock_after,
-                                         "batch " + std::to_string(app.batch) + ", " +
-                                             Count(client.num_workers(), "worker") + ", " +
-                                             std::to_string(o.examples_per_worker) + " examples a worker, seed " +
-                                             std::to_string(app.seed));
+  const std::string run = RunDescription(
+      "linreg", clock_after,
+      "batch " + std::to_string(app.batch) + ", " + Count(client.num_workers(), "worker") + ", " +
+          std::to_string(o.examples_per_worker) + " examples a worker, seed " + std::to_string(app.seed));
   // (Older checkpoints name neither the workers nor the seed: one matches a run with the default
   // seed only.)
-  const std::string earlier = app.seed != 42 ? "" : RunDescription("linreg", clock_after,
-                                                                     "batch " + std::to_string(app.batch) + ", " +
-                                                                         std::to_string(o.examples_per_worker) +
-                                                                         " examples a worker");
+  const std::string earlier = app.seed != 42
+                                  ? ""
+                                  : RunDescription("linreg", clock_after,
+                                                   "batch " + std::to_string(app.batch) + ", " +
+                                                       std::to_string(o.examples_per_worker) + " examples a worker");
   auto first = FirstEpoch(client, app, clock_after, "linreg", run, earlier);
   if (!first.ok()) return first.status();
   int64_t start = NowMs(), samples = 0;
@@ -123,12 +123,14 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
     Eigen::Map<const Eigen::VectorXf> W(w.data(), o.dim);
     double err = (W - Eigen::Map<const Eigen::VectorXf>(true_w.data(), o.dim)).norm();
     double wall = (NowMs() - start) / 1000.0;
-    PP_LOG(Info) << "linreg epoch " << epoch << "/" << app.epochs << " loss " << loss
-                 << " (noise floor " << floor << ") |w - w*| " << err << " clock " << client.clock()
-                 << " " << wall << "s";
-    PP_RETURN_IF_ERROR(metrics.Write({{"epoch", epoch}, {"clock", double(client.clock())},
-                                      {"wall_s", wall}, {"train_loss", loss},
-                                      {"samples_per_s", rate}, {"worker", rank}}));
+    PP_LOG(Info) << "linreg epoch " << epoch << "/" << app.epochs << " loss " << loss << " (noise floor " << floor
+                 << ") |w - w*| " << err << " clock " << client.clock() << " " << wall << "s";
+    PP_RETURN_IF_ERROR(metrics.Write({{"epoch", epoch},
+                                      {"clock", double(client.clock())},
+                                      {"wall_s", wall},
+                                      {"train_loss", loss},
+                                      {"samples_per_s", rate},
+                                      {"worker", rank}}));
     PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, epoch, "linreg", run));
   }
   result->samples_per_s = samples / std::max(1e-3, (NowMs() - start) / 1000.0);
@@ -138,8 +140,8 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   std::snprintf(buf, sizeof(buf),
                 "linreg summary: worker %d consistency=%s workers=%d epochs=%d final_loss=%.5f "
                 "noise_floor=%.5f target=%.5f reached=%s max_staleness=%d params_crc=%08x wall=%.1fs",
-                rank, app.consistency.ToString().c_str(), client.num_workers(), app.epochs, loss,
-                floor, target, result->reached_target ? "yes" : "NO", result->max_staleness,
+                rank, app.consistency.ToString().c_str(), client.num_workers(), app.epochs, loss, floor, target,
+                result->reached_target ? "yes" : "NO", result->max_staleness,
                 // The final parameters' fingerprint: BSP runs (and a BSP run resumed from a
                 // checkpoint) can be compared bit for bit.
                 Crc32c(0, w.data(), w.size() * sizeof(float)), (NowMs() - start) / 1000.0);

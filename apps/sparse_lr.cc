@@ -156,24 +156,25 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
     for (int k = 1; k <= e; ++k) clocks += (examples_after(k) - examples_after(k - 1) + app.batch - 1) / app.batch;
     return clocks;
   };
-  const std::string run = RunDescription("sparse_lr", clock_after,
-                                         Count(app.epochs, "epoch") + ", batch " + std::to_string(app.batch) + ", " +
-                                             Count(W, "worker") + ", " + std::to_string(o.examples_total) +
-                                             " examples, seed " + std::to_string(o.data.seed));
+  const std::string run =
+      RunDescription("sparse_lr", clock_after,
+                     Count(app.epochs, "epoch") + ", batch " + std::to_string(app.batch) + ", " + Count(W, "worker") +
+                         ", " + std::to_string(o.examples_total) + " examples, seed " + std::to_string(o.data.seed));
   // (Older checkpoints do not name the seed: one matches a run with the default seed only.)
   const std::string earlier =
-      o.data.seed != 42 ? "" : RunDescription("sparse_lr", clock_after,
-                                              Count(app.epochs, "epoch") + ", batch " + std::to_string(app.batch) +
-                                                  ", " + Count(W, "worker") + ", " + std::to_string(o.examples_total) +
-                                                  " examples");
+      o.data.seed != 42
+          ? ""
+          : RunDescription("sparse_lr", clock_after,
+                           Count(app.epochs, "epoch") + ", batch " + std::to_string(app.batch) + ", " +
+                               Count(W, "worker") + ", " + std::to_string(o.examples_total) + " examples");
   auto first = FirstEpoch(client, app, clock_after, "sparse_lr", run, earlier);
   if (!first.ok()) return first.status();
   // Resuming: the examples of the skipped epochs are drawn and dropped (the stream is seeded).
   if (first->epoch <= app.epochs) {
     if (examples_after(first->epoch - 1) > 0 || first->skip > 0)
       PP_LOG(Info) << "sparse_lr: resuming at clock " << client.clock() << ": drawing and dropping the examples "
-                   << "trained before it from the seeded stream (about " << examples_after(first->epoch - 1) +
-                                                                             first->skip * app.batch
+                   << "trained before it from the seeded stream (about "
+                   << examples_after(first->epoch - 1) + first->skip * app.batch
                    << " examples; a few seconds a million)";
     for (; done < examples_after(first->epoch - 1); ++done) gen->Next(&ex[0]);
     // Taking a dead worker's place mid-epoch: the batches it had done, likewise.
@@ -186,7 +187,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   const int64_t skipped = done;
   start = NowMs();
   Progress progress("sparse_lr", app.progress_interval_s);  // (from here: its rate leaves the skip out)
-  if (first->epoch > app.epochs && rank == 0) {  // restored after the last epoch
+  if (first->epoch > app.epochs && rank == 0) {             // restored after the last epoch
     PP_RETURN_IF_ERROR(evaluate(&logloss, &auc, o.heldout).Annotate("sparse_lr: evaluating the restored model"));
     PP_LOG(Info) << "sparse_lr restored model: held-out logloss " << logloss << " (optimal " << optimal << ", gap "
                  << 100 * (logloss / optimal - 1) << "%) auc " << auc;
@@ -250,11 +251,15 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
       PP_LOG(Info) << "sparse_lr epoch " << epoch << "/" << app.epochs << ": " << done << " examples, train_loss "
                    << train_loss << " " << int64_t(rate) << " examples/s";
     }
-    PP_RETURN_IF_ERROR(metrics.Write({{"epoch", epoch}, {"clock", double(client.clock())},
-                                      {"wall_s", (NowMs() - start) / 1000.0}, {"train_loss", train_loss},
+    PP_RETURN_IF_ERROR(metrics.Write({{"epoch", epoch},
+                                      {"clock", double(client.clock())},
+                                      {"wall_s", (NowMs() - start) / 1000.0},
+                                      {"train_loss", train_loss},
                                       {"logloss", rank == 0 ? logloss : NAN},
                                       {"optimal_logloss", rank == 0 ? optimal : NAN},
-                                      {"auc", rank == 0 ? auc : NAN}, {"samples_per_s", rate}, {"worker", rank}}));
+                                      {"auc", rank == 0 ? auc : NAN},
+                                      {"samples_per_s", rate},
+                                      {"worker", rank}}));
     PP_RETURN_IF_ERROR(CheckpointIfDue(client, app, epoch, "sparse_lr", run));
   }
   double gap = rank == 0 ? logloss / optimal - 1 : 0;
@@ -269,15 +274,14 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
                   "optimal=%.5f gap=%.2f%% target_gap=%.1f%% auc=%.4f reached=%s max_staleness=%d "
                   "network_wait=%.0f%% wall=%.1fs",
                   app.consistency.ToString().c_str(), W, static_cast<long long>(done - skipped), logloss, optimal,
-                  100 * gap, 100 * target_gap, auc, result->reached_target ? "yes" : "NO",
-                  result->max_staleness, 100 * wait_s / std::max(1e-9, wait_s + compute_s),
-                  (NowMs() - start) / 1000.0);
+                  100 * gap, 100 * target_gap, auc, result->reached_target ? "yes" : "NO", result->max_staleness,
+                  100 * wait_s / std::max(1e-9, wait_s + compute_s), (NowMs() - start) / 1000.0);
   else
     std::snprintf(buf, sizeof(buf),
                   "sparse_lr summary: worker %d consistency=%s examples=%lld (worker 0 evaluates) "
                   "max_staleness=%d network_wait=%.0f%% wall=%.1fs",
-                  rank, app.consistency.ToString().c_str(), static_cast<long long>(done - skipped), result->max_staleness,
-                  100 * wait_s / std::max(1e-9, wait_s + compute_s), (NowMs() - start) / 1000.0);
+                  rank, app.consistency.ToString().c_str(), static_cast<long long>(done - skipped),
+                  result->max_staleness, 100 * wait_s / std::max(1e-9, wait_s + compute_s), (NowMs() - start) / 1000.0);
   result->summary = buf;
   return Status::OK();
 }

@@ -16,7 +16,7 @@ struct SparseLrOptions {
   int64_t examples_total = 10000000;  // split evenly over the workers
   int heldout = 100000;               // held-out examples evaluated (by worker 0)
   float ftrl_alpha = 0.2f, ftrl_beta = 1.0f, ftrl_l1 = 4.0f, ftrl_l2 = 1.0f;
-  bool mean_gradient = false;         // false: sum of per-example gradients per minibatch
+  bool mean_gradient = false;  // false: sum of per-example gradients per minibatch
 };
 
 Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions& o, AppResult* result);

@@ -11,16 +11,16 @@
 
 #include <atomic>
 
-#include "common/flags.h"
-#include "common/memory.h"
-#include "common/metrics.h"
-#include "common/signals.h"
 #include "apps/app.h"
 #include "apps/fmnist_data.h"
 #include "apps/fmnist_mlp.h"
 #include "apps/linreg.h"
 #include "apps/sparse_lr.h"
+#include "common/flags.h"
 #include "common/log.h"
+#include "common/memory.h"
+#include "common/metrics.h"
+#include "common/signals.h"
 #include "optimizers/optimizer.h"
 #include "pushpull/client.h"
 #include "worker/mlp_backend.h"
@@ -29,11 +29,13 @@ DEFINE_string(scheduler, "tcp://127.0.0.1:7000", "address of pushpull-scheduler"
 DEFINE_string(app, "", "training app to run: linreg | fmnist_mlp | sparse_lr");
 DEFINE_string(consistency, "bsp", "consistency model of the app's tables: bsp | ssp:K | asp");
 DEFINE_int32(request_timeout_ms, 120000, "deadline of every push, pull, barrier and table creation");
-DEFINE_int32(max_unanswered_mb, 1024, "backpressure: a push or keyed pull waits (up to --request_timeout_ms, then "
+DEFINE_int32(max_unanswered_mb, 1024,
+             "backpressure: a push or keyed pull waits (up to --request_timeout_ms, then "
              "the worker fails) while this worker's unanswered requests hold this many MiB of payload (0: no limit)");
 DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this worker is alive");
 DEFINE_int32(scheduler_timeout_ms, 15000, "give up when the scheduler is silent this long, once registered");
-DEFINE_int32(register_timeout_ms, 120000, "how long to wait for the whole job to register, a scheduler not (yet) listening included");
+DEFINE_int32(register_timeout_ms, 120000,
+             "how long to wait for the whole job to register, a scheduler not (yet) listening included");
 DEFINE_int32(rank, -1, "ask the scheduler for this rank (-1: any free one)");
 DEFINE_int32(metrics_port, -1,
              "serve this worker's counters (pushes, pulls, bytes, staleness, its clock) and its app's progress (step, "
@@ -41,26 +43,36 @@ DEFINE_int32(metrics_port, -1,
              "(-1: not served; 0: any free port, logged)");
 DEFINE_bool(verbose, false, "debug logging");
 // Common app flags.
-DEFINE_int32(epochs, 10, "passes over this worker's shard of the data (sparse_lr: one streamed pass of "
+DEFINE_int32(epochs, 10,
+             "passes over this worker's shard of the data (sparse_lr: one streamed pass of "
              "--examples_total, evaluated this many times along the way)");
 DEFINE_int32(batch, 0, "minibatch per worker (0: the app's default: linreg 100, fmnist_mlp 64, sparse_lr 1000)");
-DEFINE_double(lr, -1, "learning rate (<= 0: the app's default: linreg 0.05, fmnist_mlp 0.002, sparse_lr FTRL's "
+DEFINE_double(lr, -1,
+              "learning rate (<= 0: the app's default: linreg 0.05, fmnist_mlp 0.002, sparse_lr FTRL's "
               "--ftrl_alpha)");
-DEFINE_string(optimizer, "", "server-side optimizer: sgd | adam | adamw | adagrad | ftrl (empty: the app's default: "
+DEFINE_string(optimizer, "",
+              "server-side optimizer: sgd | adam | adamw | adagrad | ftrl (empty: the app's default: "
               "linreg sgd, fmnist_mlp adam, sparse_lr ftrl)");
 DEFINE_uint64(seed, 42, "seed of data and initialisation");
 DEFINE_string(metrics_out, "", "append one JSON object per epoch to this file");
-DEFINE_double(target, -1, "what the app must reach, <= 0: its default. linreg: a loss (1.5 x the noise floor 0.5 noise^2, at least 1e-6); "
-              "fmnist_mlp: a test accuracy (0.88); sparse_lr: a held-out loss within this fraction of the optimum's "
-              "(0.02: within 2%)");
+DEFINE_double(
+    target, -1,
+    "what the app must reach, <= 0: its default. linreg: a loss (1.5 x the noise floor 0.5 noise^2, at least 1e-6); "
+    "fmnist_mlp: a test accuracy (0.88); sparse_lr: a held-out loss within this fraction of the optimum's "
+    "(0.02: within 2%)");
 DEFINE_int32(progress_s, 5, "seconds between progress lines (0: none)");
-DEFINE_bool(staleness_aware, false, "divide each push's step by its staleness (Zhang et al. 2016; not with FTRL, whose step is per coordinate)");
-DEFINE_int32(eval_every, 0, "fmnist_mlp, sparse_lr: worker 0 evaluates on a test subset every this many clocks "
+DEFINE_bool(
+    staleness_aware, false,
+    "divide each push's step by its staleness (Zhang et al. 2016; not with FTRL, whose step is per coordinate)");
+DEFINE_int32(eval_every, 0,
+             "fmnist_mlp, sparse_lr: worker 0 evaluates on a test subset every this many clocks "
              "(0: per epoch only; linreg evaluates per epoch only)");
 DEFINE_int32(eval_subset, 1000, "fmnist_mlp, sparse_lr: examples in that subset evaluation");
-DEFINE_int32(checkpoint_every_epochs, 0, "checkpoint after every this many epochs and after the last (0: never; the scheduler "
+DEFINE_int32(checkpoint_every_epochs, 0,
+             "checkpoint after every this many epochs and after the last (0: never; the scheduler "
              "needs --checkpoint_dir); a job started with the scheduler's --restore_from resumes there");
-DEFINE_string(trace_out, "", "write a CSV row per clock here, clock,wall_s,loss,metric,staleness,kind, and worker 0's "
+DEFINE_string(trace_out, "",
+              "write a CSV row per clock here, clock,wall_s,loss,metric,staleness,kind, and worker 0's "
               "per-epoch evaluations as kind eval (a %d in "
               "the path becomes the worker's rank: workers sharing flags then write files of their own)");
 // Injection (experiments): stragglers and a slower network.
@@ -78,7 +90,8 @@ DEFINE_double(noise, 0.1, "linreg: label noise stddev");
 DEFINE_string(layers, "784,256,128,10", "fmnist_mlp: layer sizes");
 DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist", "fmnist_mlp: directory of the gzip'd IDX files");
 DEFINE_string(device, "auto", "fmnist_mlp: compute backend: auto (GPU when present) | cpu | gpu");
-DEFINE_int32(gpu, -1, "fmnist_mlp: which CUDA device (-1: this worker's rank modulo the devices it sees, so that "
+DEFINE_int32(gpu, -1,
+             "fmnist_mlp: which CUDA device (-1: this worker's rank modulo the devices it sees, so that "
              "workers on one machine spread over its GPUs)");
 DEFINE_int32(train_limit, 0, "fmnist_mlp: use only this many training images (0: all)");
 DEFINE_int32(test_limit, 0, "fmnist_mlp: evaluate on only this many test images (0: all)");
@@ -118,12 +131,18 @@ pushpull::Status ParseAppOptions(pushpull::AppOptions* out) {
   PP_RETURN_IF_ERROR(at_least("progress_s", FLAGS_progress_s, 0));
   PP_RETURN_IF_ERROR(at_least("eval_every", FLAGS_eval_every, 0));
   PP_RETURN_IF_ERROR(at_least("send_latency_ms", FLAGS_send_latency_ms, 0));
-  for (auto [flag, v] : {std::pair<const char*, double>{"lr", FLAGS_lr}, {"target", FLAGS_target}, {"noise", FLAGS_noise},
-                         {"zipf", FLAGS_zipf}, {"ftrl_alpha", FLAGS_ftrl_alpha}, {"ftrl_beta", FLAGS_ftrl_beta},
-                         {"ftrl_l1", FLAGS_ftrl_l1}, {"ftrl_l2", FLAGS_ftrl_l2}})
+  for (auto [flag, v] : {std::pair<const char*, double>{"lr", FLAGS_lr},
+                         {"target", FLAGS_target},
+                         {"noise", FLAGS_noise},
+                         {"zipf", FLAGS_zipf},
+                         {"ftrl_alpha", FLAGS_ftrl_alpha},
+                         {"ftrl_beta", FLAGS_ftrl_beta},
+                         {"ftrl_l1", FLAGS_ftrl_l1},
+                         {"ftrl_l2", FLAGS_ftrl_l2}})
     PP_RETURN_IF_ERROR(finite(flag, v));
   // Files the app writes: their directories must be there.
-  for (auto [flag, path] : {std::pair<const char*, std::string>{"metrics_out", FLAGS_metrics_out}, {"trace_out", FLAGS_trace_out}}) {
+  for (auto [flag, path] :
+       {std::pair<const char*, std::string>{"metrics_out", FLAGS_metrics_out}, {"trace_out", FLAGS_trace_out}}) {
     if (path.empty()) continue;
     const std::filesystem::path dir = std::filesystem::path(path).parent_path();
     std::error_code ec;
@@ -228,18 +247,18 @@ pushpull::Status RunApp(pushpull::Client& client, pushpull::AppOptions app, push
     o.ftrl_l2 = static_cast<float>(FLAGS_ftrl_l2);
     return pushpull::RunSparseLr(client, app, o, result);
   }
-  return pushpull::Status::InvalidArgument("unknown --app '" + FLAGS_app +
-                                           "' (linreg, fmnist_mlp, sparse_lr)");
+  return pushpull::Status::InvalidArgument("unknown --app '" + FLAGS_app + "' (linreg, fmnist_mlp, sparse_lr)");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  pushpull::ParseFlagsOrHelp(&argc, &argv,
-                            
+  pushpull::ParseFlagsOrHelp(
+      &argc, &argv,
+
       "a pushpull worker: runs one training app.\n"
       "usage: pushpull-worker --scheduler=tcp://HOST:PORT --app=linreg|fmnist_mlp|sparse_lr [app flags]",
-                            "worker_main");
+      "worker_main");
   pushpull::RefuseArguments(argc, argv);
   pushpull::TuneMallocForLargeMessages();
   pushpull::SetLogTag("worker");
@@ -272,8 +291,8 @@ int main(int argc, char** argv) {
   std::atomic<const pushpull::Client*> joined{nullptr};
   std::unique_ptr<pushpull::MetricsEndpoint> metrics;
   if (FLAGS_metrics_port != -1) {
-    auto m = pushpull::MetricsEndpoint::Start("0.0.0.0", FLAGS_metrics_port,
-                                              [&joined] { return pushpull::WorkerMetricsText(joined.load(), FLAGS_app); });
+    auto m = pushpull::MetricsEndpoint::Start(
+        "0.0.0.0", FLAGS_metrics_port, [&joined] { return pushpull::WorkerMetricsText(joined.load(), FLAGS_app); });
     if (!m.ok()) {
       PP_LOG(Error) << "--metrics_port: " << m.status().ToString();
       return 2;
@@ -324,7 +343,8 @@ int main(int argc, char** argv) {
     // any app error rather than an uncaught std::bad_alloc that aborts the worker (e.g. linreg
     // --dim=20000000).
     const bool too_big = dynamic_cast<const std::bad_alloc*>(&e) || dynamic_cast<const std::length_error*>(&e);
-    st = too_big ? pushpull::Status::ResourceExhausted(FLAGS_app + ": out of memory on this worker for the data and "
+    st = too_big ? pushpull::Status::ResourceExhausted(FLAGS_app +
+                                                       ": out of memory on this worker for the data and "
                                                        "model its flags ask for (e.g. linreg holds --examples x --dim "
                                                        "floats)")
                  : pushpull::Status::Internal(FLAGS_app + ": " + e.what());

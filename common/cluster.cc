@@ -56,12 +56,10 @@ Result<InitKind> ParseInitKind(const std::string& s) {
 }
 
 Status TableSpec::Validate() const {
-  if (name.empty() || name.size() > 128)
-    return Status::InvalidArgument("table name must have 1 to 128 characters");
+  if (name.empty() || name.size() > 128) return Status::InvalidArgument("table name must have 1 to 128 characters");
   if (!sparse && (rows == 0 || rows > (uint64_t(1) << 40)))
     return Status::InvalidArgument("table '" + name + "': dense rows must be in [1, 2^40]");
-  if (dim == 0 || dim > (1u << 24))
-    return Status::InvalidArgument("table '" + name + "': dim must be in [1, 2^24]");
+  if (dim == 0 || dim > (1u << 24)) return Status::InvalidArgument("table '" + name + "': dim must be in [1, 2^24]");
   if (!sparse && rows > (uint64_t(1) << 36) / dim)  // (rows * dim would wrap at 2^40 x 2^24)
     return Status::InvalidArgument("table '" + name + "': rows*dim exceeds 2^36 floats");
   if (static_cast<uint8_t>(init) > static_cast<uint8_t>(InitKind::kGlorot))
@@ -75,16 +73,16 @@ Status TableSpec::Validate() const {
   // FTRL's weights follow from its z and n alone, which start at 0: its first update would set
   // every initial value back to about 0 (optimizers/ftrl.cc).
   if (optimizer.kind == opt::Kind::kFtrl && init != InitKind::kZeros && (init_scale != 0 || init == InitKind::kGlorot))
-    return Status::InvalidArgument("table '" + name + "': FTRL starts from zero weights (its z and n start at 0); "
+    return Status::InvalidArgument("table '" + name +
+                                   "': FTRL starts from zero weights (its z and n start at 0); "
                                    "init must be zeros");
   return opt::Validate(optimizer).Annotate("table '" + name + "'");
 }
 
 bool TableSpec::operator==(const TableSpec& o) const {
-  return name == o.name && sparse == o.sparse && (sparse || rows == o.rows) && dim == o.dim &&
-         init == o.init && init_scale == o.init_scale && seed == o.seed &&
-         glorot_bias_columns == o.glorot_bias_columns && optimizer == o.optimizer &&
-         consistency == o.consistency;
+  return name == o.name && sparse == o.sparse && (sparse || rows == o.rows) && dim == o.dim && init == o.init &&
+         init_scale == o.init_scale && seed == o.seed && glorot_bias_columns == o.glorot_bias_columns &&
+         optimizer == o.optimizer && consistency == o.consistency;
 }
 
 namespace {
@@ -203,7 +201,10 @@ int TableInfo::OwnerOf(Key key) const {
   int lo = 0, hi = num_servers() - 1;
   while (lo < hi) {
     int mid = (lo + hi + 1) / 2;
-    if (row_offsets[mid] <= key) lo = mid; else hi = mid - 1;
+    if (row_offsets[mid] <= key)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
@@ -217,8 +218,7 @@ float InitialValue(const TableSpec& spec, Key row, uint32_t col) {
     case InitKind::kNormal: {
       uint64_t h2 = SplitMix64(h);
       double u2 = ((h2 >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-      return static_cast<float>(std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2) *
-                                spec.init_scale);
+      return static_cast<float>(std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2) * spec.init_scale);
     }
     case InitKind::kGlorot: {
       uint32_t fan_in = spec.dim - spec.glorot_bias_columns;

@@ -26,7 +26,7 @@ const char* RoleName(Role r);
 
 // A table as the scheduler created it: its id and its partition over the servers.
 struct TableInfo {
-  static constexpr uint32_t kBuckets = 1024;  // sparse ids hash into this many virtual buckets
+  static constexpr uint32_t kBuckets = 1024;       // sparse ids hash into this many virtual buckets
   static constexpr uint32_t kMaxTables = 1 << 20;  // table ids a job may use: [0, kMaxTables)
   uint32_t id = 0;
   TableSpec spec;

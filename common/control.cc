@@ -9,12 +9,15 @@ namespace pushpull {
 
 Status ControlOptions::Validate() const {
   if (heartbeat_interval_ms < 1)
-    return Status::InvalidArgument("heartbeat_interval_ms must be at least 1, not " + std::to_string(heartbeat_interval_ms));
+    return Status::InvalidArgument("heartbeat_interval_ms must be at least 1, not " +
+                                   std::to_string(heartbeat_interval_ms));
   if (scheduler_timeout_ms <= heartbeat_interval_ms)
     return Status::InvalidArgument("scheduler_timeout_ms (" + std::to_string(scheduler_timeout_ms) +
-                                   ") must be above heartbeat_interval_ms (" + std::to_string(heartbeat_interval_ms) + ")");
+                                   ") must be above heartbeat_interval_ms (" + std::to_string(heartbeat_interval_ms) +
+                                   ")");
   if (register_timeout_ms < 1)
-    return Status::InvalidArgument("register_timeout_ms must be at least 1, not " + std::to_string(register_timeout_ms));
+    return Status::InvalidArgument("register_timeout_ms must be at least 1, not " +
+                                   std::to_string(register_timeout_ms));
   return Status::OK();
 }
 
@@ -64,7 +67,7 @@ Status ControlChannel::Register(const std::string& address) {
   // job started (a node killed while registering), so that its restart, or another, can have it.
   int64_t next_beat = NowMs() + options_.heartbeat_interval_ms;
   bool said_not_yet = false;
-  std::string not_yet;  // the scheduler's last "not yet"
+  std::string not_yet;               // the scheduler's last "not yet"
   int64_t ask_again_ms = INT64_MAX;  // after an Unavailable answer: when Register goes again
   while (!deadline.Expired()) {
     // Stopped meanwhile (a SIGINT or SIGTERM to a daemon, its owner's Stop()): not after the
@@ -89,7 +92,8 @@ Status ControlChannel::Register(const std::string& address) {
       next_note = NowMs() + 10000;
     }
     PollItem item{sock_.get()};
-    transport_.Poll(&item, 1, std::max<int64_t>(0, std::min({deadline.RemainingMs(), int64_t{200}, next_beat - NowMs(),
+    transport_.Poll(&item, 1,
+                    std::max<int64_t>(0, std::min({deadline.RemainingMs(), int64_t{200}, next_beat - NowMs(),
                                                    ask_again_ms - NowMs()})));
     if (!item.ready) continue;
     if (!RecvFrames(*sock_, &frames_)) continue;
@@ -107,8 +111,9 @@ Status ControlChannel::Register(const std::string& address) {
     if (m.header.status == Code::kUnavailable) {
       // Not yet (a worker for a rank whose dead worker the scheduler has not declared dead yet):
       // asked again every 250 ms until the deadline.
-      if (!said_not_yet) PP_LOG(Warning) << "the scheduler cannot take this node yet (" << m.header.error << "); asking again "
-                                         << "every 250 ms for " << deadline.RemainingMs() / 1000 << " s";
+      if (!said_not_yet)
+        PP_LOG(Warning) << "the scheduler cannot take this node yet (" << m.header.error << "); asking again "
+                        << "every 250 ms for " << deadline.RemainingMs() / 1000 << " s";
       said_not_yet = true;
       not_yet = m.header.error;
       ask_again_ms = NowMs() + 250;
@@ -125,8 +130,8 @@ Status ControlChannel::Register(const std::string& address) {
     if (assigned < 0 || assigned >= of_role || !wrong.empty()) {
       cluster_ = ClusterMap();
       return Status::Corruption("the scheduler at " + options_.scheduler + " answered registration with rank " +
-                                std::to_string(assigned) + " of " + std::to_string(of_role) + " " +
-                                RoleName(role_) + "s" + (wrong.empty() ? "" : "; " + wrong));
+                                std::to_string(assigned) + " of " + std::to_string(of_role) + " " + RoleName(role_) +
+                                "s" + (wrong.empty() ? "" : "; " + wrong));
     }
     rank_ = assigned;  // the scheduler puts the assigned rank here
     ApplyMembership(m.header.membership);
@@ -138,10 +143,10 @@ Status ControlChannel::Register(const std::string& address) {
     return Status::DeadlineExceeded("the scheduler at " + options_.scheduler + " could not take this node within " +
                                     std::to_string(options_.register_timeout_ms) + " ms: " + not_yet);
   const std::string unresolved = UnresolvedHostNote(options_.scheduler);
-  return Status::DeadlineExceeded("waited " + std::to_string(options_.register_timeout_ms) +
-                                  " ms for the scheduler at " + options_.scheduler + " to answer registration (" +
-                                  (unresolved.empty() ? "is it running, and have all nodes started?" : unresolved.substr(2)) +
-                                  ")");
+  return Status::DeadlineExceeded(
+      "waited " + std::to_string(options_.register_timeout_ms) + " ms for the scheduler at " + options_.scheduler +
+      " to answer registration (" +
+      (unresolved.empty() ? "is it running, and have all nodes started?" : unresolved.substr(2)) + ")");
 }
 
 std::string ControlChannel::MembershipMismatch(const Membership& m) const {
@@ -179,8 +184,8 @@ bool ControlChannel::Receive(Message* out, bool* membership_changed) {
   }
   if (out->header.type == MsgType::kRegisterReply && rank_ >= 0 && out->header.status != Code::kOk) {
     if (dropped_.ok()) {
-      dropped_ = Status::Aborted("the scheduler at " + options_.scheduler + " no longer counts this node: " +
-                                 out->header.error);
+      dropped_ = Status::Aborted("the scheduler at " + options_.scheduler +
+                                 " no longer counts this node: " + out->header.error);
       PP_LOG(Error) << dropped_.message();
     }
     return false;
@@ -208,7 +213,8 @@ Status ControlChannel::Tick(bool at_once) {
   if (now >= next_heartbeat_ms_) {
     Header h;
     h.type = MsgType::kHeartbeat;
-    h.clock = static_cast<int64_t>(membership_.version);  // what this node has heard (the scheduler waits for a job's end to be)
+    h.clock = static_cast<int64_t>(
+        membership_.version);  // what this node has heard (the scheduler waits for a job's end to be)
     Status st = Send(h);
     if (!st.ok()) PP_LOG(Warning) << "heartbeat: " << st.ToString();
     next_heartbeat_ms_ = now + options_.heartbeat_interval_ms;

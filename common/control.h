@@ -15,11 +15,11 @@
 namespace pushpull {
 
 struct ControlOptions {
-  std::string scheduler;               // e.g. tcp://10.0.0.1:7000
-  int heartbeat_interval_ms = 500;     // how often this node says it is alive
-  int scheduler_timeout_ms = 15000;    // the scheduler silent this long: the job is lost
-  int register_timeout_ms = 120000;    // how long to wait for every node to register
-  int requested_rank = -1;             // >= 0: ask the scheduler for this rank (if free)
+  std::string scheduler;             // e.g. tcp://10.0.0.1:7000
+  int heartbeat_interval_ms = 500;   // how often this node says it is alive
+  int scheduler_timeout_ms = 15000;  // the scheduler silent this long: the job is lost
+  int register_timeout_ms = 120000;  // how long to wait for every node to register
+  int requested_rank = -1;           // >= 0: ask the scheduler for this rank (if free)
 
   // InvalidArgument naming the flag for a value no job can run with (a heartbeat interval under
   // 1 ms, a scheduler timeout not above it, a registration deadline under 1 ms).

@@ -44,8 +44,10 @@ double CgroupQuotaCores(const std::string& proc_self_cgroup, const std::string& 
     if (a == std::string::npos || b == std::string::npos) continue;
     const std::string controllers = "," + line.substr(a + 1, b - a - 1) + ",";
     const std::string path = line.substr(b + 1);
-    if (line.compare(0, a, "0") == 0 && controllers == ",,") v2_path = path;
-    else if (controllers.find(",cpu,") != std::string::npos) v1_path = path;
+    if (line.compare(0, a, "0") == 0 && controllers == ",,")
+      v2_path = path;
+    else if (controllers.find(",cpu,") != std::string::npos)
+      v1_path = path;
   }
   double quota = 0;
   auto lower = [&quota](double q) {
@@ -71,7 +73,8 @@ double CgroupQuotaCores(const std::string& proc_self_cgroup, const std::string& 
     const std::string r = root;
     std::string dir = r + (v2_path == "/" ? "" : v2_path);
     if (!exists(dir)) dir = r;
-    lower(LowestQuotaUpTo(r, dir, [](const std::string& d) { return CgroupV2QuotaCores(ReadFirstLine(d + "/cpu.max")); }));
+    lower(LowestQuotaUpTo(r, dir,
+                          [](const std::string& d) { return CgroupV2QuotaCores(ReadFirstLine(d + "/cpu.max")); }));
   }
   return quota;
 }

@@ -8,7 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <mutex>
+
+#include "common/mutex.h"
 
 namespace pushpull {
 namespace {
@@ -29,10 +30,10 @@ const char* LevelChar(LogLevel l) {
 }
 }  // namespace
 
-std::mutex g_tag_mu;  // guards Tag(): in-process clusters set tags from several threads
+Mutex g_tag_mu;  // guards Tag(): in-process clusters set tags from several threads
 
 void SetLogTag(const std::string& tag) {
-  std::lock_guard<std::mutex> l(g_tag_mu);
+  MutexLock l(&g_tag_mu);
   Tag() = tag;
   t_tag = tag;
 }
@@ -42,8 +43,8 @@ bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= g_level.load
 LogLine::~LogLine() {
   auto now = std::chrono::system_clock::now();
   std::time_t t = std::chrono::system_clock::to_time_t(now);
-  int ms = static_cast<int>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  int ms =
+      static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
   struct tm tm;
   localtime_r(&t, &tm);
   char ts[32];
@@ -51,7 +52,7 @@ LogLine::~LogLine() {
   std::string line = std::string(LevelChar(level_)) + " " + ts + " ";
   std::string tag = t_tag;
   if (tag.empty()) {
-    std::lock_guard<std::mutex> l(g_tag_mu);
+    MutexLock l(&g_tag_mu);
     tag = Tag();
   }
   if (!tag.empty()) line += "[" + tag + "] ";
@@ -61,8 +62,6 @@ LogLine::~LogLine() {
   (void)ignored;
 }
 
-void SetThreadName(const std::string& name) {
-  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
-}
+void SetThreadName(const std::string& name) { pthread_setname_np(pthread_self(), name.substr(0, 15).c_str()); }
 
 }  // namespace pushpull

@@ -38,7 +38,6 @@ class LogLine {
 }  // namespace pushpull
 
 // A for-statement rather than if/else, so `if (x) PP_LOG(Info) << ...; else ...` parses as written.
-#define PP_LOG(level)                                                                    \
-  for (bool pp_log_on_ = ::pushpull::LogEnabled(::pushpull::LogLevel::k##level); pp_log_on_; \
-       pp_log_on_ = false)                                                               \
+#define PP_LOG(level)                                                                                            \
+  for (bool pp_log_on_ = ::pushpull::LogEnabled(::pushpull::LogLevel::k##level); pp_log_on_; pp_log_on_ = false) \
   ::pushpull::LogLine(::pushpull::LogLevel::k##level)

@@ -10,8 +10,8 @@
 namespace pushpull {
 
 void TuneMallocForLargeMessages() {
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);      // serve big blocks from the heap, where they are reused
-  mallopt(M_TRIM_THRESHOLD, 2048 << 20);   // keep up to 2 GiB of freed memory mapped
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);     // serve big blocks from the heap, where they are reused
+  mallopt(M_TRIM_THRESHOLD, 2048 << 20);  // keep up to 2 GiB of freed memory mapped
   // One arena, the main one, for every thread: blocks of 64 MB and more cannot come from the heap
   // of any other arena (glibc caps those at 64 MB), so ZeroMQ's I/O thread got every large
   // message from a fresh mmap() that page-faulted on every touch (measured: 64 MB push-then-pull,

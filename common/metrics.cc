@@ -36,10 +36,14 @@ std::string EscapeLabelValue(const std::string& v) {
   std::string out;
   out.reserve(v.size());
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -101,7 +105,8 @@ std::string HttpAnswer(const std::string& head, const std::function<std::string(
   if (method != "GET" && method != "HEAD")
     return answer("405 Method Not Allowed", "pushpull: GET or HEAD only\n", "text/plain; charset=utf-8",
                   "Allow: GET, HEAD\r\n");
-  if (path == "/") return answer("200 OK", "pushpull: metrics are at /metrics\n", "text/plain; charset=utf-8", "", method == "GET");
+  if (path == "/")
+    return answer("200 OK", "pushpull: metrics are at /metrics\n", "text/plain; charset=utf-8", "", method == "GET");
   return answer("200 OK", render(), "text/plain; version=0.0.4; charset=utf-8", "", method == "GET");
 }
 
@@ -123,7 +128,8 @@ MetricsEndpoint::~MetricsEndpoint() {
 Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const std::string& host, int port,
                                                                 std::function<std::string()> render) {
   if (port < 0 || port > 65535)
-    return Status::InvalidArgument("metrics port " + std::to_string(port) + " must be in [0, 65535] (0: any free port)");
+    return Status::InvalidArgument("metrics port " + std::to_string(port) +
+                                   " must be in [0, 65535] (0: any free port)");
   std::unique_ptr<MetricsEndpoint> e(new MetricsEndpoint());
   e->impl_ = std::make_unique<Impl>();
   e->render_ = std::move(render);
@@ -175,8 +181,10 @@ void MetricsEndpoint::Loop() {
       const std::string id(static_cast<const char*>(idm.data()), idm.size());
       auto it = conns.find(id);
       if (data.size() == 0) {  // a connection opened, or closed by the client
-        if (it != conns.end()) conns.erase(it);
-        else conns[id].since_ms = now;  // (the oldest past kMaxConnections are closed below)
+        if (it != conns.end())
+          conns.erase(it);
+        else
+          conns[id].since_ms = now;  // (the oldest past kMaxConnections are closed below)
         continue;
       }
       if (it == conns.end()) it = conns.emplace(id, Impl::Conn{std::string(), now}).first;

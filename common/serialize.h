@@ -33,13 +33,11 @@ void serialize(Ar& ar, OptimizerConfig& c) {
   // Bools travel as one byte each; a peer's byte that is neither 0 nor 1 is refused (a bool
   // holding it would be undefined behaviour).
   uint8_t b[3] = {c.nesterov, c.amsgrad, c.staleness_aware};
-  ar(c.kind, c.lr, c.momentum, b[0], c.weight_decay, c.beta1, c.beta2, c.epsilon, b[1],
-     c.initial_accumulator, c.ftrl_alpha, c.ftrl_beta, c.ftrl_l1, c.ftrl_l2, c.schedule, c.clip_norm,
-     b[2]);
+  ar(c.kind, c.lr, c.momentum, b[0], c.weight_decay, c.beta1, c.beta2, c.epsilon, b[1], c.initial_accumulator,
+     c.ftrl_alpha, c.ftrl_beta, c.ftrl_l1, c.ftrl_l2, c.schedule, c.clip_norm, b[2]);
   if constexpr (Ar::is_loading::value) {
     for (uint8_t x : b)
-      if (x > 1)
-        throw std::runtime_error("optimizer config: a flag byte holds " + std::to_string(x) + ", not 0 or 1");
+      if (x > 1) throw std::runtime_error("optimizer config: a flag byte holds " + std::to_string(x) + ", not 0 or 1");
     c.nesterov = b[0];
     c.amsgrad = b[1];
     c.staleness_aware = b[2];

@@ -4,8 +4,9 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <mutex>
 #include <thread>
+
+#include "common/mutex.h"
 
 namespace pushpull {
 namespace {
@@ -33,19 +34,19 @@ void InstallStopSignals() {
 bool StopRequested() { return g_signals.load() > 0; }
 
 namespace {
-std::mutex g_stop_mu;
-std::function<void()> g_stop;  // under g_stop_mu; empty once disarmed
+Mutex g_stop_mu;
+std::function<void()> g_stop GUARDED_BY(g_stop_mu);  // empty once disarmed
 }  // namespace
 
 StopSignalCallback CallOnStopSignal(std::function<void()> stop) {
   InstallStopSignals();
   {
-    std::lock_guard<std::mutex> l(g_stop_mu);
+    MutexLock l(&g_stop_mu);
     g_stop = std::move(stop);
   }
   std::thread([] {
     while (!StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::lock_guard<std::mutex> l(g_stop_mu);
+    MutexLock l(&g_stop_mu);
     if (g_stop) g_stop();
   }).detach();
   StopSignalCallback c;
@@ -55,7 +56,7 @@ StopSignalCallback CallOnStopSignal(std::function<void()> stop) {
 
 StopSignalCallback::~StopSignalCallback() {
   if (!armed_) return;
-  std::lock_guard<std::mutex> l(g_stop_mu);
+  MutexLock l(&g_stop_mu);
   g_stop = nullptr;
 }
 

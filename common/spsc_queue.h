@@ -6,11 +6,11 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace pushpull {
 
@@ -26,8 +26,8 @@ class SpscQueue {
     buf_[h & mask_] = item;
     head_.store(h + 1, std::memory_order_seq_cst);  // pairs with sleeping_ (Dekker)
     if (sleeping_.load(std::memory_order_seq_cst)) {
-      std::lock_guard<std::mutex> l(mu_);
-      cv_.notify_one();
+      MutexLock l(&mu_);
+      cv_.Signal();
     }
     return true;
   }
@@ -45,10 +45,13 @@ class SpscQueue {
         return item;
       }
       if (spin < 64) continue;
-      if (spin < 128) { std::this_thread::yield(); continue; }
-      std::unique_lock<std::mutex> l(mu_);
+      if (spin < 128) {
+        std::this_thread::yield();
+        continue;
+      }
+      MutexLock l(&mu_);
       sleeping_.store(true, std::memory_order_seq_cst);
-      cv_.wait(l, [&] { return head_.load(std::memory_order_seq_cst) != tail_.load(std::memory_order_relaxed); });
+      while (head_.load(std::memory_order_seq_cst) == tail_.load(std::memory_order_relaxed)) cv_.Wait(&mu_);
       sleeping_.store(false, std::memory_order_relaxed);
       spin = 0;
     }
@@ -60,8 +63,10 @@ class SpscQueue {
   alignas(64) std::atomic<size_t> head_{0};
   alignas(64) std::atomic<size_t> tail_{0};
   alignas(64) std::atomic<bool> sleeping_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
+  // Only for the consumer's sleep and the producer's wake-up (the queue itself is lock-free); a
+  // leaf lock that guards no member.
+  Mutex mu_;
+  CondVar cv_;
 };
 
 }  // namespace pushpull

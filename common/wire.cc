@@ -10,9 +10,9 @@
 #include <istream>
 #include <limits>
 #include <random>
-#include <type_traits>
 #include <sstream>
 #include <streambuf>
+#include <type_traits>
 
 #include "common/serialize.h"
 
@@ -42,11 +42,12 @@ void SaveString(Ar& ar, const std::string& s) {
 // Checks a claimed length against a bound and the bytes left before allocating anything.
 template <class Buf>
 void CheckLength(uint64_t n, uint64_t elem, uint64_t max, const Buf& buf, const char* what) {
-  if (n > max) throw WireError(std::string(what) + " claims " + std::to_string(n) +
-                               " elements, more than the limit " + std::to_string(max));
+  if (n > max)
+    throw WireError(std::string(what) + " claims " + std::to_string(n) + " elements, more than the limit " +
+                    std::to_string(max));
   if (n * elem > buf.remaining())
-    throw WireError(std::string(what) + " claims " + std::to_string(n * elem) +
-                    " bytes but only " + std::to_string(buf.remaining()) + " remain");
+    throw WireError(std::string(what) + " claims " + std::to_string(n * elem) + " bytes but only " +
+                    std::to_string(buf.remaining()) + " remain");
 }
 template <class Ar, class Buf>
 void LoadString(Ar& ar, const Buf& buf, std::string& s, uint32_t max, const char* what) {
@@ -63,8 +64,8 @@ void SavePodVector(Ar& ar, const std::vector<T>& v) {
   if (n) ar(cereal::binary_data(v.data(), n * sizeof(T)));
 }
 template <class T>
-void LoadPodVector(cereal::BinaryInputArchive& ar, const FrameBuf& buf, std::vector<T>& v,
-                   uint32_t max, const char* what) {
+void LoadPodVector(cereal::BinaryInputArchive& ar, const FrameBuf& buf, std::vector<T>& v, uint32_t max,
+                   const char* what) {
   uint32_t n = 0;
   ar(n);
   CheckLength(n, sizeof(T), max, buf, what);
@@ -90,8 +91,8 @@ void LoadSpec(cereal::BinaryInputArchive& ar, const FrameBuf& buf, TableSpec& s)
 // The fixed fields every header starts with after magic and version, in wire order.
 template <class H, class F>
 void FixedFields(H& h, F&& f) {
-  f(h.type, h.flags, h.request_id, h.sender_role, h.sender_rank, h.table, h.clock, h.num_keys,
-    h.dim, h.row_begin, h.num_rows, h.slot, h.staleness, h.status);
+  f(h.type, h.flags, h.request_id, h.sender_role, h.sender_rank, h.table, h.clock, h.num_keys, h.dim, h.row_begin,
+    h.num_rows, h.slot, h.staleness, h.status);
 }
 
 // Checkpoint files keep each table's description as the CreateTable message that made it: those
@@ -219,7 +220,6 @@ void SaveBody(Ar& ar, const Header& h) {
   }
 }
 
-
 template <class Ar, class Buf>
 void LoadCommon(Ar& ar, const Buf& buf, Header& h, uint16_t oldest) {
   ar(h.magic, h.version);
@@ -338,10 +338,15 @@ const char* MsgTypeName(MsgType t) {
 bool IsDataType(MsgType t) { return static_cast<uint8_t>(t) >= 20; }
 bool IsReply(MsgType t) {
   switch (t) {
-    case MsgType::kRegisterReply: case MsgType::kCreateTableReply: case MsgType::kBarrierReply:
-    case MsgType::kDoneReply: case MsgType::kCheckpointReply: case MsgType::kPushReply: case MsgType::kPullReply:
-    case MsgType::kClockReply: case MsgType::kHelloReply:
-      return true;
+    case MsgType::kRegisterReply:
+    case MsgType::kCreateTableReply:
+    case MsgType::kBarrierReply:
+    case MsgType::kDoneReply:
+    case MsgType::kCheckpointReply:
+    case MsgType::kPushReply:
+    case MsgType::kPullReply:
+    case MsgType::kClockReply:
+    case MsgType::kHelloReply: return true;
     default: return false;
   }
 }
@@ -401,10 +406,8 @@ Status DecodeHeader(const void* data, size_t size, Header* h, uint16_t oldest_ve
   } catch (const std::exception& e) {
     return Status::Corruption(std::string("header does not decode: ") + e.what());
   }
-  if (remaining != 0)
-    return Status::Corruption("header has " + std::to_string(remaining) + " trailing bytes");
-  if (!KnownType(h->type))
-    return Status::Corruption("unknown message type " + std::to_string(int(h->type)));
+  if (remaining != 0) return Status::Corruption("header has " + std::to_string(remaining) + " trailing bytes");
+  if (!KnownType(h->type)) return Status::Corruption("unknown message type " + std::to_string(int(h->type)));
   return Status::OK();
 }
 
@@ -420,8 +423,8 @@ Status Decode(std::vector<Frame>* frames, Message* out, bool* header_ok) {
   const size_t most = h.type == MsgType::kPullReply && h.status == Code::kOk ? kMaxDataFrames : want;
   if (frames->size() < want || frames->size() > most)
     return Status::Corruption(std::string(MsgTypeName(h.type)) + " needs " + std::to_string(want) +
-                              (most > want ? " to " + std::to_string(most) : std::string()) +
-                              " frames, got " + std::to_string(frames->size()));
+                              (most > want ? " to " + std::to_string(most) : std::string()) + " frames, got " +
+                              std::to_string(frames->size()));
   if (want == 1) return Status::OK();
   // A status is what a reply says; a data request carries none. (An error reply carries no
   // values: a request that claimed a status would so pass with none behind its row count.)
@@ -447,8 +450,8 @@ Status Decode(std::vector<Frame>* frames, Message* out, bool* header_ok) {
   if (h.dim > (1u << 24)) return Status::Corruption("dim " + std::to_string(h.dim) + " too large");
   uint64_t key_bytes = (range || IsReply(h.type)) ? 0 : h.num_keys * sizeof(Key);  // replies carry no keys
   if (out->keys.size() != key_bytes)
-    return Status::Corruption("keys frame has " + std::to_string(out->keys.size()) +
-                              " bytes, header implies " + std::to_string(key_bytes));
+    return Status::Corruption("keys frame has " + std::to_string(out->keys.size()) + " bytes, header implies " +
+                              std::to_string(key_bytes));
   // ZeroMQ may hand small frames out at any offset of its receive buffer: realign (a copy,
   // small frames only in practice) so keys and values can be read in place as u64 and float.
   auto align = [](Frame& f, size_t a) {
@@ -464,8 +467,8 @@ Status Decode(std::vector<Frame>* frames, Message* out, bool* header_ok) {
   if (carries_values && h.status != Code::kOk) value_bytes = 0;
   if (out->more_values.empty()) {
     if (out->values.size() != value_bytes)
-      return Status::Corruption("values frame has " + std::to_string(out->values.size()) +
-                                " bytes, header implies " + std::to_string(value_bytes));
+      return Status::Corruption("values frame has " + std::to_string(out->values.size()) + " bytes, header implies " +
+                                std::to_string(value_bytes));
     return Status::OK();
   }
   // Split values: each frame whole rows, together what the header implies.
@@ -488,9 +491,9 @@ Status Decode(std::vector<Frame>* frames, Message* out, bool* header_ok) {
 Frame ZeroCopyFrame(const void* data, size_t size, std::shared_ptr<const void> owner) {
   if (size < 4096) return Frame(data, size);
   auto* hint = new std::shared_ptr<const void>(std::move(owner));
-  return Frame(const_cast<void*>(data), size,
-                        [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); },
-                        hint);
+  return Frame(
+      const_cast<void*>(data), size, [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); },
+      hint);
 }
 
 bool RecvFrames(Socket& sock, std::vector<Frame>* frames, size_t max_frames, int64_t wait_ms) {

@@ -29,7 +29,7 @@ constexpr uint16_t kWireVersion = 10;
 // at most; data-message headers are a few dozen bytes.
 constexpr uint32_t kMaxNodes = 4096;
 constexpr size_t kMaxHeaderBytes = 2 * 1024 * 1024;
-constexpr uint32_t kMaxRunText = 1024;  // Client::Checkpoint(run)'s description
+constexpr uint32_t kMaxRunText = 1024;            // Client::Checkpoint(run)'s description
 constexpr uint16_t kOldestCheckpointVersion = 3;  // the first with checkpoints (DecodeHeader)
 constexpr size_t kMaxErrorText = 1024;
 constexpr uint64_t kMaxKeysPerMessage = uint64_t(1) << 31;
@@ -42,32 +42,32 @@ constexpr size_t kMaxDataFrames = 2 + kMaxValueFrames;  // header, keys, values
 
 enum class MsgType : uint8_t {
   // control plane
-  kRegister = 1,         // node -> scheduler: role, address; clock: the node's heartbeat interval, ms
-  kRegisterReply = 2,    // rank, cluster map, membership (sent once everyone registered)
-  kHeartbeat = 3,        // node -> scheduler; clock: the membership version the node holds
-  kMembership = 4,       // scheduler -> node: membership (also the heartbeat reply)
-  kCreateTable = 5,      // worker -> scheduler: spec; scheduler -> server: info
-  kCreateTableReply = 6, // info or error
+  kRegister = 1,          // node -> scheduler: role, address; clock: the node's heartbeat interval, ms
+  kRegisterReply = 2,     // rank, cluster map, membership (sent once everyone registered)
+  kHeartbeat = 3,         // node -> scheduler; clock: the membership version the node holds
+  kMembership = 4,        // scheduler -> node: membership (also the heartbeat reply)
+  kCreateTable = 5,       // worker -> scheduler: spec; scheduler -> server: info
+  kCreateTableReply = 6,  // info or error
   kBarrier = 7,
   kBarrierReply = 8,
-  kDone = 9,             // worker -> scheduler: this worker finished
+  kDone = 9,  // worker -> scheduler: this worker finished
   kDoneReply = 10,
-  kCheckpoint = 11,      // worker -> scheduler: at this clock; scheduler -> server: write into `address`
+  kCheckpoint = 11,  // worker -> scheduler: at this clock; scheduler -> server: write into `address`
   kCheckpointReply = 12,
   // server -> scheduler, while a worker is kWorkerDying: clock: the membership version it answers;
   // worker_clocks, worker_settled: this server's clock of each worker, and whether the Clock that
   // brought it was settled (kFlagSettled).
   kWorkerClocks = 13,
   // data plane
-  kPush = 20,            // keys (or a row range) + gradients, tagged with the worker's clock
+  kPush = 20,  // keys (or a row range) + gradients, tagged with the worker's clock
   kPushReply = 21,
-  kPull = 22,            // keys (or a row range), at the worker's clock
-  kPullReply = 23,       // values
-  kClock = 24,           // the worker's new clock
+  kPull = 22,       // keys (or a row range), at the worker's clock
+  kPullReply = 23,  // values
+  kClock = 24,      // the worker's new clock
   kClockReply = 25,
-  kHello = 26,           // a client checks that replies addressed to its receive socket arrive; clock: its
-                         // membership version; row_begin: 1 + Membership::worker_last_clock of its rank (0: none)
-  kHelloReply = 27,      // num_rows: the largest frame the server takes, bytes (0: no limit)
+  kHello = 26,       // a client checks that replies addressed to its receive socket arrive; clock: its
+                     // membership version; row_begin: 1 + Membership::worker_last_clock of its rank (0: none)
+  kHelloReply = 27,  // num_rows: the largest frame the server takes, bytes (0: no limit)
 };
 const char* MsgTypeName(MsgType t);
 bool IsDataType(MsgType t);
@@ -110,17 +110,17 @@ struct Header {
   // Push to a table with clip_norm, split over servers: the L2 norm of the whole push, which each
   // part is clipped by (-1: the part is the whole push; the server computes it).
   float push_norm = -1.0f;
-  std::string reply_to;    // data requests: the ZeroMQ routing id to answer (empty: the sender)
+  std::string reply_to;  // data requests: the ZeroMQ routing id to answer (empty: the sender)
   Code status = Code::kOk;
-  std::string error;       // status text, at most kMaxErrorText bytes
+  std::string error;  // status text, at most kMaxErrorText bytes
 
   // Control payloads, present according to type.
-  std::string address;     // kRegister: where a server listens; kCheckpoint: the directory (to a
-                           // server), the run's description (from a worker)
-  ClusterMap cluster;      // kRegisterReply
-  Membership membership;   // kRegisterReply, kMembership
-  TableSpec spec;          // kCreateTable (worker -> scheduler)
-  TableInfo info;          // kCreateTable (scheduler -> server), kCreateTableReply
+  std::string address;                  // kRegister: where a server listens; kCheckpoint: the directory (to a
+                                        // server), the run's description (from a worker)
+  ClusterMap cluster;                   // kRegisterReply
+  Membership membership;                // kRegisterReply, kMembership
+  TableSpec spec;                       // kCreateTable (worker -> scheduler)
+  TableInfo info;                       // kCreateTable (scheduler -> server), kCreateTableReply
   std::vector<int64_t> worker_clocks;   // kWorkerClocks
   std::vector<uint8_t> worker_settled;  // kWorkerClocks
 

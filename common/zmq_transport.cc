@@ -103,8 +103,7 @@ class ZmqSocket final : public Socket {
     frames->clear();
     const bool wait = wait_ms > 0;
     if (wait)  // an option store, no system call (a wait past INT_MAX ms would wrap: clamped)
-      sock_.set(zmq::sockopt::rcvtimeo,
-                static_cast<int>(std::min<int64_t>(wait_ms, std::numeric_limits<int>::max())));
+      sock_.set(zmq::sockopt::rcvtimeo, static_cast<int>(std::min<int64_t>(wait_ms, std::numeric_limits<int>::max())));
     while (true) {
       zmq::message_t m;
       zmq::recv_result_t r;

@@ -2,7 +2,6 @@
 // and W workers, prefixes every line of their output with the process's role and rank, and
 // returns the job's exit status. Stops every child on Ctrl-C or as soon as a process fails;
 // children die with the launcher (PR_SET_PDEATHSIG), so nothing is orphaned.
-#include <cstdlib>
 #include <fcntl.h>
 #include <gflags/gflags.h>
 #include <limits.h>
@@ -11,6 +10,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cstdlib>
 
 #include <algorithm>
 #include <chrono>
@@ -28,50 +28,64 @@
 DEFINE_int32(servers, 1, "servers to start");
 DEFINE_int32(workers, 1, "workers to start");
 DEFINE_string(consistency, "bsp", "consistency model passed to the workers: bsp | ssp:K | asp");
-DEFINE_string(on_worker_death, "abort", "abort: a dead worker ends the job; continue: the job goes on without it; "
+DEFINE_string(on_worker_death, "abort",
+              "abort: a dead worker ends the job; continue: the job goes on without it; "
               "wait: the launcher starts a new worker in its place (at most --max_worker_restarts times), which "
               "resumes at the dead one's clock while the others wait");
 DEFINE_int32(max_worker_restarts, 3, "--on_worker_death=wait: new workers started in dead ones' places, in all");
-DEFINE_int32(replacement_timeout_s, 60, "--on_worker_death=wait: the scheduler aborts the job when no worker took a "
+DEFINE_int32(replacement_timeout_s, 60,
+             "--on_worker_death=wait: the scheduler aborts the job when no worker took a "
              "dead one's place by then (60 here, 90 for pushpull-scheduler run by hand: this launcher starts the "
              "new worker itself once the dead one has exited, after --restart_delay_ms doubled per replacement, "
              "at least a heartbeat timeout and at most half of this)");
 DEFINE_int32(heartbeat_timeout_ms, 5000, "scheduler: a node silent this long is declared dead");
 DEFINE_int32(heartbeat_interval_ms, 500, "servers and workers: heartbeat period");
-DEFINE_int32(update_threads, 1, "update threads per server (the servers share this machine's cores; "
+DEFINE_int32(update_threads, 1,
+             "update threads per server (the servers share this machine's cores; "
              "pushpull-server on a machine of its own defaults to the cores but one)");
 DEFINE_int32(stats_every_s, 30, "each server logs a line of rates and state this often (0: never)");
-DEFINE_int32(copy_on_write_budget_mb, 64, "each server: memory for parameters pull replies still hold while pushes go on "
+DEFINE_int32(copy_on_write_budget_mb, 64,
+             "each server: memory for parameters pull replies still hold while pushes go on "
              "(over it, a push waits for the reply to be sent)");
-DEFINE_int32(register_timeout_ms, 120000, "every process: how long the whole job may take to register (raise it "
+DEFINE_int32(register_timeout_ms, 120000,
+             "every process: how long the whole job may take to register (raise it "
              "when servers restore large checkpoints: workers wait for them within it)");
-DEFINE_int32(table_timeout_ms, 30000, "scheduler: every server must have created (filled or restored) a table by "
+DEFINE_int32(table_timeout_ms, 30000,
+             "scheduler: every server must have created (filled or restored) a table by "
              "then (raise it with --register_timeout_ms for restores of many GB)");
 DEFINE_int32(checkpoint_keep, 2, "scheduler: complete checkpoints to keep; older ones are deleted");
-DEFINE_int32(checkpoint_timeout_s, 600, "scheduler: deadline of each checkpoint phase (every live worker asking, then "
+DEFINE_int32(checkpoint_timeout_s, 600,
+             "scheduler: deadline of each checkpoint phase (every live worker asking, then "
              "every server writing)");
-DEFINE_int64(max_table_mb, 0, "each server: memory its tables may hold; past it a table's growth is refused and "
+DEFINE_int64(max_table_mb, 0,
+             "each server: memory its tables may hold; past it a table's growth is refused and "
              "the job ends saying so (0: no limit)");
-DEFINE_int32(metrics_port, -1, "serve /metrics in the Prometheus text format (README: monitoring): the scheduler at "
+DEFINE_int32(metrics_port, -1,
+             "serve /metrics in the Prometheus text format (README: monitoring): the scheduler at "
              "this port, server s at this port + 1 + s (-1: not served; 0: free ports, each logged by its daemon)");
 DEFINE_int32(grace_ms, 5000, "after the job ends or fails, how long children get to exit before SIGKILL");
 DEFINE_string(bin_dir, "", "where the pushpull binaries are (default: beside this one)");
 DEFINE_string(checkpoint_dir, "", "scheduler: where checkpoints go (workers take them with --checkpoint_every_epochs)");
-DEFINE_string(restore_from, "", "scheduler: resume from the newest intact checkpoint under this directory, or "
+DEFINE_string(restore_from, "",
+              "scheduler: resume from the newest intact checkpoint under this directory, or "
               "from this checkpoint when it is one (DIR/ckpt-NNNNNNNNNN)");
-DEFINE_bool(verify_restore, true, "scheduler: read every file of the checkpoint to restore once before the job "
+DEFINE_bool(verify_restore, true,
+            "scheduler: read every file of the checkpoint to restore once before the job "
             "starts, passing over a damaged newest one (false: for checkpoints too large to read twice)");
-DEFINE_int32(max_restarts, 0, "when a process dies or fails (not for bad flags, exit 2, or a missed target, "
+DEFINE_int32(max_restarts, 0,
+             "when a process dies or fails (not for bad flags, exit 2, or a missed target, "
              "exit 3), start the job again this many times at most: from the newest checkpoint this job "
              "wrote in --checkpoint_dir when there is one");
-DEFINE_int32(restart_delay_ms, 1000, "with --max_restarts: wait this long before the first restart, twice as long "
-             "before each next one (at most 60 s, or this if longer), so that a cause that takes time to clear can clear");
+DEFINE_int32(
+    restart_delay_ms, 1000,
+    "with --max_restarts: wait this long before the first restart, twice as long "
+    "before each next one (at most 60 s, or this if longer), so that a cause that takes time to clear can clear");
 
 namespace {
 
 volatile sig_atomic_t g_interrupted = 0;
 volatile sig_atomic_t g_signals = 0;  // how many came
-void OnSignal(int sig) {  // the exit code is 128 + it (130 SIGINT, 143 SIGTERM)
+void OnSignal(int sig) {              // the exit code is 128 + it (130 SIGINT, 143 SIGTERM)
   g_interrupted = sig;
   g_signals = g_signals + 1;
 }
@@ -81,11 +95,11 @@ struct Child {
   std::string role;
   std::vector<std::string> argv;  // as started (a worker started again in a dead one's place)
   pid_t pid = -1;
-  int fd = -1;       // merged stdout/stderr
+  int fd = -1;  // merged stdout/stderr
   std::string partial;
   bool exited = false;
   int status = 0;
-  bool tolerated = false;  // --on_worker_death=continue let it go: no failure of the job
+  bool tolerated = false;        // --on_worker_death=continue let it go: no failure of the job
   bool restart_pending = false;  // --on_worker_death=wait: started again at restart_at
   std::chrono::steady_clock::time_point restart_at;
 };
@@ -191,8 +205,9 @@ void Drain(Child& c, bool flush) {
 
 std::string Describe(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) +
-                                  " (" + strsignal(WTERMSIG(status)) + ")";
+  if (WIFSIGNALED(status))
+    return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
   return "stopped";
 }
 
@@ -205,20 +220,22 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
 
 int main(int argc, char** argv) {
   pushpull::ParseFlagsOrHelp(&argc, &argv,
-                            
-      "runs a pushpull job on this machine.\n"
-      "usage: pushpull-launch [--servers=S] [--workers=W] [--consistency=bsp|ssp:K|asp]\n"
-      "       [--checkpoint_dir=DIR] [--restore_from=DIR] [--max_restarts=N] -- <worker flags>\n"
-      "example: pushpull-launch --servers=2 --workers=3 --consistency=ssp:1 -- --app=linreg",
-                            "launch_main", true,  // leaves what follows "--" in argv
-                            "flags for the workers (--app=..., see pushpull-worker --help) go after \"--\"");
+
+                             "runs a pushpull job on this machine.\n"
+                             "usage: pushpull-launch [--servers=S] [--workers=W] [--consistency=bsp|ssp:K|asp]\n"
+                             "       [--checkpoint_dir=DIR] [--restore_from=DIR] [--max_restarts=N] -- <worker flags>\n"
+                             "example: pushpull-launch --servers=2 --workers=3 --consistency=ssp:1 -- --app=linreg",
+                             "launch_main", true,  // leaves what follows "--" in argv
+                             "flags for the workers (--app=..., see pushpull-worker --help) go after \"--\"");
   std::vector<std::string> worker_args(argv + 1, argv + argc);
   // The launcher gives each worker these; after "--" they would override them (every worker
   // asking for one rank, a consistency the servers' tables were not told of).
   for (const std::string& arg : worker_args) {
-    const std::string a = arg.rfind("--", 0) == 0 || arg.rfind("-", 0) != 0 ? arg : "-" + arg;  // (gflags takes -flag too)
+    const std::string a =
+        arg.rfind("--", 0) == 0 || arg.rfind("-", 0) != 0 ? arg : "-" + arg;  // (gflags takes -flag too)
     // (Those the launcher takes itself are to be given before "--".)
-    for (auto [own, hint] : {std::pair<const char*, const char*>{"--rank", ""}, {"--scheduler", ""},
+    for (auto [own, hint] : {std::pair<const char*, const char*>{"--rank", ""},
+                             {"--scheduler", ""},
                              {"--consistency", " (give it before \"--\")"},
                              {"--heartbeat_interval_ms", " (give it before \"--\")"},
                              {"--register_timeout_ms", " (give it before \"--\")"}})
@@ -237,12 +254,16 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < worker_args.size() && FLAGS_workers > 1; ++i) {
     const std::string& a = worker_args[i];
     std::string value;
-    if (a.rfind("--metrics_port=", 0) == 0 || a.rfind("-metrics_port=", 0) == 0) value = a.substr(a.find('=') + 1);
-    else if ((a == "--metrics_port" || a == "-metrics_port") && i + 1 < worker_args.size()) value = worker_args[i + 1];
-    else continue;
+    if (a.rfind("--metrics_port=", 0) == 0 || a.rfind("-metrics_port=", 0) == 0)
+      value = a.substr(a.find('=') + 1);
+    else if ((a == "--metrics_port" || a == "-metrics_port") && i + 1 < worker_args.size())
+      value = worker_args[i + 1];
+    else
+      continue;
     if (std::atoi(value.c_str()) > 0) {
-      std::fprintf(stderr, "pushpull-launch: --metrics_port=%s after \"--\" would have all %d workers bind port %s; "
-                           "give 0 there (a free port each, logged) or run one worker\n",
+      std::fprintf(stderr,
+                   "pushpull-launch: --metrics_port=%s after \"--\" would have all %d workers bind port %s; "
+                   "give 0 there (a free port each, logged) or run one worker\n",
                    value.c_str(), FLAGS_workers, value.c_str());
       return 2;
     }
@@ -253,14 +274,17 @@ int main(int argc, char** argv) {
   }
   if (FLAGS_grace_ms < 0 || FLAGS_max_restarts < 0 || FLAGS_restart_delay_ms < 0 || FLAGS_max_worker_restarts < 0 ||
       FLAGS_replacement_timeout_s < 1) {
-    std::fprintf(stderr, "pushpull-launch: --grace_ms, --max_restarts, --max_worker_restarts and --restart_delay_ms "
-                         "must be >= 0, --replacement_timeout_s >= 1\n");
+    std::fprintf(stderr,
+                 "pushpull-launch: --grace_ms, --max_restarts, --max_worker_restarts and --restart_delay_ms "
+                 "must be >= 0, --replacement_timeout_s >= 1\n");
     return 2;
   }
   if (FLAGS_metrics_port < -1 || FLAGS_metrics_port > 65535 - FLAGS_servers) {
-    std::fprintf(stderr, "pushpull-launch: --metrics_port must be -1 (not served), 0 (free ports, each logged) or in "
-                         "[1, %d] (the servers take the "
-                         "%d ports after it)\n", 65535 - FLAGS_servers, FLAGS_servers);
+    std::fprintf(stderr,
+                 "pushpull-launch: --metrics_port must be -1 (not served), 0 (free ports, each logged) or in "
+                 "[1, %d] (the servers take the "
+                 "%d ports after it)\n",
+                 65535 - FLAGS_servers, FLAGS_servers);
     return 2;
   }
   // What every node would refuse, refused before any starts, so that the one useful line is not
@@ -271,9 +295,11 @@ int main(int argc, char** argv) {
   }
   if (FLAGS_heartbeat_timeout_ms < 1 || FLAGS_heartbeat_interval_ms < 1 ||
       FLAGS_heartbeat_interval_ms > FLAGS_heartbeat_timeout_ms / 2) {
-    std::fprintf(stderr, "pushpull-launch: nodes that heartbeat every %d ms, but the scheduler declares a node dead "
-                         "after %d ms of silence: --heartbeat_interval_ms must be >= 1 and at most half of "
-                         "--heartbeat_timeout_ms\n", FLAGS_heartbeat_interval_ms, FLAGS_heartbeat_timeout_ms);
+    std::fprintf(stderr,
+                 "pushpull-launch: nodes that heartbeat every %d ms, but the scheduler declares a node dead "
+                 "after %d ms of silence: --heartbeat_interval_ms must be >= 1 and at most half of "
+                 "--heartbeat_timeout_ms\n",
+                 FLAGS_heartbeat_interval_ms, FLAGS_heartbeat_timeout_ms);
     return 2;
   }
   const std::string dir = FLAGS_bin_dir.empty() ? pushpull::ExecutableDir() : FLAGS_bin_dir;
@@ -338,21 +364,20 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
   const std::string endpoint_file = std::string(tmpl) + "/scheduler";
   const std::string hb = std::to_string(FLAGS_heartbeat_interval_ms);
   std::vector<Child> children;
-  children.push_back(Spawn("scheduler", "scheduler",
-                           {dir + "/pushpull-scheduler", "--port=0", "--bind_host=127.0.0.1",
-                            "--endpoint_file=" + endpoint_file,
-                            "--num_servers=" + std::to_string(FLAGS_servers),
-                            "--num_workers=" + std::to_string(FLAGS_workers),
-                            "--heartbeat_timeout_ms=" + std::to_string(FLAGS_heartbeat_timeout_ms),
-                            "--on_worker_death=" + FLAGS_on_worker_death,
-                            "--replacement_timeout_s=" + std::to_string(FLAGS_replacement_timeout_s),
-                            "--checkpoint_dir=" + FLAGS_checkpoint_dir, "--restore_from=" + restore_from,
-                            std::string("--verify_restore=") + (FLAGS_verify_restore ? "true" : "false"),
-                            "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms),
-                            "--table_timeout_ms=" + std::to_string(FLAGS_table_timeout_ms),
-                            "--checkpoint_keep=" + std::to_string(FLAGS_checkpoint_keep),
-                            "--checkpoint_timeout_s=" + std::to_string(FLAGS_checkpoint_timeout_s),
-                            "--metrics_port=" + std::to_string(FLAGS_metrics_port)}));
+  children.push_back(
+      Spawn("scheduler", "scheduler",
+            {dir + "/pushpull-scheduler", "--port=0", "--bind_host=127.0.0.1", "--endpoint_file=" + endpoint_file,
+             "--num_servers=" + std::to_string(FLAGS_servers), "--num_workers=" + std::to_string(FLAGS_workers),
+             "--heartbeat_timeout_ms=" + std::to_string(FLAGS_heartbeat_timeout_ms),
+             "--on_worker_death=" + FLAGS_on_worker_death,
+             "--replacement_timeout_s=" + std::to_string(FLAGS_replacement_timeout_s),
+             "--checkpoint_dir=" + FLAGS_checkpoint_dir, "--restore_from=" + restore_from,
+             std::string("--verify_restore=") + (FLAGS_verify_restore ? "true" : "false"),
+             "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms),
+             "--table_timeout_ms=" + std::to_string(FLAGS_table_timeout_ms),
+             "--checkpoint_keep=" + std::to_string(FLAGS_checkpoint_keep),
+             "--checkpoint_timeout_s=" + std::to_string(FLAGS_checkpoint_timeout_s),
+             "--metrics_port=" + std::to_string(FLAGS_metrics_port)}));
   if (children[0].pid < 0) {
     Say("cannot start the scheduler (fork failed)");
     rmdir(tmpl);
@@ -387,18 +412,20 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
   rmdir(tmpl);
   Say("scheduler at " + scheduler);
   for (int s = 0; s < FLAGS_servers; ++s)
-    children.push_back(Spawn("server " + std::to_string(s), "server",
-                             {dir + "/pushpull-server", "--scheduler=" + scheduler, "--bind_host=127.0.0.1",
-                              "--update_threads=" + std::to_string(FLAGS_update_threads), "--rank=" + std::to_string(s),
-                              "--heartbeat_interval_ms=" + hb,
-                              "--stats_every_s=" + std::to_string(FLAGS_stats_every_s),
-                              "--copy_on_write_budget_mb=" + std::to_string(FLAGS_copy_on_write_budget_mb),
-                              "--max_table_mb=" + std::to_string(FLAGS_max_table_mb),
-                              "--metrics_port=" + std::to_string(FLAGS_metrics_port <= 0 ? FLAGS_metrics_port : FLAGS_metrics_port + 1 + s),
-                              "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms)}));
+    children.push_back(Spawn(
+        "server " + std::to_string(s), "server",
+        {dir + "/pushpull-server", "--scheduler=" + scheduler, "--bind_host=127.0.0.1",
+         "--update_threads=" + std::to_string(FLAGS_update_threads), "--rank=" + std::to_string(s),
+         "--heartbeat_interval_ms=" + hb, "--stats_every_s=" + std::to_string(FLAGS_stats_every_s),
+         "--copy_on_write_budget_mb=" + std::to_string(FLAGS_copy_on_write_budget_mb),
+         "--max_table_mb=" + std::to_string(FLAGS_max_table_mb),
+         "--metrics_port=" + std::to_string(FLAGS_metrics_port <= 0 ? FLAGS_metrics_port : FLAGS_metrics_port + 1 + s),
+         "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms)}));
   for (int w = 0; w < FLAGS_workers; ++w) {
-    std::vector<std::string> a = {dir + "/pushpull-worker", "--scheduler=" + scheduler,
-                                  "--consistency=" + FLAGS_consistency, "--heartbeat_interval_ms=" + hb,
+    std::vector<std::string> a = {dir + "/pushpull-worker",
+                                  "--scheduler=" + scheduler,
+                                  "--consistency=" + FLAGS_consistency,
+                                  "--heartbeat_interval_ms=" + hb,
                                   "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms),
                                   "--rank=" + std::to_string(w)};
     a.insert(a.end(), worker_args.begin(), worker_args.end());
@@ -493,8 +520,10 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
       if (c.role == "scheduler") {
         if (failed && WIFEXITED(st) && WEXITSTATUS(st) == 2) {
           // It ended the job on a worker's bad flags or setup: that fails again, not restarted.
-          stop_all("the scheduler reports the job failed on bad flags or setup (a node's, or the checkpoint to "
-                   "restore; its message is above)", 2);
+          stop_all(
+              "the scheduler reports the job failed on bad flags or setup (a node's, or the checkpoint to "
+              "restore; its message is above)",
+              2);
         } else if (failed) {
           *crashed = true;  // it ended the job: a node died
           stop_all("the scheduler reports the job failed", 1);
@@ -544,8 +573,8 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
                    (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1))) {
           *crashed = true;
           server_died = c.name;
-          server_died_until = std::chrono::steady_clock::now() +
-                              std::chrono::milliseconds(int64_t(FLAGS_heartbeat_timeout_ms) + 2000);
+          server_died_until =
+              std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(FLAGS_heartbeat_timeout_ms) + 2000);
           Say("waiting up to " + std::to_string((FLAGS_heartbeat_timeout_ms + 2000) / 1000) +
               " s for the scheduler to declare " + c.name + " dead and end the job");
         } else {
@@ -555,8 +584,7 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
           if (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1)) *crashed = true;
           // A worker's own exit status says why (3: it missed its target); any node's 2 is bad
           // flags or setup, and 127 a binary that could not be started.
-          const bool told =
-              WIFEXITED(st) && (c.role == "worker" || WEXITSTATUS(st) == 2 || WEXITSTATUS(st) == 127);
+          const bool told = WIFEXITED(st) && (c.role == "worker" || WEXITSTATUS(st) == 2 || WEXITSTATUS(st) == 127);
           stop_all(c.name + " failed", told ? WEXITSTATUS(st) : 1);
         }
       }

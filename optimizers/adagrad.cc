@@ -20,8 +20,8 @@ class AdaGrad final : public Optimizer {
   const char* slot_name(int i) const override { return i == 0 ? "accum" : ""; }
   float slot_init(int i) const override { return i == 0 ? config_.initial_accumulator : 0.0f; }
 
-  void ApplyTo(const float* param_in, float* param_out, float* const* slots, const float* grad,
-               size_t n, const StepContext& ctx) const override {
+  void ApplyTo(const float* param_in, float* param_out, float* const* slots, const float* grad, size_t n,
+               const StepContext& ctx) const override {
     const float* pin = param_in;  // may be param_out: no __restrict on either
     float* pout = param_out;
     float* __restrict acc = slots[0];
@@ -41,8 +41,6 @@ class AdaGrad final : public Optimizer {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> NewAdaGrad(const OptimizerConfig& c) {
-  return std::make_unique<AdaGrad>(c);
-}
+std::unique_ptr<Optimizer> NewAdaGrad(const OptimizerConfig& c) { return std::make_unique<AdaGrad>(c); }
 
 }  // namespace pushpull::opt

@@ -30,8 +30,8 @@ class Adam final : public Optimizer {
     return i >= 0 && i < num_slots() ? kNames[i] : "";
   }
 
-  void ApplyTo(const float* param_in, float* param_out, float* const* slots, const float* grad,
-               size_t n, const StepContext& ctx) const override {
+  void ApplyTo(const float* param_in, float* param_out, float* const* slots, const float* grad, size_t n,
+               const StepContext& ctx) const override {
     const bool decoupled = config_.kind == Kind::kAdamW;
     // A step below 1 would make 1 - b1^t zero; treat it as the first step.
     const double t = static_cast<double>(std::max<int64_t>(ctx.step, 1));
@@ -59,9 +59,8 @@ class Adam final : public Optimizer {
   };
 
   template <bool kAmsGrad>
-  static void Run(const Params& k, const float* pin, float* pout, float* __restrict m,
-                  float* __restrict v, float* __restrict vmax, const float* __restrict g,
-                  size_t n) {
+  static void Run(const Params& k, const float* pin, float* pout, float* __restrict m, float* __restrict v,
+                  float* __restrict vmax, const float* __restrict g, size_t n) {
     const float gs = k.gs, l2 = k.l2, decay = k.decay, b1 = k.b1, b2 = k.b2;
     const float c1 = 1.0f - k.b1, c2 = 1.0f - k.b2;
     const float step_size = k.step_size, inv_sqrt_bc2 = k.inv_sqrt_bc2, eps = k.eps;
@@ -86,8 +85,6 @@ class Adam final : public Optimizer {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> NewAdam(const OptimizerConfig& c) {
-  return std::make_unique<Adam>(c);
-}
+std::unique_ptr<Optimizer> NewAdam(const OptimizerConfig& c) { return std::make_unique<Adam>(c); }
 
 }  // namespace pushpull::opt

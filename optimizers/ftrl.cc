@@ -25,12 +25,10 @@ class Ftrl final : public Optimizer {
 
   Kind kind() const override { return Kind::kFtrl; }
   int num_slots() const override { return 2; }
-  const char* slot_name(int i) const override {
-    return i == 0 ? "z" : i == 1 ? "n" : "";
-  }
+  const char* slot_name(int i) const override { return i == 0 ? "z" : i == 1 ? "n" : ""; }
 
-  void ApplyTo(const float* param_in, float* param_out, float* const* slots, const float* grad,
-               size_t n, const StepContext& ctx) const override {
+  void ApplyTo(const float* param_in, float* param_out, float* const* slots, const float* grad, size_t n,
+               const StepContext& ctx) const override {
     const float* win = param_in;  // may be param_out: no __restrict on either
     float* wout = param_out;
     float* __restrict z = slots[0];

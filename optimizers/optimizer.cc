@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "optimizers/impl.h"
@@ -39,8 +39,7 @@ std::string Str(T v) {
 
 template <class T>
 Status Bad(const char* field, T value, const char* requirement) {
-  return Status::InvalidArgument(std::string("optimizer.") + field + " = " + Str(value) + " " +
-                                 requirement);
+  return Status::InvalidArgument(std::string("optimizer.") + field + " = " + Str(value) + " " + requirement);
 }
 
 // The comparisons are written so that NaN fails every one of them.
@@ -52,10 +51,8 @@ Status ValidateSchedule(const ScheduleConfig& s) {
   switch (s.kind) {
     case ScheduleKind::kConstant:
     case ScheduleKind::kStep:
-    case ScheduleKind::kCosine:
-      break;
-    default:
-      return Bad("schedule.kind", s.kind, "is not a known schedule (constant, step, cosine)");
+    case ScheduleKind::kCosine: break;
+    default: return Bad("schedule.kind", s.kind, "is not a known schedule (constant, step, cosine)");
   }
   if (s.warmup_steps < 0) return Bad("schedule.warmup_steps", s.warmup_steps, "must be >= 0");
   if (s.step_size <= 0) return Bad("schedule.step_size", s.step_size, "must be > 0");
@@ -90,8 +87,7 @@ Result<Kind> ParseKind(const std::string& name) {
   for (Kind k : {Kind::kSgd, Kind::kAdam, Kind::kAdamW, Kind::kAdaGrad, Kind::kFtrl}) {
     if (s == KindName(k)) return k;
   }
-  return Status::InvalidArgument("unknown optimizer '" + name +
-                                 "' (expected sgd, adam, adamw, adagrad or ftrl)");
+  return Status::InvalidArgument("unknown optimizer '" + name + "' (expected sgd, adam, adamw, adagrad or ftrl)");
 }
 
 Result<ScheduleKind> ParseScheduleKind(const std::string& name) {
@@ -99,23 +95,20 @@ Result<ScheduleKind> ParseScheduleKind(const std::string& name) {
   if (s == "constant") return ScheduleKind::kConstant;
   if (s == "step") return ScheduleKind::kStep;
   if (s == "cosine") return ScheduleKind::kCosine;
-  return Status::InvalidArgument("unknown lr schedule '" + name +
-                                 "' (expected constant, step or cosine)");
+  return Status::InvalidArgument("unknown lr schedule '" + name + "' (expected constant, step or cosine)");
 }
 
 bool ScheduleConfig::operator==(const ScheduleConfig& o) const {
-  return kind == o.kind && warmup_steps == o.warmup_steps && step_size == o.step_size &&
-         gamma == o.gamma && total_steps == o.total_steps && min_lr_ratio == o.min_lr_ratio;
+  return kind == o.kind && warmup_steps == o.warmup_steps && step_size == o.step_size && gamma == o.gamma &&
+         total_steps == o.total_steps && min_lr_ratio == o.min_lr_ratio;
 }
 
 bool OptimizerConfig::operator==(const OptimizerConfig& o) const {
   return kind == o.kind && lr == o.lr && momentum == o.momentum && nesterov == o.nesterov &&
-         weight_decay == o.weight_decay && beta1 == o.beta1 && beta2 == o.beta2 &&
-         epsilon == o.epsilon && amsgrad == o.amsgrad &&
-         initial_accumulator == o.initial_accumulator && ftrl_alpha == o.ftrl_alpha &&
-         ftrl_beta == o.ftrl_beta && ftrl_l1 == o.ftrl_l1 && ftrl_l2 == o.ftrl_l2 &&
-         schedule == o.schedule && clip_norm == o.clip_norm &&
-         staleness_aware == o.staleness_aware;
+         weight_decay == o.weight_decay && beta1 == o.beta1 && beta2 == o.beta2 && epsilon == o.epsilon &&
+         amsgrad == o.amsgrad && initial_accumulator == o.initial_accumulator && ftrl_alpha == o.ftrl_alpha &&
+         ftrl_beta == o.ftrl_beta && ftrl_l1 == o.ftrl_l1 && ftrl_l2 == o.ftrl_l2 && schedule == o.schedule &&
+         clip_norm == o.clip_norm && staleness_aware == o.staleness_aware;
 }
 
 // Every field is checked whatever the kind: a nonsense value in an unused field is still a
@@ -126,10 +119,8 @@ Status Validate(const OptimizerConfig& c) {
     case Kind::kAdam:
     case Kind::kAdamW:
     case Kind::kAdaGrad:
-    case Kind::kFtrl:
-      break;
-    default:
-      return Bad("kind", c.kind, "is not a known optimizer (sgd, adam, adamw, adagrad, ftrl)");
+    case Kind::kFtrl: break;
+    default: return Bad("kind", c.kind, "is not a known optimizer (sgd, adam, adamw, adagrad, ftrl)");
   }
   if (!NonNegative(c.lr)) return Bad("lr", c.lr, "must be finite and >= 0");
   if (!InUnitOpen(c.momentum)) return Bad("momentum", c.momentum, "must be in [0, 1)");
@@ -152,10 +143,11 @@ Status Validate(const OptimizerConfig& c) {
   if (!NonNegative(c.clip_norm)) return Bad("clip_norm", c.clip_norm, "must be finite and >= 0");
   // FTRL's step is ftrl_alpha's, per coordinate (optimizers/ftrl.cc): it reads neither lr nor
   // its schedule, so a schedule or staleness_aware asked of it would do nothing, silently.
-  if (c.kind == Kind::kFtrl && (c.staleness_aware || c.schedule.kind != ScheduleKind::kConstant ||
-                                c.schedule.warmup_steps > 0))
-    return Status::InvalidArgument("ftrl takes no learning-rate schedule nor staleness_aware: its step size is "
-                                   "ftrl_alpha, per coordinate (lower ftrl_alpha, or raise ftrl_beta, instead)");
+  if (c.kind == Kind::kFtrl &&
+      (c.staleness_aware || c.schedule.kind != ScheduleKind::kConstant || c.schedule.warmup_steps > 0))
+    return Status::InvalidArgument(
+        "ftrl takes no learning-rate schedule nor staleness_aware: its step size is "
+        "ftrl_alpha, per coordinate (lower ftrl_alpha, or raise ftrl_beta, instead)");
   return ValidateSchedule(c.schedule);
 }
 
@@ -171,8 +163,7 @@ float ScheduledLr(const OptimizerConfig& c, int64_t table_step) {
   if (t < s.warmup_steps) return static_cast<float>(lr * double(t + 1) / double(s.warmup_steps));
   const int64_t after = t - s.warmup_steps;
   switch (s.kind) {
-    case ScheduleKind::kConstant:
-      return c.lr;
+    case ScheduleKind::kConstant: return c.lr;
     case ScheduleKind::kStep: {
       if (s.step_size <= 0) return c.lr;
       return static_cast<float>(lr * std::pow(double(s.gamma), double(after / s.step_size)));

@@ -25,8 +25,8 @@ namespace pushpull::opt {
 float ScheduledLr(const OptimizerConfig& c, int64_t table_step);
 
 struct StepContext {
-  int64_t step = 1;  // 1-based count of updates to these rows including this one (bias correction)
-  float lr = 0.01f;  // effective learning rate: schedule applied, staleness scaling applied
+  int64_t step = 1;         // 1-based count of updates to these rows including this one (bias correction)
+  float lr = 0.01f;         // effective learning rate: schedule applied, staleness scaling applied
   float grad_scale = 1.0f;  // the gradient is multiplied by this first (BSP mean 1/W, clipping)
 };
 
@@ -44,15 +44,14 @@ class Optimizer {
 
   // One update of n contiguous elements: param[0..n), slots[s][0..n) for s < num_slots(),
   // grad[0..n). The gradient must be finite (the server checks before calling).
-  void Apply(float* param, float* const* slots, const float* grad, size_t n,
-             const StepContext& ctx) const {
+  void Apply(float* param, float* const* slots, const float* grad, size_t n, const StepContext& ctx) const {
     ApplyTo(param, param, slots, grad, n, ctx);
   }
   // The same update, reading the parameters from param_in and writing them to param_out: the
   // same array, or a fresh one (the server writes out of place while a pull reply it is still
   // sending holds the current array: copy-on-write at no extra pass).
-  virtual void ApplyTo(const float* param_in, float* param_out, float* const* slots,
-                       const float* grad, size_t n, const StepContext& ctx) const = 0;
+  virtual void ApplyTo(const float* param_in, float* param_out, float* const* slots, const float* grad, size_t n,
+                       const StepContext& ctx) const = 0;
 
  protected:
   explicit Optimizer(const OptimizerConfig& c) : config_(c) {}

@@ -17,12 +17,10 @@ class Sgd final : public Optimizer {
 
   Kind kind() const override { return Kind::kSgd; }
   int num_slots() const override { return config_.momentum > 0.0f ? 1 : 0; }
-  const char* slot_name(int i) const override {
-    return i == 0 && num_slots() == 1 ? "momentum" : "";
-  }
+  const char* slot_name(int i) const override { return i == 0 && num_slots() == 1 ? "momentum" : ""; }
 
-  void ApplyTo(const float* param_in, float* param_out, float* const* slots, const float* grad,
-               size_t n, const StepContext& ctx) const override {
+  void ApplyTo(const float* param_in, float* param_out, float* const* slots, const float* grad, size_t n,
+               const StepContext& ctx) const override {
     const float* pin = param_in;  // may be param_out: no __restrict on either
     float* pout = param_out;
     const float* __restrict g = grad;

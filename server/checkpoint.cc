@@ -52,7 +52,8 @@ Status OpenText(std::ifstream& in, const std::string& path, Status missing) {
 // again (a worker exits 2 on it and pushpull-launch does not restart the job); one this process
 // may not write, InvalidArgument (the same); else Unavailable.
 Status WriteError(int err, const std::string& what) {
-  if (err == ENOSPC || err == EDQUOT) return Status::ResourceExhausted(what + " (free space, or another --checkpoint_dir)");
+  if (err == ENOSPC || err == EDQUOT)
+    return Status::ResourceExhausted(what + " (free space, or another --checkpoint_dir)");
   if (IsPermissionError(err)) return PermissionError(err, what);
   return Status::Unavailable(what);
 }
@@ -115,7 +116,7 @@ class FileWriter {
       Pod(payload);
       Pod(crc);
     }
-    if (!f_) return WriteError(errno_, error_);  // the file could not be created
+    if (!f_) return WriteError(errno_, error_);      // the file could not be created
     if (abandoned_) return Status::Aborted(error_);  // (asked last for the trailer); the destructor removes it
     if (error_.empty() && (std::fflush(f_) != 0 || ::fsync(fileno(f_)) != 0)) Fail("syncing " + tmp_);
     if (std::fclose(f_) != 0 && error_.empty()) Fail("closing " + tmp_);
@@ -328,9 +329,9 @@ Status WriteServerCheckpoint(const std::string& dir, int rank, int num_servers, 
   return w.Commit(bytes);
 }
 
-Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::string& dir, int rank,
-                                                                    int num_servers, int64_t clock,
-                                                                    bool in_blocks, const std::string* only,
+Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::string& dir, int rank, int num_servers,
+                                                                    int64_t clock, bool in_blocks,
+                                                                    const std::string* only,
                                                                     std::vector<TableSummary>* summary) {
   FileReader r;
   PP_RETURN_IF_ERROR(r.Open(ServerCheckpointFile(dir, rank)));
@@ -341,8 +342,8 @@ Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::s
     return r.Fail(r.error());
   if (file_rank != rank || file_servers != num_servers || file_clock != clock)
     return r.Fail("written by server " + std::to_string(file_rank) + " of " + std::to_string(file_servers) +
-                 " at clock " + std::to_string(file_clock) + "; expected server " + std::to_string(rank) +
-                 " of " + std::to_string(num_servers) + " at clock " + std::to_string(clock));
+                  " at clock " + std::to_string(file_clock) + "; expected server " + std::to_string(rank) + " of " +
+                  std::to_string(num_servers) + " at clock " + std::to_string(clock));
   std::map<std::string, TableCheckpoint> out;
   for (uint32_t i = 0; i < num_tables; ++i) {
     uint32_t info_bytes = 0;
@@ -359,8 +360,7 @@ Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::s
       return r.Fail("table description: " + valid.message() + " (damaged, or a table this build no longer creates)");
     // The partition must be the one this spec and server count give (re-sharding indexes by it).
     const TableInfo expect = TableInfo::Make(t.info.id, t.info.spec, num_servers);
-    if (t.info.row_offsets != expect.row_offsets ||
-        t.info.bucket_owner != expect.bucket_owner)
+    if (t.info.row_offsets != expect.row_offsets || t.info.bucket_owner != expect.bucket_owner)
       return r.Fail("table '" + t.info.spec.name + "': its description does not fit " + std::to_string(num_servers) +
                     " servers");
     uint64_t rows = 0;
@@ -369,12 +369,13 @@ Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::s
     const bool sparse = t.info.spec.sparse;
     if (!sparse && rows != expect.row_offsets[rank + 1] - expect.row_offsets[rank])
       return r.Fail("table '" + t.info.spec.name + "': " + std::to_string(rows) + " dense rows, server " +
-                    std::to_string(rank) + " holds " + std::to_string(expect.row_offsets[rank + 1] - expect.row_offsets[rank]));
+                    std::to_string(rank) + " holds " +
+                    std::to_string(expect.row_offsets[rank + 1] - expect.row_offsets[rank]));
     // Sizes are bounded by what the file holds before anything is allocated.
     const long double need = (long double)rows * ((sparse ? 8 : 0) + 4 + 4.0L * dim * (1 + nslots));
     if (dim != t.info.spec.dim || nslots > 8 || need > (long double)r.left())
-      return r.Fail("table '" + t.info.spec.name + "': " + std::to_string(rows) + " rows of dim " + std::to_string(dim) +
-                   " do not fit in the file");
+      return r.Fail("table '" + t.info.spec.name + "': " + std::to_string(rows) + " rows of dim " +
+                    std::to_string(dim) + " do not fit in the file");
     if (summary) summary->push_back({t.info, t.table_step, rows, nslots});
     if (only && t.info.spec.name != *only) {  // (read through for the checksum, not kept)
       if (!r.Skip(static_cast<uint64_t>(need))) return r.Fail(r.error());
@@ -511,8 +512,10 @@ Status CommitCheckpoint(const std::string& root, const CheckpointManifest& m, in
     std::error_code dir_ec;
     if (!e.is_directory(dir_ec) || name.rfind("ckpt-", 0) != 0 || name >= current) continue;
     std::error_code file_ec;
-    if (fs::exists(e.path() / "MANIFEST", file_ec)) complete.push_back(e.path().string());
-    else fs::remove_all(e.path(), file_ec);
+    if (fs::exists(e.path() / "MANIFEST", file_ec))
+      complete.push_back(e.path().string());
+    else
+      fs::remove_all(e.path(), file_ec);
   }
   std::sort(complete.begin(), complete.end());
   const size_t others = static_cast<size_t>(std::max(keep, 1) - 1);  // the current one is kept
@@ -536,15 +539,19 @@ Result<CheckpointManifest> ReadManifest(const std::string& dir) {
   std::getline(mf, title);
   bool have[3] = {false, false, false};
   while (mf >> key) {
-    if (key == "clock") have[0] = bool(mf >> m.clock);
-    else if (key == "servers") have[1] = bool(mf >> m.servers);
-    else if (key == "workers") have[2] = bool(mf >> m.workers);
+    if (key == "clock")
+      have[0] = bool(mf >> m.clock);
+    else if (key == "servers")
+      have[1] = bool(mf >> m.servers);
+    else if (key == "workers")
+      have[2] = bool(mf >> m.workers);
     else if (key == "run") {
       std::getline(mf, m.run);
       if (!m.run.empty() && m.run[0] == ' ') m.run.erase(0, 1);
-      if (m.run.size() > kMaxRunText) return Status::Corruption(manifest + ": its run line is over " +
-                                                                std::to_string(kMaxRunText) + " bytes");
-    } else break;
+      if (m.run.size() > kMaxRunText)
+        return Status::Corruption(manifest + ": its run line is over " + std::to_string(kMaxRunText) + " bytes");
+    } else
+      break;
   }
   if (title != "pushpull checkpoint" || !have[0] || !have[1] || !have[2] || m.clock < 0 || m.servers < 1 ||
       m.workers < 1 || m.servers > 4096 || m.workers > 4096)
@@ -560,7 +567,8 @@ Result<CheckpointManifest> ReadManifest(const std::string& dir) {
 Result<CheckpointManifest> ReadLatestCheckpoint(const std::string& root) {
   const std::string latest = (fs::path(root) / "LATEST").string();
   std::ifstream in;
-  PP_RETURN_IF_ERROR(OpenText(in, latest, Status::NotFound("no checkpoint under " + root + " (" + latest + " is missing)")));
+  PP_RETURN_IF_ERROR(
+      OpenText(in, latest, Status::NotFound("no checkpoint under " + root + " (" + latest + " is missing)")));
   std::string name;
   std::getline(in, name);
   if (name.rfind("ckpt-", 0) != 0 || name.size() > 64 || name.find('/') != std::string::npos)

@@ -60,9 +60,8 @@ struct TableSummary {
 // in_blocks: dense rows come in pieces of a block each (ShardRows::blocks), what a shard with a
 // stripe per block takes without a copy. only: just that table's rows are kept (the others'
 // are read through for the checksum, in constant memory). summary: every table's description.
-Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::string& dir, int rank,
-                                                                    int num_servers, int64_t clock,
-                                                                    bool in_blocks = false,
+Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::string& dir, int rank, int num_servers,
+                                                                    int64_t clock, bool in_blocks = false,
                                                                     const std::string* only = nullptr,
                                                                     std::vector<TableSummary>* summary = nullptr);
 // What server `rank` of a job of `num_servers` restores from checkpoint dir: its own file when the

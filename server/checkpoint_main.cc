@@ -8,8 +8,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "common/flags.h"
 #include "common/log.h"
@@ -18,7 +18,8 @@
 DEFINE_string(dir, "", "a checkpoint root (its LATEST is read) or one checkpoint's directory (ckpt-N)");
 DEFINE_string(export_table, "", "table to write out (default: list the checkpoint's tables)");
 DEFINE_int32(slot, -1, "with --export_table: -1 the parameters, N >= 0 optimizer slot N (e.g. Adam's m is 0)");
-DEFINE_string(out, "", "with --export_table: the .npy file (float32, rows x dim, in row order; a sparse "
+DEFINE_string(out, "",
+              "with --export_table: the .npy file (float32, rows x dim, in row order; a sparse "
               "table's keys go to OUT.keys.npy, uint64, in the same order)");
 
 namespace {
@@ -61,12 +62,13 @@ int Fail(const Status& st) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  pushpull::ParseFlagsOrHelp(&argc, &argv,
-                             "what a pushpull checkpoint holds; a table out as .npy.\n"
-                             "usage: pushpull-checkpoint --dir=DIR                      every checkpoint under DIR (intact or not),\n"
-                             "                                                          then the tables of the newest (or of DIR itself)\n"
-                             "       pushpull-checkpoint --dir=DIR --export_table=NAME --out=FILE.npy [--slot=N]",
-                             "checkpoint_main");
+  pushpull::ParseFlagsOrHelp(
+      &argc, &argv,
+      "what a pushpull checkpoint holds; a table out as .npy.\n"
+      "usage: pushpull-checkpoint --dir=DIR                      every checkpoint under DIR (intact or not),\n"
+      "                                                          then the tables of the newest (or of DIR itself)\n"
+      "       pushpull-checkpoint --dir=DIR --export_table=NAME --out=FILE.npy [--slot=N]",
+      "checkpoint_main");
   pushpull::RefuseArguments(argc, argv);
   if (FLAGS_dir.empty()) {
     std::fprintf(stderr, "pushpull-checkpoint: --dir is required (see --help)\n");
@@ -102,7 +104,8 @@ int main(int argc, char** argv) {
   auto m = pushpull::ReadLatestCheckpoint(FLAGS_dir);
   if (m.status().code() == pushpull::Code::kNotFound) {
     auto one = pushpull::ReadManifest(FLAGS_dir);
-    if (one.ok() || one.status().code() != pushpull::Code::kNotFound) m = one;
+    if (one.ok() || one.status().code() != pushpull::Code::kNotFound)
+      m = one;
     else
       m = pushpull::Status::NotFound(FLAGS_dir + " is neither a root of checkpoints (" + m.status().message() +
                                      ") nor one checkpoint (" + one.status().message() + ")");
@@ -129,16 +132,15 @@ int main(int argc, char** argv) {
                 static_cast<long long>(m->clock), m->servers, m->workers);
     for (const auto& [name, t] : summary)
       std::printf("  %-24s %s, %llu rows x %u, %s (%u slots), step %lld\n", name.c_str(),
-                  t.info.spec.sparse ? "sparse" : "dense", static_cast<unsigned long long>(t.rows),
-                  t.info.spec.dim, pushpull::opt::KindName(t.info.spec.optimizer.kind), t.slots,
-                  static_cast<long long>(t.table_step));
+                  t.info.spec.sparse ? "sparse" : "dense", static_cast<unsigned long long>(t.rows), t.info.spec.dim,
+                  pushpull::opt::KindName(t.info.spec.optimizer.kind), t.slots, static_cast<long long>(t.table_step));
     return 0;
   }
   if (!summary.count(FLAGS_export_table)) {
     std::string names;
     for (const auto& [name, t] : summary) names += (names.empty() ? "" : ", ") + name;
-    return Fail(Status::NotFound("no table '" + FLAGS_export_table + "' in " + m->dir + " (its tables: " +
-                                 (names.empty() ? "none" : names) + ")"));
+    return Fail(Status::NotFound("no table '" + FLAGS_export_table + "' in " + m->dir +
+                                 " (its tables: " + (names.empty() ? "none" : names) + ")"));
   }
   // That table only, gathered as one server would own it.
   auto tables = [&]() -> pushpull::Result<std::map<std::string, pushpull::TableCheckpoint>> {

@@ -9,21 +9,15 @@
 
 namespace pushpull {
 
-CheckpointWriter::CheckpointWriter(ServerContext* ctx, ControlChannel* control, Tables* tables,
-                                   MinClock* min_clock, const std::vector<WorkerState>* workers,
-                                   const UpdateThreads* updates)
-    : ctx_(ctx),
-      control_(control),
-      tables_(tables),
-      min_clock_(min_clock),
-      workers_(workers),
-      updates_(updates) {}
+CheckpointWriter::CheckpointWriter(ServerContext* ctx, ControlChannel* control, Tables* tables, MinClock* min_clock,
+                                   const std::vector<WorkerState>* workers, const UpdateThreads* updates)
+    : ctx_(ctx), control_(control), tables_(tables), min_clock_(min_clock), workers_(workers), updates_(updates) {}
 
 void CheckpointWriter::OnRequest(const Header& h) {
   // Asked again: still in progress (answered when written), or answered already.
   if (asked_ && h.request_id == request_id_) return;
-  auto answered = std::find_if(answers_.begin(), answers_.end(),
-                               [&](const Header& a) { return a.request_id == h.request_id; });
+  auto answered =
+      std::find_if(answers_.begin(), answers_.end(), [&](const Header& a) { return a.request_id == h.request_id; });
   if (answered != answers_.end()) {
     control_->Send(*answered).IgnoreError();
     return;
@@ -33,8 +27,7 @@ void CheckpointWriter::OnRequest(const Header& h) {
     reply.type = MsgType::kCheckpointReply;
     reply.request_id = h.request_id;
     reply.SetStatus(Status::FailedPrecondition("server " + std::to_string(ctx_->rank.load()) +
-                                               " is still writing the checkpoint at clock " +
-                                               std::to_string(clock_)));
+                                               " is still writing the checkpoint at clock " + std::to_string(clock_)));
     Answer(reply);
     return;
   }
@@ -114,8 +107,9 @@ void CheckpointWriter::StartWhenReady() {
   writer_ = std::thread([this, tables, servers, kept, rank] {
     SetThreadName("pp-checkpoint");
     try {
-      status_ = WriteServerCheckpoint(dir_, rank, servers, clock_, tables, &bytes_,
-                                      [this] { return abandon_.load(std::memory_order_relaxed); }, kept);
+      status_ = WriteServerCheckpoint(
+          dir_, rank, servers, clock_, tables, &bytes_, [this] { return abandon_.load(std::memory_order_relaxed); },
+          kept);
     } catch (const std::bad_alloc&) {  // (a sparse stripe's key list copied for the file)
       status_ = Status::ResourceExhausted("out of memory writing the checkpoint");
     } catch (const std::exception& e) {
@@ -138,9 +132,9 @@ void CheckpointWriter::Finish() {
     last_clock_ = clock_;
     last_at_ms_ = NowMs();
     ++ctx_->stats.checkpoints;
-    PP_LOG(Info) << "checkpoint at clock " << clock_ << " written: " << ServerCheckpointFile(dir_, rank)
-                 << ", " << (bytes_ >= 1000000 ? bytes_ / 1e6 : bytes_ / 1e3)
-                 << (bytes_ >= 1000000 ? " MB" : " KB") << " in " << NowMs() - started_ms_ << " ms";
+    PP_LOG(Info) << "checkpoint at clock " << clock_ << " written: " << ServerCheckpointFile(dir_, rank) << ", "
+                 << (bytes_ >= 1000000 ? bytes_ / 1e6 : bytes_ / 1e3) << (bytes_ >= 1000000 ? " MB" : " KB") << " in "
+                 << NowMs() - started_ms_ << " ms";
   } else {
     PP_LOG(Error) << "checkpoint at clock " << clock_ << " failed: " << status_.ToString();
   }

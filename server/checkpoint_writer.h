@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "common/control.h"
-#include "pushpull/status.h"
 #include "common/wire.h"
+#include "pushpull/status.h"
 #include "server/min_clock.h"
 #include "server/server_context.h"
 #include "server/tables.h"

@@ -14,8 +14,8 @@ Status ClockVector::Advance(int w, int64_t new_clock) {
   if (w < 0 || w >= size()) return Status::InvalidArgument("worker rank " + std::to_string(w) + " out of range");
   if (!alive_[w]) return Status::FailedPrecondition("worker " + std::to_string(w) + " was declared dead");
   if (new_clock != clock_[w] + 1)
-    return Status::FailedPrecondition("worker " + std::to_string(w) + " clock jumps from " +
-                                      std::to_string(clock_[w]) + " to " + std::to_string(new_clock));
+    return Status::FailedPrecondition("worker " + std::to_string(w) + " clock jumps from " + std::to_string(clock_[w]) +
+                                      " to " + std::to_string(new_clock));
   clock_[w] = new_clock;
   return Status::OK();
 }

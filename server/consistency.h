@@ -27,9 +27,7 @@ namespace pushpull {
 
 // May a pull at clock `c` on a table with bound `bound` (-1: ASP) be served when the slowest
 // live worker's clock is `min_live`?
-inline bool PullReady(int64_t c, int64_t bound, int64_t min_live) {
-  return bound < 0 || min_live >= c - bound;
-}
+inline bool PullReady(int64_t c, int64_t bound, int64_t min_live) { return bound < 0 || min_live >= c - bound; }
 // The smallest min-live-clock at which such a pull is ready.
 inline int64_t PullReadyAt(int64_t c, int64_t bound) { return bound < 0 ? INT64_MIN : c - bound; }
 // Staleness recorded for a pull: own clock minus the slowest live worker's clock (>= 0).
@@ -61,7 +59,9 @@ class ClockVector {
     return true;
   }
   // Removes a dead worker from the vector: it is no longer waited for.
-  void MarkDead(int w) { if (w >= 0 && w < size()) alive_[w] = 0; }
+  void MarkDead(int w) {
+    if (w >= 0 && w < size()) alive_[w] = 0;
+  }
 
   // Slowest and fastest live worker (max int64 / min int64 when none is alive).
   int64_t MinLive() const;
@@ -77,7 +77,10 @@ class ClockVector {
 class StalenessHistogram {
  public:
   static constexpr int kBuckets = 33;
-  void Record(int64_t s) { ++counts_[s < 0 ? 0 : (s >= kBuckets - 1 ? kBuckets - 1 : s)]; max_ = s > max_ ? s : max_; }
+  void Record(int64_t s) {
+    ++counts_[s < 0 ? 0 : (s >= kBuckets - 1 ? kBuckets - 1 : s)];
+    max_ = s > max_ ? s : max_;
+  }
   const uint64_t* counts() const { return counts_; }
   int64_t max() const { return max_; }
   std::string ToString() const;

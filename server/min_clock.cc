@@ -7,8 +7,7 @@
 
 namespace pushpull {
 
-MinClock::MinClock(ServerContext* ctx, Tables* tables, UpdateThreads* updates,
-                   std::vector<WorkerState>* workers)
+MinClock::MinClock(ServerContext* ctx, Tables* tables, UpdateThreads* updates, std::vector<WorkerState>* workers)
     : ctx_(ctx), tables_(tables), updates_(updates), workers_(workers) {}
 
 void MinClock::Park(std::unique_ptr<Request>* owned) {
@@ -44,10 +43,12 @@ void MinClock::PreparePull(Request* r, int64_t min_live) {
   const bool range = h.flags & kFlagRange;
   // (A client places a reply's stripes by a key's hash: sparse tables only.)
   // (A lookup's rows not there are made up in its reply: gathered too.)
-  const bool in_place = h.slot < 0 && !(h.flags & kFlagNoCreate) &&
-                        (stripes <= 1 || (large && (range || r->shard->spec().sparse)));
-  if (in_place) r->shared.resize(r->sel.size());
-  else r->out = NewFloatBuffer(h.row_count() * h.dim);
+  const bool in_place =
+      h.slot < 0 && !(h.flags & kFlagNoCreate) && (stripes <= 1 || (large && (range || r->shard->spec().sparse)));
+  if (in_place)
+    r->shared.resize(r->sel.size());
+  else
+    r->out = NewFloatBuffer(h.row_count() * h.dim);
   // (Counted once its reply buffer is there: out of memory for it leaves the pull parked.)
   staleness_.Record(s);
   if (s > ctx_->stats.max_staleness) ctx_->stats.max_staleness = s;

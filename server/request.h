@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "pushpull/status.h"
 #include "common/wire.h"
 #include "optimizers/optimizer.h"
+#include "pushpull/status.h"
 #include "server/table_shard.h"
 
 namespace pushpull {
@@ -29,13 +29,13 @@ constexpr uint64_t kInlineBytes = 64 * 1024;
 struct Request {
   enum Op { kApply, kAccumulate, kRead, kApplyBsp, kDropWorker };
   Op op = kApply;
-  Message msg;                      // the request as received (frames read in place)
+  Message msg;  // the request as received (frames read in place)
   TableShard* shard = nullptr;
   std::vector<RowSelection> sel;
   opt::StepContext ctx;
-  int64_t clock = 0;                // kAccumulate / kApplyBsp / kDropWorker
-  int worker = -1;                  // kDropWorker: whose sum for `clock` to drop
-  std::shared_ptr<float[]> out;     // kRead: reply values (uninitialised, then filled) ...
+  int64_t clock = 0;             // kAccumulate / kApplyBsp / kDropWorker
+  int worker = -1;               // kDropWorker: whose sum for `clock` to drop
+  std::shared_ptr<float[]> out;  // kRead: reply values (uninitialised, then filled) ...
   // ... or, for a pull of parameters sent a stripe a frame, shared[k] for stripe k: its rows in
   // place (Stripe::ShareRows, ReadOrShare) or, for a keyed part not one run, gathered.
   std::vector<std::shared_ptr<const float>> shared;

@@ -86,8 +86,7 @@ Status RequestLoop::Run() {
   int64_t next_stats = stats_every_ms > 0 ? started + stats_every_ms : INT64_MAX;
   while (!ctx_->stop) {
     int64_t now = NowMs();
-    const int64_t timeout =
-        std::max<int64_t>(0, std::min({control_->MsUntilTick(), next_control - now, int64_t{100}}));
+    const int64_t timeout = std::max<int64_t>(0, std::min({control_->MsUntilTick(), next_control - now, int64_t{100}}));
     try {
       if (checkpoint_->writing()) {
         PollItem item{&control_->socket()};
@@ -158,9 +157,9 @@ Status RequestLoop::Run() {
       [&](Request* r) { ReplyError(r->msg, Status::Aborted("server " + rank + " is shutting down")); });
   metrics_->CopyBudgetCounters();
   const ServerStats& stats = ctx_->stats;
-  PP_LOG(Info) << "stopped: " << stats.pushes << " pushes, " << stats.pulls << " pulls, "
-               << stats.clocks << " clocks, " << stats.bad_messages << " malformed, "
-               << stats.rejected << " refused, " << stats.duplicates << " duplicates; "
+  PP_LOG(Info) << "stopped: " << stats.pushes << " pushes, " << stats.pulls << " pulls, " << stats.clocks << " clocks, "
+               << stats.bad_messages << " malformed, " << stats.rejected << " refused, " << stats.duplicates
+               << " duplicates; "
                << "pull staleness histogram {" << min_clock_->staleness().ToString() << "}";
   return exit_status;
 }
@@ -202,8 +201,8 @@ bool RequestLoop::ReceiveRequest(int64_t wait_ms) {
     return true;
   }
   if (!IsDataType(m.header.type) || IsReply(m.header.type)) {
-    CountBad(Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(m.header.type) +
-                                     " on the data socket"), "message dropped");
+    CountBad(Status::InvalidArgument(std::string("unexpected ") + MsgTypeName(m.header.type) + " on the data socket"),
+             "message dropped");
     return true;
   }
   // A request that throws (out of memory for it) gets an error answer in the record, so that a
@@ -241,8 +240,7 @@ void RequestLoop::HandleData(Message& m) {
   if (!st.ok()) {
     ++ctx_->stats.rejected;
     if (LogThisOne(&refused_logged_))
-      PP_LOG(Warning) << "refused " << MsgTypeName(h.type) << " from worker " << h.sender_rank
-                      << ": " << st.ToString();
+      PP_LOG(Warning) << "refused " << MsgTypeName(h.type) << " from worker " << h.sender_rank << ": " << st.ToString();
     NotePushRefused(workers_, h, st);
     ReplyError(m, st);
     return;
@@ -252,11 +250,10 @@ void RequestLoop::HandleData(Message& m) {
   // clock the servers have for its rank): answered, not applied twice.
   const int64_t hello_clock = worker.hello_clock;
   if ((h.type == MsgType::kPush && h.clock < hello_clock) ||
-      (h.type == MsgType::kClock && h.clock <= hello_clock &&
-       h.clock <= min_clock_->clocks().clock(h.sender_rank))) {
+      (h.type == MsgType::kClock && h.clock <= hello_clock && h.clock <= min_clock_->clocks().clock(h.sender_rank))) {
     ++ctx_->stats.duplicates;
-    Answered(h, SendBareReply(m, h.type == MsgType::kPush ? MsgType::kPushReply : MsgType::kClockReply,
-                              h.table, h.clock, Status::OK()));
+    Answered(h, SendBareReply(m, h.type == MsgType::kPush ? MsgType::kPushReply : MsgType::kClockReply, h.table,
+                              h.clock, Status::OK()));
     return;
   }
   // ... and redoing the pushes its predecessor had applied in its open clock (not under BSP,
@@ -281,11 +278,9 @@ void RequestLoop::HandleData(Message& m) {
 void RequestLoop::HandleHello(const Message& m) {
   const Header& h = m.header;
   bool raised = false;
-  if (h.sender_role == Role::kWorker && h.sender_rank >= 0 &&
-      h.sender_rank < static_cast<int>(workers_->size())) {
+  if (h.sender_role == Role::kWorker && h.sender_rank >= 0 && h.sender_rank < static_cast<int>(workers_->size())) {
     std::string session =
-        h.reply_to.empty() ? std::string(static_cast<const char*>(m.identity.data()), m.identity.size())
-                           : h.reply_to;
+        h.reply_to.empty() ? std::string(static_cast<const char*>(m.identity.data()), m.identity.size()) : h.reply_to;
     raised = deaths_->OnHello(h.sender_rank, std::move(session), h);
   }
   // (What the raise completed: its clock's BSP mean, pulls parked for it.)
@@ -338,8 +333,10 @@ void RequestLoop::HandleUpdate(Message& m, TableShard* shard) {
     r->msg = std::move(m);
     r->shard = shard;
     const Header& rh = r->msg.header;
-    if (rh.flags & kFlagRange) shard->SplitRange(rh.row_begin, rh.row_begin + rh.num_rows, &r->sel);
-    else shard->Split(r->msg.key_data(), rh.num_keys, &r->sel);
+    if (rh.flags & kFlagRange)
+      shard->SplitRange(rh.row_begin, rh.row_begin + rh.num_rows, &r->sel);
+    else
+      shard->Split(r->msg.key_data(), rh.num_keys, &r->sel);
 
     if (rh.type == MsgType::kPush) {
       ++ctx_->stats.pushes;
@@ -395,12 +392,12 @@ void RequestLoop::HandleUpdate(Message& m, TableShard* shard) {
     }
   } catch (const std::exception& e) {
     if (!owned) throw;  // (handed on already: the request loop says so)
-    const Status st = dynamic_cast<const std::bad_alloc*>(&e)
-                          ? Status::ResourceExhausted("out of memory for this request on server " +
-                                                      std::to_string(ctx_->rank.load()))
-                          : Status::Internal(e.what());
-    PP_LOG(Error) << "refused " << MsgTypeName(r->msg.header.type) << " from worker "
-                  << r->msg.header.sender_rank << ": " << st.ToString();
+    const Status st =
+        dynamic_cast<const std::bad_alloc*>(&e)
+            ? Status::ResourceExhausted("out of memory for this request on server " + std::to_string(ctx_->rank.load()))
+            : Status::Internal(e.what());
+    PP_LOG(Error) << "refused " << MsgTypeName(r->msg.header.type) << " from worker " << r->msg.header.sender_rank
+                  << ": " << st.ToString();
     ++ctx_->stats.rejected;
     NotePushRefused(workers_, r->msg.header, st);
     ReplyError(r->msg, st);
@@ -415,8 +412,8 @@ void RequestLoop::Reply(Request* r) {
       PP_LOG(Error) << (r->op == Request::kApplyBsp ? "applying" : "dropping a worker's sum of") << " clock "
                     << r->clock << " failed: " << r->error.ToString();
     else if (LogThisOne(&refused_logged_))
-      PP_LOG(Error) << "refused " << MsgTypeName(r->msg.header.type) << " from worker "
-                    << r->msg.header.sender_rank << ": " << r->error.ToString();
+      PP_LOG(Error) << "refused " << MsgTypeName(r->msg.header.type) << " from worker " << r->msg.header.sender_rank
+                    << ": " << r->error.ToString();
     if (!sum) {
       if (r->msg.header.type == MsgType::kPush) NotePushRefused(workers_, r->msg.header, r->error);
       ReplyError(r->msg, r->error);
@@ -457,8 +454,10 @@ void RequestLoop::Reply(Request* r) {
       for (size_t k = 0; k < r->shared.size(); ++k) {
         if (r->sel[k].size() == 0) continue;
         Frame f = ZeroCopyFrame(r->shared[k].get(), r->sel[k].size() * row_bytes, r->shared[k]);
-        if (frames == 1) values = std::move(f);  // one stripe: the plain three-frame reply
-        else split.push_back(std::move(f));
+        if (frames == 1)
+          values = std::move(f);  // one stripe: the plain three-frame reply
+        else
+          split.push_back(std::move(f));
       }
       if (frames > 1 && !(h.flags & kFlagRange)) {  // keyed: each stripe's rows in turn
         out.flags |= kFlagByStripe;
@@ -470,8 +469,8 @@ void RequestLoop::Reply(Request* r) {
   Status st = split.empty() ? SendMessage(*router_, &to, out, Frame(), std::move(values))
                             : SendMessage(*router_, &to, out, Frame(), &split);
   if (!st.ok() && LogThisOne(&lost_logged_))  // (a dropped connection loses many)
-    PP_LOG(Warning) << "reply to worker " << h.sender_rank << " lost: " << st.ToString() << " ("
-                    << lost_logged_ << " so far; the worker asks again once it has reconnected)";
+    PP_LOG(Warning) << "reply to worker " << h.sender_rank << " lost: " << st.ToString() << " (" << lost_logged_
+                    << " so far; the worker asks again once it has reconnected)";
   Answered(h, out);
   delete r;
 }
@@ -493,8 +492,7 @@ void RequestLoop::ReplyError(const Message& m, const Status& st, bool record) {
   if (record) Answered(m.header, out);
 }
 
-Header RequestLoop::SendBareReply(const Message& m, MsgType type, uint32_t table, int64_t clock,
-                                  const Status& st) {
+Header RequestLoop::SendBareReply(const Message& m, MsgType type, uint32_t table, int64_t clock, const Status& st) {
   Header out;
   out.type = type;
   out.request_id = m.header.request_id;
@@ -527,8 +525,7 @@ void RequestLoop::Answered(const Header& request, const Header& reply) {
 // in progress, and never run twice; a pull answered already is served again.
 RequestLoop::Repeat RequestLoop::LookUpRepeat(const Message& m) {
   const Header& h = m.header;
-  if (h.sender_role != Role::kWorker || h.sender_rank < 0 ||
-      h.sender_rank >= static_cast<int>(workers_->size()))
+  if (h.sender_role != Role::kWorker || h.sender_rank < 0 || h.sender_rank >= static_cast<int>(workers_->size()))
     return Repeat::kNo;  // Validate() refuses it
   // Validate() refuses it too; marking its id begun would make the new client's request of that
   // id look in progress, and dropped, for good.
@@ -536,12 +533,8 @@ RequestLoop::Repeat RequestLoop::LookUpRepeat(const Message& m) {
   RequestRecord& record = (*workers_)[h.sender_rank].requests;
   const RequestRecord::Answer* a = nullptr;
   switch (record.Look(h.request_id, &a)) {
-    case RequestRecord::Seen::kNew:
-      record.Begin(h.request_id);
-      return Repeat::kNo;
-    case RequestRecord::Seen::kInProgress:
-      ++ctx_->stats.duplicates;
-      return Repeat::kHandled;
+    case RequestRecord::Seen::kNew: record.Begin(h.request_id); return Repeat::kNo;
+    case RequestRecord::Seen::kInProgress: ++ctx_->stats.duplicates; return Repeat::kHandled;
     case RequestRecord::Seen::kAnswered: {
       ++ctx_->stats.duplicates;
       // A repeat is the same request: an id answered as another kind of request is a client's
@@ -549,9 +542,8 @@ RequestLoop::Repeat RequestLoop::LookUpRepeat(const Message& m) {
       // Refused, not recorded, nothing run.
       if (a->type != ReplyTypeOf(h.type)) {
         ReplyError(m,
-                   Status::InvalidArgument(std::string(MsgTypeName(h.type)) + " " +
-                                           std::to_string(h.request_id) + " from worker " +
-                                           std::to_string(h.sender_rank) + " reuses the id of a " +
+                   Status::InvalidArgument(std::string(MsgTypeName(h.type)) + " " + std::to_string(h.request_id) +
+                                           " from worker " + std::to_string(h.sender_rank) + " reuses the id of a " +
                                            MsgTypeName(a->type) + "'s request; not run"),
                    /*record=*/false);
         return Repeat::kHandled;
@@ -560,8 +552,7 @@ RequestLoop::Repeat RequestLoop::LookUpRepeat(const Message& m) {
         record.Begin(h.request_id);
         return Repeat::kServeAgain;
       }
-      SendBareReply(m, a->type, a->table, a->clock,
-                    a->code == Code::kOk ? Status::OK() : Status(a->code, a->error));
+      SendBareReply(m, a->type, a->table, a->clock, a->code == Code::kOk ? Status::OK() : Status(a->code, a->error));
       return Repeat::kHandled;
     }
     case RequestRecord::Seen::kForgotten:
@@ -582,9 +573,8 @@ RequestLoop::Repeat RequestLoop::LookUpRepeat(const Message& m) {
         return Repeat::kHandled;
       }
       ReplyError(m,
-                 Status::FailedPrecondition(std::string(MsgTypeName(h.type)) + " " +
-                                            std::to_string(h.request_id) + " from worker " +
-                                            std::to_string(h.sender_rank) +
+                 Status::FailedPrecondition(std::string(MsgTypeName(h.type)) + " " + std::to_string(h.request_id) +
+                                            " from worker " + std::to_string(h.sender_rank) +
                                             " asked again after this server forgot its answer; not run "
                                             "again"),
                  /*record=*/false);
@@ -615,8 +605,8 @@ void RequestLoop::CreateTable(const Message& m) {
   reply.type = MsgType::kCreateTableReply;
   reply.request_id = m.header.request_id;
   reply.info = m.header.info;
-  const Status st = tables_->Create(
-      m.header.info, [this](const std::string& name) { checkpoint_->FinishBeforeRestoring(name); });
+  const Status st =
+      tables_->Create(m.header.info, [this](const std::string& name) { checkpoint_->FinishBeforeRestoring(name); });
   reply.SetStatus(st);
   control_->Send(reply).IgnoreError();
 }

@@ -1,7 +1,7 @@
 // What became of one worker's requests to this server, by request id, so that a request the worker
 // sends again is answered once and never run twice. A worker sends its unanswered requests to a
 // server again when a connection to it dropped (the request, or its answer, may have been lost
-// with it: worker/client.cc); a repeat of one the server has
+// with it: worker/server_links.cc); a repeat of one the server has
 // - answered: gets that answer again, if a push or a clock; a pull is served again (it changes
 //   nothing), however far its worker's clock has moved since;
 // - in progress: is dropped (the answer is on its way);

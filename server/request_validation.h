@@ -8,8 +8,8 @@
 
 #include <vector>
 
-#include "pushpull/status.h"
 #include "common/wire.h"
+#include "pushpull/status.h"
 #include "server/min_clock.h"
 #include "server/server_context.h"
 #include "server/tables.h"
@@ -19,8 +19,8 @@ namespace pushpull {
 
 class RequestValidator {
  public:
-  RequestValidator(const ServerContext* ctx, const std::vector<WorkerState>* workers,
-                   const MinClock* min_clock, const Tables* tables)
+  RequestValidator(const ServerContext* ctx, const std::vector<WorkerState>* workers, const MinClock* min_clock,
+                   const Tables* tables)
       : ctx_(ctx), workers_(workers), min_clock_(min_clock), tables_(tables) {}
 
   // OK and *shard set to the request's table (left alone for a Clock), or why it is refused.

@@ -130,8 +130,8 @@ Status SchedulerImpl::Run() {
   membership.worker_done.assign(options_.num_workers, 0);
   membership.worker_last_clock.assign(options_.num_workers, -1);
   membership.version = 1;
-  PP_LOG(Info) << "listening at " << address_ << ", waiting for " << Count(options_.num_servers, "server")
-               << " and " << Count(options_.num_workers, "worker");
+  PP_LOG(Info) << "listening at " << address_ << ", waiting for " << Count(options_.num_servers, "server") << " and "
+               << Count(options_.num_workers, "worker");
   checkpoints_.WarnOfAnotherRun();
   std::vector<Frame> frames;
   int64_t last_pass_ms = NowMs(), last_judged_ms = last_pass_ms;
@@ -157,8 +157,8 @@ Status SchedulerImpl::Run() {
       } catch (const std::exception& e) {
         // (Out of memory, or a bug: the job's state may be half changed. It ends, saying why,
         // rather than the process ending with nothing said and the nodes waiting for it.)
-        const std::string why = std::string("the scheduler failed handling a ") + MsgTypeName(m.header.type) +
-                                " message: " + e.what();
+        const std::string why =
+            std::string("the scheduler failed handling a ") + MsgTypeName(m.header.type) + " message: " + e.what();
         PP_LOG(Error) << why;
         End(Membership::kAborted, why);
       }
@@ -225,8 +225,10 @@ void SchedulerImpl::Handle(const std::string& identity, const Header& h) {
   auto it = state_.nodes.find(identity);
   if (it == state_.nodes.end() || !state_.registered) {
     // (A worker waiting to take a dead one's place heartbeats meanwhile: not worth a warning each.)
-    if (h.type == MsgType::kHeartbeat) PP_LOG(Debug) << "ignoring a heartbeat from an unregistered peer";
-    else PP_LOG(Warning) << "ignoring " << MsgTypeName(h.type) << " from an unregistered peer";
+    if (h.type == MsgType::kHeartbeat)
+      PP_LOG(Debug) << "ignoring a heartbeat from an unregistered peer";
+    else
+      PP_LOG(Warning) << "ignoring " << MsgTypeName(h.type) << " from an unregistered peer";
     return;
   }
   Node& n = it->second;
@@ -254,8 +256,10 @@ void SchedulerImpl::Handle(const std::string& identity, const Header& h) {
       // Clock 0: it holds no membership yet (a node in its Register(), which heartbeats with clock
       // 0): the answer to its registration was lost with a dropped connection. Without it again,
       // it would wait out its registration deadline while the job counts it alive.
-      if (h.clock == 0) registration_.AnswerAgain(n);
-      else state_.SendMembership(identity);
+      if (h.clock == 0)
+        registration_.AnswerAgain(n);
+      else
+        state_.SendMembership(identity);
       break;
     case MsgType::kCreateTable:
       if (n.role == Role::kWorker) tables_.HandleCreate(identity, h);
@@ -281,8 +285,8 @@ void SchedulerImpl::Handle(const std::string& identity, const Header& h) {
 }
 
 void SchedulerImpl::TellEnd(Node& n, const Header& h) {
-  const bool holds_end = h.type == MsgType::kHeartbeat && h.clock >= 0 &&
-                         static_cast<uint64_t>(h.clock) >= state_.membership.version;
+  const bool holds_end =
+      h.type == MsgType::kHeartbeat && h.clock >= 0 && static_cast<uint64_t>(h.clock) >= state_.membership.version;
   if (state_.SendMembership(n.identity) && (!n.end_heard || holds_end)) n.told_end = true;
 }
 
@@ -310,8 +314,7 @@ void SchedulerImpl::CheckDone() {
     if ((w->alive || liveness_.Replacing(w->rank)) && !w->done) return;
     (w->alive ? live : dead)++;
   }
-  End(Membership::kFinished,
-      Count(live, "worker") + " finished" + (dead ? ", " + std::to_string(dead) + " died" : ""));
+  End(Membership::kFinished, Count(live, "worker") + " finished" + (dead ? ", " + std::to_string(dead) + " died" : ""));
 }
 
 void SchedulerImpl::WorkerGone(int rank) {
@@ -373,15 +376,13 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& opt
                           {"register_timeout_ms", options.register_timeout_ms},
                           {"table_timeout_ms", options.table_timeout_ms},
                           {"checkpoint_timeout_ms", options.checkpoint_timeout_ms}})
-    if (ms < 1)
-      return Status::InvalidArgument(std::string(name) + " must be at least 1, not " + std::to_string(ms));
+    if (ms < 1) return Status::InvalidArgument(std::string(name) + " must be at least 1, not " + std::to_string(ms));
   if (options.metrics_port < -1 || options.metrics_port > 65535)
     return Status::InvalidArgument("metrics_port " + std::to_string(options.metrics_port) +
                                    " must be in [0, 65535] (0: any free port), or -1 (not served)");
   if (options.checkpoint_keep < 1)
-    return Status::InvalidArgument(
-        "checkpoint_keep must be at least 1 (the newest checkpoint is always kept), not " +
-        std::to_string(options.checkpoint_keep));
+    return Status::InvalidArgument("checkpoint_keep must be at least 1 (the newest checkpoint is always kept), not " +
+                                   std::to_string(options.checkpoint_keep));
   auto s = std::make_unique<SchedulerImpl>(options);
   PP_RETURN_IF_ERROR(s->Init());
   return std::unique_ptr<Scheduler>(std::move(s));

@@ -20,12 +20,12 @@ namespace pushpull {
 struct SchedulerOptions {
   std::string bind_host = "0.0.0.0";
   std::string advertise_host = "127.0.0.1";
-  int port = 0;                        // 0: an ephemeral port
+  int port = 0;  // 0: an ephemeral port
   int num_servers = 1;
   int num_workers = 1;
-  int heartbeat_timeout_ms = 5000;     // a node silent this long is declared dead
-  int register_timeout_ms = 120000;    // every node must have registered by then
-  int table_timeout_ms = 30000;        // servers must answer a table creation by then
+  int heartbeat_timeout_ms = 5000;        // a node silent this long is declared dead
+  int register_timeout_ms = 120000;       // every node must have registered by then
+  int table_timeout_ms = 30000;           // servers must answer a table creation by then
   bool continue_on_worker_death = false;  // false: a dead worker aborts the job, naming it
   // Instead: a dead worker's rank waits this long for a new worker to register in its place (one
   // asking for that rank, or any), which resumes at the dead one's clock; the others wait for it

@@ -25,10 +25,9 @@ Status Checkpoints::ResolveRestore() {
   // A ckpt-... directory without a MANIFEST is one checkpoint left incomplete (said so below),
   // unless it is a root itself (a LATEST, or checkpoints under it): an operator's root may be
   // named ckpt-something too.
-  const bool one =
-      std::filesystem::exists(named / "MANIFEST", ec) ||
-      (named.filename().string().rfind("ckpt-", 0) == 0 && !std::filesystem::exists(named / "LATEST", ec) &&
-       CheckpointNames(named.string()).empty());
+  const bool one = std::filesystem::exists(named / "MANIFEST", ec) ||
+                   (named.filename().string().rfind("ckpt-", 0) == 0 &&
+                    !std::filesystem::exists(named / "LATEST", ec) && CheckpointNames(named.string()).empty());
   // Every file is read once here, so that a damaged newest checkpoint is passed over for the
   // one before it instead of failing every server's restore (and every restart's).
   if (options_.verify_restore)
@@ -46,8 +45,8 @@ Status Checkpoints::ResolveRestore() {
   for (const std::string& s : skipped) PP_LOG(Warning) << "--restore_from: passing over checkpoint " << s;
   if (!m.ok()) return m.status().Annotate("--restore_from");
   if (!skipped.empty())
-    PP_LOG(Warning) << "--restore_from: resuming from the older checkpoint " << m->dir << " (clock "
-                    << m->clock << "); the training since then is done again";
+    PP_LOG(Warning) << "--restore_from: resuming from the older checkpoint " << m->dir << " (clock " << m->clock
+                    << "); the training since then is done again";
   restore_ = *m;
   if (options_.verify_restore) {
     const int64_t took = NowMs() - began;
@@ -58,13 +57,11 @@ Status Checkpoints::ResolveRestore() {
                       << "count too: raise it on every node, or pass --verify_restore=false";
   }
   if (m->servers != options_.num_servers)
-    PP_LOG(Info) << "checkpoint " << m->dir << " was written by " << Count(m->servers, "server")
-                 << "; this job has " << options_.num_servers
-                 << ": each server gathers the rows it now owns from every file";
+    PP_LOG(Info) << "checkpoint " << m->dir << " was written by " << Count(m->servers, "server") << "; this job has "
+                 << options_.num_servers << ": each server gathers the rows it now owns from every file";
   if (m->workers != options_.num_workers)
-    PP_LOG(Warning) << "checkpoint " << m->dir << " was written by a job of " << m->workers
-                    << " workers; this one has " << options_.num_workers
-                    << ": data shards and BSP means differ from the checkpointed run";
+    PP_LOG(Warning) << "checkpoint " << m->dir << " was written by a job of " << m->workers << " workers; this one has "
+                    << options_.num_workers << ": data shards and BSP means differ from the checkpointed run";
   PP_LOG(Info) << "restoring from " << restore_.dir << ": clock " << restore_.clock << ", written by "
                << Count(restore_.servers, "server") << " and " << Count(restore_.workers, "worker");
   // The newest checkpoint this job has, when it is in --checkpoint_dir: a checkpoint asked for
@@ -73,8 +70,7 @@ Status Checkpoints::ResolveRestore() {
   // clock, and LATEST there must not be pointed at whatever it holds under that clock's name.
   std::filesystem::path from = std::filesystem::absolute(restore_.dir, ec).lexically_normal();
   if (!from.has_filename()) from = from.parent_path();
-  if (!options_.checkpoint_dir.empty() &&
-      std::filesystem::equivalent(from.parent_path(), options_.checkpoint_dir, ec))
+  if (!options_.checkpoint_dir.empty() && std::filesystem::equivalent(from.parent_path(), options_.checkpoint_dir, ec))
     committed_clock_ = restore_.clock;
   return Status::OK();
 }
@@ -83,8 +79,7 @@ void Checkpoints::WarnOfAnotherRun() const {
   if (options_.checkpoint_dir.empty() || !options_.restore_from.empty()) return;
   auto earlier = ReadLatestCheckpoint(options_.checkpoint_dir);
   if (earlier.ok())
-    PP_LOG(Warning) << "--checkpoint_dir " << options_.checkpoint_dir
-                    << " already holds another run's checkpoints "
+    PP_LOG(Warning) << "--checkpoint_dir " << options_.checkpoint_dir << " already holds another run's checkpoints "
                     << "(newest: " << earlier->dir << "); this fresh run's checkpoints replace those at the "
                     << "same clocks (--restore_from continues that run instead)";
 }
@@ -134,8 +129,10 @@ void Checkpoints::Check() {
   for (Node* w : state_.workers)
     if ((w->alive || liveness_.Replacing(w->rank)) && !w->done && !checkpoint_.workers.count(w->rank)) return;
   for (auto it = checkpoint_.workers.begin(); it != checkpoint_.workers.end();) {
-    if (!state_.workers[it->first]->alive) it = checkpoint_.workers.erase(it);  // died while waiting
-    else ++it;
+    if (!state_.workers[it->first]->alive)
+      it = checkpoint_.workers.erase(it);  // died while waiting
+    else
+      ++it;
   }
   if (checkpoint_.workers.empty()) return;
   std::string clocks;
@@ -213,8 +210,7 @@ void Checkpoints::Tick() {
 void Checkpoints::HandleServerReply(const Node& server, const Header& h) {
   if (!checkpoint_.writing || h.request_id != checkpoint_.request_id) return;
   if (h.status != Code::kOk) {
-    Fail(h.status_obj().Annotate("checkpoint at clock " + std::to_string(checkpoint_.clock) + ": " +
-                                 NodeName(server)));
+    Fail(h.status_obj().Annotate("checkpoint at clock " + std::to_string(checkpoint_.clock) + ": " + NodeName(server)));
     return;
   }
   checkpoint_.written.insert(server.rank);
@@ -232,8 +228,7 @@ void Checkpoints::HandleServerReply(const Node& server, const Header& h) {
   }
   PP_LOG(Info) << "checkpoint at clock " << checkpoint_.clock << " complete: " << checkpoint_.dir << " ("
                << NowMs() - checkpoint_.started_ms << " ms)";
-  for (auto& [rank, wc] : checkpoint_.workers)
-    state_.ReplyTo(wc.waiter, MsgType::kCheckpointReply, Status::OK());
+  for (auto& [rank, wc] : checkpoint_.workers) state_.ReplyTo(wc.waiter, MsgType::kCheckpointReply, Status::OK());
   committed_clock_ = checkpoint_.clock;
   ++checkpoints_committed_;
   checkpoint_ = Pending();

@@ -11,8 +11,7 @@ void Liveness::ForgiveStall(int64_t now, int64_t stalled) {
   for (auto& [id, n] : state_.nodes) n.last_seen_ms = std::min(now, n.last_seen_ms + stalled);
   // (The servers' word on a dying worker's clock may be in meanwhile.)
   for (auto& [rank, d] : dying_) d.deadline = Deadline::In(d.deadline.at_ms() + stalled - now);
-  if (stalled > 1000)
-    PP_LOG(Warning) << "this loop stalled for " << stalled << " ms; not held against any node";
+  if (stalled > 1000) PP_LOG(Warning) << "this loop stalled for " << stalled << " ms; not held against any node";
 }
 
 void Liveness::Check(int64_t now) {
@@ -32,8 +31,10 @@ void Liveness::Check(int64_t now) {
       membership.server_alive[n.rank] = 0;
       // A server's setup (its flags, a checkpoint it cannot restore from) fails the same way again:
       // pushpull-scheduler exits 2 for it, not restarted.
-      if (IsSetupError(n.left.code())) state_.end_code = n.left.code();
-      else if (n.left.code() == Code::kCorruption) state_.end_code = Code::kInvalidArgument;
+      if (IsSetupError(n.left.code()))
+        state_.end_code = n.left.code();
+      else if (n.left.code() == Code::kCorruption)
+        state_.end_code = Code::kInvalidArgument;
       events_.End(Membership::kAborted, why + "; a job cannot go on without a server");
       return;
     }
@@ -57,18 +58,17 @@ void Liveness::Check(int64_t now) {
       continue;
     }
     membership.worker_alive[n.rank] = Membership::kWorkerDead;
-    events_.End(Membership::kAborted,
-                left ? why
-                     : why +
-                           " (run with --on_worker_death=continue to go on without it, or "
-                           "=wait to wait for a replacement)");
+    events_.End(Membership::kAborted, left ? why
+                                           : why +
+                                                 " (run with --on_worker_death=continue to go on without it, or "
+                                                 "=wait to wait for a replacement)");
     return;
   }
   for (auto& [rank, deadline] : replacing_) {
     if (!deadline.Expired()) continue;
-    events_.End(Membership::kAborted,
-                "worker " + std::to_string(rank) + " died and no worker took its place within " +
-                    std::to_string(options_.replacement_timeout_ms) + " ms (--replacement_timeout_s)");
+    events_.End(Membership::kAborted, "worker " + std::to_string(rank) + " died and no worker took its place within " +
+                                          std::to_string(options_.replacement_timeout_ms) +
+                                          " ms (--replacement_timeout_s)");
     return;
   }
   if (changed) {
@@ -125,25 +125,26 @@ void Liveness::SettleDying(bool decide_without_missing) {
       const int64_t c = r->second.clocks[w];
       const bool s_settled = r->second.settled[w] != 0;
       lowest = std::min(lowest, c);
-      if (c > highest) highest = c, settled = s_settled;
-      else if (c == highest) settled = settled || s_settled;
+      if (c > highest)
+        highest = c, settled = s_settled;
+      else if (c == highest)
+        settled = settled || s_settled;
     }
     if (!missing.empty() && (!decide_without_missing || !d.deadline.Expired())) {
       ++it;
       continue;
     }
     if (!missing.empty())
-      PP_LOG(Warning) << "worker " << w << " died: no word from " << missing
-                      << " on where its clock is within " << options_.heartbeat_timeout_ms
-                      << " ms; deciding without " << (missing.find(',') == std::string::npos ? "it" : "them");
+      PP_LOG(Warning) << "worker " << w << " died: no word from " << missing << " on where its clock is within "
+                      << options_.heartbeat_timeout_ms << " ms; deciding without "
+                      << (missing.find(',') == std::string::npos ? "it" : "them");
     int64_t agreed = -1;
     if (highest > lowest && settled) {
       // Its last Clock() went out once all it had pushed was answered: the servers it did not
       // reach hold every push of the clocks it closed, and count them as the others do.
       agreed = highest;
       PP_LOG(Warning) << "worker " << w << " died between its Clock() messages: it reached clock " << highest
-                      << " on some servers and " << lowest << " on others; every server counts it at "
-                      << highest;
+                      << " on some servers and " << lowest << " on others; every server counts it at " << highest;
     } else if (highest > lowest) {
       PP_LOG(Warning) << "worker " << w << " died between its Clock() messages (clock " << highest
                       << " on some servers, " << lowest
@@ -153,9 +154,8 @@ void Liveness::SettleDying(bool decide_without_missing) {
     if (options_.wait_for_replacement) {
       membership.worker_alive[w] = Membership::kWorkerReplacing;
       replacing_.insert_or_assign(w, Deadline::In(options_.replacement_timeout_ms));
-      PP_LOG(Warning) << "waiting up to " << options_.replacement_timeout_ms
-                      << " ms for a worker to take rank " << w << " (pushpull-worker --rank=" << w
-                      << "); the others wait for its clock";
+      PP_LOG(Warning) << "waiting up to " << options_.replacement_timeout_ms << " ms for a worker to take rank " << w
+                      << " (pushpull-worker --rank=" << w << "); the others wait for its clock";
     } else {
       membership.worker_alive[w] = Membership::kWorkerDead;
     }

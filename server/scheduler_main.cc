@@ -25,15 +25,13 @@ DEFINE_string(endpoint_file, "", "if set, write the address nodes should use her
 DEFINE_int32(heartbeat_timeout_ms, 5000, "a node silent this long is declared dead");
 DEFINE_int32(register_timeout_ms, 120000, "abort if not every node registered by then");
 DEFINE_int32(table_timeout_ms, 30000, "every server must have created (filled or restored) a table by then");
-DEFINE_string(
-    on_worker_death, "abort",
-    "abort: end the job naming the dead worker; continue: go on without it; "
-    "wait: wait --replacement_timeout_s for a worker to take its rank (pushpull-worker --rank=R), which "
-    "resumes at the dead one's clock while the others wait for it");
-DEFINE_int32(
-    replacement_timeout_s, 90,
-    "--on_worker_death=wait: abort when no worker took a dead one's place by then (keep it under the "
-    "workers' --request_timeout_ms less --heartbeat_timeout_ms: their waits for the dead rank end there)");
+DEFINE_string(on_worker_death, "abort",
+              "abort: end the job naming the dead worker; continue: go on without it; "
+              "wait: wait --replacement_timeout_s for a worker to take its rank (pushpull-worker --rank=R), which "
+              "resumes at the dead one's clock while the others wait for it");
+DEFINE_int32(replacement_timeout_s, 90,
+             "--on_worker_death=wait: abort when no worker took a dead one's place by then (keep it under the "
+             "workers' --request_timeout_ms less --heartbeat_timeout_ms: their waits for the dead rank end there)");
 DEFINE_string(checkpoint_dir, "",
               "directory servers write checkpoints into when the workers call Checkpoint() "
               "(a filesystem every server and the scheduler share; empty: checkpoints off)");
@@ -41,48 +39,41 @@ DEFINE_int32(checkpoint_keep, 2, "complete checkpoints to keep; older ones are d
 DEFINE_int32(checkpoint_timeout_s, 600,
              "deadline of each checkpoint phase: every live worker asking, then every "
              "server writing");
-DEFINE_string(
-    restore_from, "",
-    "resume the job from the newest complete checkpoint under this directory, or from "
-    "this checkpoint when it is one (DIR/ckpt-NNN: an older one, when the newest is damaged; "
-    "pushpull-checkpoint --dir=DIR lists them) (tables, optimizer state, clocks; any number of servers)");
-DEFINE_bool(
-    verify_restore, true,
-    "with --restore_from: read every file of the checkpoint once before the job starts, "
-    "checking its checksum; a damaged newest checkpoint is then passed over for the newest intact one "
-    "of the same run before it (false: servers find damage while restoring and the job fails, exit 2); "
-    "the nodes' --register_timeout_ms runs meanwhile");
-DEFINE_int32(
-    metrics_port, -1,
-    "serve the job's state (workers live, dying, dead, finished; servers; tables; the last checkpoint) at "
-    "http://BIND_HOST:PORT/metrics in the Prometheus text format (-1: not served; 0: any free port, logged)");
+DEFINE_string(restore_from, "",
+              "resume the job from the newest complete checkpoint under this directory, or from "
+              "this checkpoint when it is one (DIR/ckpt-NNN: an older one, when the newest is damaged; "
+              "pushpull-checkpoint --dir=DIR lists them) (tables, optimizer state, clocks; any number of servers)");
+DEFINE_bool(verify_restore, true,
+            "with --restore_from: read every file of the checkpoint once before the job starts, "
+            "checking its checksum; a damaged newest checkpoint is then passed over for the newest intact one "
+            "of the same run before it (false: servers find damage while restoring and the job fails, exit 2); "
+            "the nodes' --register_timeout_ms runs meanwhile");
+DEFINE_int32(metrics_port, -1,
+             "serve the job's state (workers live, dying, dead, finished; servers; tables; the last checkpoint) at "
+             "http://BIND_HOST:PORT/metrics in the Prometheus text format (-1: not served; 0: any free port, logged)");
 DEFINE_bool(verbose, false, "debug logging");
 
 int main(int argc, char** argv) {
-  pushpull::ParseFlagsOrHelp(
-      &argc, &argv,
-      "the pushpull scheduler: membership, table creation, barriers, heartbeats, checkpoints.\n"
-      "usage: pushpull-scheduler --num_servers=S --num_workers=W [--port=7000]\n"
-      "       [--checkpoint_dir=DIR] [--restore_from=DIR]",
-      "scheduler_main");
+  pushpull::ParseFlagsOrHelp(&argc, &argv,
+                             "the pushpull scheduler: membership, table creation, barriers, heartbeats, checkpoints.\n"
+                             "usage: pushpull-scheduler --num_servers=S --num_workers=W [--port=7000]\n"
+                             "       [--checkpoint_dir=DIR] [--restore_from=DIR]",
+                             "scheduler_main");
   pushpull::RefuseArguments(argc, argv);
   pushpull::SetLogTag("scheduler");
   if (FLAGS_verbose) pushpull::SetLogLevel(pushpull::LogLevel::kDebug);
-  if (FLAGS_on_worker_death != "abort" && FLAGS_on_worker_death != "continue" &&
-      FLAGS_on_worker_death != "wait") {
-    PP_LOG(Error) << "--on_worker_death must be abort, continue or wait, not '" << FLAGS_on_worker_death
-                  << "'";
+  if (FLAGS_on_worker_death != "abort" && FLAGS_on_worker_death != "continue" && FLAGS_on_worker_death != "wait") {
+    PP_LOG(Error) << "--on_worker_death must be abort, continue or wait, not '" << FLAGS_on_worker_death << "'";
     return 2;
   }
-  if (FLAGS_replacement_timeout_s < 1 ||
-      FLAGS_replacement_timeout_s > std::numeric_limits<int>::max() / 1000) {
+  if (FLAGS_replacement_timeout_s < 1 || FLAGS_replacement_timeout_s > std::numeric_limits<int>::max() / 1000) {
     PP_LOG(Error) << "--replacement_timeout_s must be at least 1, not " << FLAGS_replacement_timeout_s;
     return 2;
   }
   // Required: with a default of 1, a forgotten flag would start a job that refuses every worker but one.
   if (FLAGS_num_servers < 1 || FLAGS_num_workers < 1) {
-    PP_LOG(Error) << "--num_servers and --num_workers are required (at least 1 each), not "
-                  << FLAGS_num_servers << " and " << FLAGS_num_workers;
+    PP_LOG(Error) << "--num_servers and --num_workers are required (at least 1 each), not " << FLAGS_num_servers
+                  << " and " << FLAGS_num_workers;
     return 2;
   }
   pushpull::SchedulerOptions o;
@@ -105,8 +96,8 @@ int main(int argc, char** argv) {
   o.checkpoint_dir = absolute(FLAGS_checkpoint_dir);
   o.checkpoint_keep = FLAGS_checkpoint_keep;
   if (FLAGS_checkpoint_timeout_s < 1 || FLAGS_checkpoint_timeout_s > std::numeric_limits<int>::max() / 1000) {
-    PP_LOG(Error) << "--checkpoint_timeout_s must be in [1, " << std::numeric_limits<int>::max() / 1000
-                  << "], not " << FLAGS_checkpoint_timeout_s;
+    PP_LOG(Error) << "--checkpoint_timeout_s must be in [1, " << std::numeric_limits<int>::max() / 1000 << "], not "
+                  << FLAGS_checkpoint_timeout_s;
     return 2;
   }
   o.checkpoint_timeout_ms = FLAGS_checkpoint_timeout_s * 1000;
@@ -119,9 +110,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if ((*s)->metrics_port() >= 0)
-    PP_LOG(Info) << "metrics at http://"
-                 << (FLAGS_bind_host == "0.0.0.0" ? FLAGS_advertise_host : FLAGS_bind_host) << ":"
-                 << (*s)->metrics_port() << "/metrics";
+    PP_LOG(Info) << "metrics at http://" << (FLAGS_bind_host == "0.0.0.0" ? FLAGS_advertise_host : FLAGS_bind_host)
+                 << ":" << (*s)->metrics_port() << "/metrics";
   if (!FLAGS_endpoint_file.empty()) {
     std::string tmp = FLAGS_endpoint_file + ".tmp";
     std::ofstream f(tmp);

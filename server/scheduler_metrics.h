@@ -31,8 +31,7 @@ class Metrics {
   };
 
   // Serves at http://host:port/metrics (port 0: a free one). num_servers, num_workers: the job's.
-  static Result<std::unique_ptr<Metrics>> Start(const std::string& host, int port, int num_servers,
-                                                int num_workers);
+  static Result<std::unique_ptr<Metrics>> Start(const std::string& host, int port, int num_servers, int num_workers);
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 

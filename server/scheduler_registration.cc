@@ -28,15 +28,13 @@ void Registration::HandleRegister(const std::string& identity, const Header& h) 
     const bool early = registered && options_.wait_for_replacement && role == Role::kWorker &&
                        membership.job_state == Membership::kRunning && !state_.nodes.count(identity) &&
                        asked < options_.num_workers;
-    Status st =
-        early ? Status::Unavailable((asked >= 0 ? "rank " + std::to_string(asked) + " is held"
-                                                : std::string("the job is running with all its workers")) +
-                                    ": a new worker takes a dead one's place once the scheduler has declared "
-                                    "it dead (after --heartbeat_timeout_ms of silence)")
-              : Status::FailedPrecondition(!registered ? "bad registration"
-                                                       : "the job is already running with all its nodes");
-    if (registered && !early)
-      PP_LOG(Warning) << "refused a " << RoleName(role) << "'s registration: " << st.message();
+    Status st = early ? Status::Unavailable((asked >= 0 ? "rank " + std::to_string(asked) + " is held"
+                                                        : std::string("the job is running with all its workers")) +
+                                            ": a new worker takes a dead one's place once the scheduler has declared "
+                                            "it dead (after --heartbeat_timeout_ms of silence)")
+                      : Status::FailedPrecondition(!registered ? "bad registration"
+                                                               : "the job is already running with all its nodes");
+    if (registered && !early) PP_LOG(Warning) << "refused a " << RoleName(role) << "'s registration: " << st.message();
     if (early && told_not_yet_.insert(identity).second)  // (it asks again every 250 ms: said once)
       PP_LOG(Warning) << "a worker" << (asked >= 0 ? " for rank " + std::to_string(asked) : std::string())
                       << " came before a rank is free: told to ask again";
@@ -69,14 +67,12 @@ void Registration::HandleRegister(const std::string& identity, const Header& h) 
     // (a Kubernetes pod, a Slurm task requeued) before the old one's heartbeat timeout, and the
     // rank its deployment gave it must stay its (its data shard, its checkpoint file). It takes
     // the rank; the one before is told why and dropped.
-    PP_LOG(Warning) << "a " << RoleName(role) << " asked for rank " << rank
-                    << ", which an earlier registration "
+    PP_LOG(Warning) << "a " << RoleName(role) << " asked for rank " << rank << ", which an earlier registration "
                     << "holds; the new one takes it (a restart?) and the earlier one is dropped";
-    DropRegistrant(**holder,
-                   Status::FailedPrecondition("another " + std::string(RoleName(role)) +
-                                              " registered asking for rank " + std::to_string(rank) +
-                                              " before the job started (this one restarted, or two were "
-                                              "given the same --rank): this one is dropped"));
+    DropRegistrant(**holder, Status::FailedPrecondition("another " + std::string(RoleName(role)) +
+                                                        " registered asking for rank " + std::to_string(rank) +
+                                                        " before the job started (this one restarted, or two were "
+                                                        "given the same --rank): this one is dropped"));
   }
   if (!replacement && static_cast<int>(list.size()) >= want) {
     Status st = Status::FailedPrecondition("the job expects " + std::to_string(want) + " " + RoleName(role) +
@@ -93,9 +89,9 @@ void Registration::HandleRegister(const std::string& identity, const Header& h) 
   std::vector<bool> held(want, false);
   for (Node* o : list) held[o->rank] = true;
   if (rank >= want) {  // (a deploy's task index and the job's size disagree: its data shard would be wrong)
-    Status st = Status::InvalidArgument(
-        "asked for " + std::string(RoleName(role)) + " rank " + std::to_string(rank) + ", but the job has " +
-        std::to_string(want) + " " + RoleName(role) + "s (ranks 0 to " + std::to_string(want - 1) + ")");
+    Status st = Status::InvalidArgument("asked for " + std::string(RoleName(role)) + " rank " + std::to_string(rank) +
+                                        ", but the job has " + std::to_string(want) + " " + RoleName(role) +
+                                        "s (ranks 0 to " + std::to_string(want - 1) + ")");
     PP_LOG(Error) << "refused a " << RoleName(role) << "'s registration: " << st.message();
     state_.ReplyTo(w, MsgType::kRegisterReply, st);
     return;
@@ -112,8 +108,8 @@ void Registration::HandleRegister(const std::string& identity, const Header& h) 
   n.register_request = h.request_id;
   n.last_seen_ms = NowMs();
   list.push_back(&n);
-  PP_LOG(Info) << NodeName(n) << " registered (" << state_.servers.size() << "/" << options_.num_servers
-               << " servers, " << state_.workers.size() << "/" << options_.num_workers << " workers)";
+  PP_LOG(Info) << NodeName(n) << " registered (" << state_.servers.size() << "/" << options_.num_servers << " servers, "
+               << state_.workers.size() << "/" << options_.num_workers << " workers)";
   if (static_cast<int>(state_.servers.size()) == options_.num_servers &&
       static_cast<int>(state_.workers.size()) == options_.num_workers) {
     state_.registered = true;
@@ -161,9 +157,7 @@ void Registration::RegisterReplacement(const std::string& identity, const Header
   state_.membership.version++;
   state_.membership.reason = "worker " + std::to_string(rank) + " replaced";
   PP_LOG(Warning) << "worker " << rank << " replaced: a new worker took its place"
-                  << (!liveness_.HasVacancy()
-                          ? ""
-                          : "; " + std::to_string(liveness_.vacancies()) + " more awaited");
+                  << (!liveness_.HasVacancy() ? "" : "; " + std::to_string(liveness_.vacancies()) + " more awaited");
   AnswerRegistration(n, RegisterReply());
   state_.Broadcast();
 }
@@ -191,10 +185,9 @@ void Registration::HandleWaitingHeartbeat(const std::string& identity) {
   } else {
     // A node waiting for a registration this scheduler no longer holds: it hears so, once a beat.
     PP_LOG(Debug) << "a heartbeat from a node whose registration is not held here";
-    state_.ReplyTo(
-        Waiter{identity, 0}, MsgType::kRegisterReply,
-        Status::Aborted("the scheduler holds no registration of this node (dropped for its silence, or "
-                        "lost with a connection): start it again"));
+    state_.ReplyTo(Waiter{identity, 0}, MsgType::kRegisterReply,
+                   Status::Aborted("the scheduler holds no registration of this node (dropped for its silence, or "
+                                   "lost with a connection): start it again"));
   }
 }
 
@@ -202,10 +195,10 @@ void Registration::CheckDeadline() {
   if (state_.registered || NowMs() - start_ms_ <= options_.register_timeout_ms) return;
   int s = 0, w = 0;
   for (auto& [id, n] : state_.nodes) (n.role == Role::kServer ? s : w)++;
-  events_.End(Membership::kAborted,
-              "registration timed out after " + std::to_string(options_.register_timeout_ms) +
-                  " ms: " + std::to_string(s) + "/" + std::to_string(options_.num_servers) + " servers and " +
-                  std::to_string(w) + "/" + std::to_string(options_.num_workers) + " workers registered");
+  events_.End(Membership::kAborted, "registration timed out after " + std::to_string(options_.register_timeout_ms) +
+                                        " ms: " + std::to_string(s) + "/" + std::to_string(options_.num_servers) +
+                                        " servers and " + std::to_string(w) + "/" +
+                                        std::to_string(options_.num_workers) + " workers registered");
 }
 
 void Registration::DropSilentRegistrants(int64_t now) {
@@ -220,9 +213,8 @@ void Registration::DropSilentRegistrants(int64_t now) {
                     << " ms) before the job started: its slot is free again";
     // (Told, in case it is alive behind a stalled connection: it stops rather than wait.)
     ++it;  // (before n goes)
-    DropRegistrant(
-        n, Status::Aborted("no heartbeat reached the scheduler for " + std::to_string(now - n.last_seen_ms) +
-                           " ms while this node waited for the job to start: its slot was given up"));
+    DropRegistrant(n, Status::Aborted("no heartbeat reached the scheduler for " + std::to_string(now - n.last_seen_ms) +
+                                      " ms while this node waited for the job to start: its slot was given up"));
   }
 }
 

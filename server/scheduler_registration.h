@@ -24,11 +24,7 @@ class Registration {
   // restore: the checkpoint the job restores from, named in the cluster map (read when a node is
   // answered, so resolved by then).
   Registration(State* state, Liveness* liveness, const CheckpointManifest* restore, Events* events)
-      : state_(*state),
-        options_(state->options),
-        liveness_(*liveness),
-        restore_(*restore),
-        events_(*events) {}
+      : state_(*state), options_(state->options), liveness_(*liveness), restore_(*restore), events_(*events) {}
   Registration(const Registration&) = delete;
   Registration& operator=(const Registration&) = delete;
 

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "common/cluster.h"
-#include "pushpull/status.h"
 #include "common/wire.h"
+#include "pushpull/status.h"
 #include "server/scheduler.h"
 
 namespace pushpull::scheduler {

@@ -14,16 +14,18 @@ void Tables::HandleCreate(const std::string& identity, const Header& h) {
   }
   auto done = tables_.find(spec.name);
   if (done != tables_.end()) {
-    if (done->second.spec == spec) state_.ReplyTo(w, MsgType::kCreateTableReply, Status::OK(), &done->second);
+    if (done->second.spec == spec)
+      state_.ReplyTo(w, MsgType::kCreateTableReply, Status::OK(), &done->second);
     else
       state_.ReplyTo(w, MsgType::kCreateTableReply,
-                     Status::AlreadyExists("table '" + spec.name + "' exists as " +
-                                           done->second.spec.ToString() + "; asked for " + spec.ToString()));
+                     Status::AlreadyExists("table '" + spec.name + "' exists as " + done->second.spec.ToString() +
+                                           "; asked for " + spec.ToString()));
     return;
   }
   auto pending = pending_.find(spec.name);
   if (pending != pending_.end()) {
-    if (pending->second.info.spec == spec) pending->second.waiters.push_back(w);
+    if (pending->second.info.spec == spec)
+      pending->second.waiters.push_back(w);
     else
       state_.ReplyTo(w, MsgType::kCreateTableReply,
                      Status::AlreadyExists("table '" + spec.name + "' is being created with another spec"));
@@ -63,8 +65,8 @@ void Tables::HandleServerReply(const Node& server, const Header& h) {
     PendingTable& p = it->second;
     if (p.request_id != h.request_id) continue;
     if (h.status != Code::kOk) {
-      Status st = h.status_obj().Annotate("server " + std::to_string(server.rank) + " refused table '" +
-                                          it->first + "'");
+      Status st =
+          h.status_obj().Annotate("server " + std::to_string(server.rank) + " refused table '" + it->first + "'");
       for (auto& w : p.waiters) state_.ReplyTo(w, MsgType::kCreateTableReply, st);
       failed_[it->first] = p.info;
       pending_.erase(it);
@@ -85,8 +87,7 @@ void Tables::HandleServerReply(const Node& server, const Header& h) {
 void Tables::Check() {
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (!it->second.deadline.Expired()) {
-      if (state_.ResendDue(&it->second.resend_ms))
-        state_.SendToServers(Request(it->second), it->second.acked);
+      if (state_.ResendDue(&it->second.resend_ms)) state_.SendToServers(Request(it->second), it->second.acked);
       ++it;
       continue;
     }

@@ -118,8 +118,7 @@ Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   // A dense pull reply carries a values frame per stripe: at most kMaxValueFrames.
   if (options.update_threads < 1 || options.update_threads > static_cast<int>(kMaxValueFrames))
     return Status::InvalidArgument("update_threads must be in [1, " + std::to_string(kMaxValueFrames) + "]");
-  if (options.port < 0 || options.port > 65535 || options.advertise_port < 0 ||
-      options.advertise_port > 65535)
+  if (options.port < 0 || options.port > 65535 || options.advertise_port < 0 || options.advertise_port > 65535)
     return Status::InvalidArgument("port " + std::to_string(options.port) + " and advertise_port " +
                                    std::to_string(options.advertise_port) +
                                    " must be in [0, 65535] (0: any free port)");

@@ -21,13 +21,13 @@ namespace pushpull {
 
 struct ServerOptions {
   ControlOptions control;
-  std::string bind_host = "0.0.0.0";       // interface to listen on
-  std::string advertise_host = "127.0.0.1";// address other nodes use to reach this server
-  int port = 0;                             // 0: an ephemeral port
-  int advertise_port = 0;                   // port other nodes use, when not the one bound (NAT, port forwarding)
-  int update_threads = 1;                   // stripes per table
+  std::string bind_host = "0.0.0.0";             // interface to listen on
+  std::string advertise_host = "127.0.0.1";      // address other nodes use to reach this server
+  int port = 0;                                  // 0: an ephemeral port
+  int advertise_port = 0;                        // port other nodes use, when not the one bound (NAT, port forwarding)
+  int update_threads = 1;                        // stripes per table
   int64_t max_message_bytes = int64_t(2) << 30;  // larger messages are dropped by ZeroMQ
-  int64_t stats_every_ms = 0;               // log a line of rates and state this often (0: never)
+  int64_t stats_every_ms = 0;                    // log a line of rates and state this often (0: never)
   // Copy-on-write (server/table_shard.h): memory for parameter arrays that pull replies still
   // hold while pushes go on to another array. Over it, a push waits for a reply to be sent, at
   // most copy_on_write_wait_ms, then copies anyway (logged).
@@ -47,17 +47,17 @@ struct ServerOptions {
 
 struct ServerStats {
   std::atomic<uint64_t> pushes{0}, pulls{0}, clocks{0};
-  std::atomic<uint64_t> bad_messages{0};     // malformed: dropped or answered with an error
-  std::atomic<uint64_t> rejected{0};         // well-formed but refused (bad rows, NaN, ...)
-  std::atomic<uint64_t> duplicates{0};       // requests asked again: answered once, never run twice
-  std::atomic<uint64_t> parked_pulls{0};     // pulls that had to wait for slower workers
-  std::atomic<uint64_t> parked_now{0};       // pulls waiting right now
+  std::atomic<uint64_t> bad_messages{0};  // malformed: dropped or answered with an error
+  std::atomic<uint64_t> rejected{0};      // well-formed but refused (bad rows, NaN, ...)
+  std::atomic<uint64_t> duplicates{0};    // requests asked again: answered once, never run twice
+  std::atomic<uint64_t> parked_pulls{0};  // pulls that had to wait for slower workers
+  std::atomic<uint64_t> parked_now{0};    // pulls waiting right now
   std::atomic<uint64_t> bytes_in{0}, bytes_out{0};
   std::atomic<int64_t> max_staleness{0};
   // Copy-on-write budget (ServerOptions): pushes that waited for a pull reply to be sent, and
   // those that then copied over the budget. Brought up to date every few ms and at the end.
   std::atomic<uint64_t> copy_on_write_waits{0}, copy_on_write_overdrafts{0};
-  std::atomic<uint64_t> tables{0};  // tables this server holds a shard of
+  std::atomic<uint64_t> tables{0};       // tables this server holds a shard of
   std::atomic<uint64_t> table_bytes{0};  // what they hold, as max_table_bytes counts it
   std::atomic<uint64_t> checkpoints{0};  // checkpoint files this server wrote
 };

@@ -5,8 +5,8 @@
 
 #include "common/cpus.h"
 #include "common/flags.h"
-#include "common/memory.h"
 #include "common/log.h"
+#include "common/memory.h"
 #include "common/signals.h"
 #include "common/wire.h"
 #include "server/server.h"
@@ -18,13 +18,18 @@ DEFINE_int32(port, 0, "TCP port to listen on (0: any free port)");
 DEFINE_int32(advertise_port, 0,
              "TCP port workers use to reach this server, when it is not --port (NAT, a forwarded or mapped port; "
              "0: the port it listens on)");
-DEFINE_int32(update_threads, 0, "update threads, at most 64, each owning stripes of every table (a large dense table has a stripe per 1 MB block); 0: the cores this process may use (CPU affinity, cgroup quota) left after the I/O thread");
+DEFINE_int32(update_threads, 0,
+             "update threads, at most 64, each owning stripes of every table (a large dense table has a stripe per 1 "
+             "MB block); 0: the cores this process may use (CPU affinity, cgroup quota) left after the I/O thread");
 DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this server is alive");
 DEFINE_int32(scheduler_timeout_ms, 15000, "exit when the scheduler is silent this long, once registered");
-DEFINE_int32(register_timeout_ms, 120000, "how long to wait for the whole job to register, a scheduler not (yet) listening included");
+DEFINE_int32(register_timeout_ms, 120000,
+             "how long to wait for the whole job to register, a scheduler not (yet) listening included");
 DEFINE_int32(max_message_mb, 2048, "larger messages are dropped (0 or less: no limit)");
 DEFINE_int32(rank, -1, "ask the scheduler for this rank (-1: any free one)");
-DEFINE_int32(stats_every_s, 30, "log a line of rates (pushes, pulls, MB/s), the slowest worker's clock, parked pulls and memory this often (0: never)");
+DEFINE_int32(stats_every_s, 30,
+             "log a line of rates (pushes, pulls, MB/s), the slowest worker's clock, parked pulls and memory this "
+             "often (0: never)");
 DEFINE_int32(copy_on_write_budget_mb, 64,
              "memory for parameters that pull replies still hold while pushes go on (copy-on-write); "
              "over it, a push waits for the reply to be sent instead (0: always wait)");
@@ -41,11 +46,12 @@ DEFINE_int32(metrics_port, -1,
 DEFINE_bool(verbose, false, "debug logging");
 
 int main(int argc, char** argv) {
-  pushpull::ParseFlagsOrHelp(&argc, &argv,
-                            
+  pushpull::ParseFlagsOrHelp(
+      &argc, &argv,
+
       "a pushpull server: holds table shards and optimizer state, applies pushes, answers pulls.\n"
       "usage: pushpull-server --scheduler=tcp://HOST:PORT [--advertise_host=MY_IP]",
-                            "server_main");
+      "server_main");
   pushpull::RefuseArguments(argc, argv);
   pushpull::TuneMallocForLargeMessages();
   pushpull::SetLogTag("server");

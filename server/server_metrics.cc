@@ -66,8 +66,7 @@ void ServerMetrics::LogStats(int64_t now) {
   std::string spare;
   if (cow.used() > 0 || cow.waits > 0) {
     char buf[160];
-    std::snprintf(buf, sizeof buf,
-                  "; copy-on-write %.1f of %.1f MB, %llu writes waited for a reply (%llu over budget)",
+    std::snprintf(buf, sizeof buf, "; copy-on-write %.1f of %.1f MB, %llu writes waited for a reply (%llu over budget)",
                   cow.used() / 1e6, cow.limit() / 1e6, static_cast<unsigned long long>(cow.waits.load()),
                   static_cast<unsigned long long>(cow.overdrafts.load()));
     spare = buf;
@@ -76,8 +75,7 @@ void ServerMetrics::LogStats(int64_t now) {
   const ByteBudget& memory = tables_->memory();
   if (memory.limit() != std::numeric_limits<size_t>::max()) {
     char buf[96];
-    std::snprintf(buf, sizeof buf, "; tables hold %.1f of %.1f MB", memory.used() / 1e6,
-                  memory.limit() / 1e6);
+    std::snprintf(buf, sizeof buf, "; tables hold %.1f of %.1f MB", memory.used() / 1e6, memory.limit() / 1e6);
     tables = buf;
   }
   PP_LOG(Info) << line << tables << spare << ckpt;
@@ -101,8 +99,7 @@ std::string ServerMetrics::Render() const {
   auto gauge = [&](const char* name, const char* help, double v) {
     m.Gauge(std::string("pushpull_server_") + name, help, v, server);
   };
-  counter("pushes_total", "Push requests taken to apply (refused ones count in refused_total).",
-          stats.pushes);
+  counter("pushes_total", "Push requests taken to apply (refused ones count in refused_total).", stats.pushes);
   counter("pulls_total", "Pull requests taken to answer.", stats.pulls);
   counter("clocks_total", "Clock requests taken.", stats.clocks);
   counter("malformed_total", "Messages dropped or answered with an error because they did not decode.",
@@ -115,8 +112,7 @@ std::string ServerMetrics::Render() const {
   counter("sent_bytes_total", "Bytes of values sent in pull replies.", stats.bytes_out);
   counter("parked_pulls_total", "Pulls that waited for slower workers (SSP, BSP).", stats.parked_pulls);
   gauge("parked_pulls", "Pulls waiting for slower workers now.", double(stats.parked_now.load()));
-  gauge("slowest_worker_clock", "The clock of the slowest live worker (-1: none yet).",
-        double(snap.slowest_clock));
+  gauge("slowest_worker_clock", "The clock of the slowest live worker (-1: none yet).", double(snap.slowest_clock));
   gauge("max_staleness", "The largest staleness a pull was answered at, in clocks.",
         double(stats.max_staleness.load()));
   {
@@ -128,8 +124,8 @@ std::string ServerMetrics::Render() const {
       counts.push_back(snap.staleness.counts()[b]);
       sum += double(b) * double(snap.staleness.counts()[b]);  // (the last bucket at its bound: a lower bound)
     }
-    m.Histogram("pushpull_server_pull_staleness", "Clocks a pull's answer was behind its worker's clock.",
-                bounds, counts, sum, server);
+    m.Histogram("pushpull_server_pull_staleness", "Clocks a pull's answer was behind its worker's clock.", bounds,
+                counts, sum, server);
   }
   gauge("tables", "Tables this server holds a shard of.", double(stats.tables.load()));
   gauge("table_bytes", "What this server's tables hold (parameters, optimizer slots, steps, key index).",
@@ -142,11 +138,10 @@ std::string ServerMetrics::Render() const {
         double(cow.limit()));
   counter("copy_on_write_waits_total", "Pushes that waited for a pull reply to be sent (the budget spent).",
           cow.waits.load());
-  counter("copy_on_write_overdrafts_total",
-          "Pushes that copied over the budget after --copy_on_write_wait_ms.", cow.overdrafts.load());
+  counter("copy_on_write_overdrafts_total", "Pushes that copied over the budget after --copy_on_write_wait_ms.",
+          cow.overdrafts.load());
   counter("checkpoints_total", "Checkpoint files this server wrote.", stats.checkpoints);
-  gauge("membership_version", "The scheduler's membership version this server holds.",
-        double(snap.membership_version));
+  gauge("membership_version", "The scheduler's membership version this server holds.", double(snap.membership_version));
   gauge("resident_bytes", "The server process's resident memory.", double(ResidentBytes()));
   return m.str();
 }

@@ -25,8 +25,8 @@ namespace pushpull {
 
 class ServerMetrics {
  public:
-  ServerMetrics(ServerContext* ctx, const Tables* tables, const MinClock* min_clock,
-                const CheckpointWriter* checkpoint, const ControlChannel* control);
+  ServerMetrics(ServerContext* ctx, const Tables* tables, const MinClock* min_clock, const CheckpointWriter* checkpoint,
+                const ControlChannel* control);
   ServerMetrics(const ServerMetrics&) = delete;
   ServerMetrics& operator=(const ServerMetrics&) = delete;
 

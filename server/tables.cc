@@ -28,28 +28,26 @@ Status Tables::ReadRestore(const ClusterMap& cluster) {
     std::filesystem::path dir = std::filesystem::path(cluster.restore_from).lexically_normal();
     if (!dir.has_filename()) dir = dir.parent_path();  // (a trailing slash)
     const std::string root = dir.has_parent_path() ? dir.parent_path().string() : std::string(".");
-    Status st = Status(r.status().code(),
-                       r.status().message() +
-                           "; to resume from an earlier checkpoint, give the scheduler (or pushpull-launch) "
-                           "--restore_from=" + root + "/ckpt-... (pushpull-checkpoint --dir=" + root +
-                           " lists them)");
+    Status st =
+        Status(r.status().code(), r.status().message() +
+                                      "; to resume from an earlier checkpoint, give the scheduler (or pushpull-launch) "
+                                      "--restore_from=" +
+                                      root + "/ckpt-... (pushpull-checkpoint --dir=" + root + " lists them)");
     PP_LOG(Error) << "cannot restore: " << st.ToString();
     return st.Annotate("restoring from " + cluster.restore_from);
   }
   restore_ = std::move(r.value());
-  PP_LOG(Info) << "restoring " << Count(restore_.size(), "table") << " at clock " << cluster.start_clock
-               << " from " << cluster.restore_from;
+  PP_LOG(Info) << "restoring " << Count(restore_.size(), "table") << " at clock " << cluster.start_clock << " from "
+               << cluster.restore_from;
   return Status::OK();
 }
 
 void Tables::FreeRetired(const std::function<bool(const TableShard*)>& used) {
-  retired_.erase(
-      std::remove_if(retired_.begin(), retired_.end(), [&](const auto& t) { return !used(t.get()); }),
-      retired_.end());
+  retired_.erase(std::remove_if(retired_.begin(), retired_.end(), [&](const auto& t) { return !used(t.get()); }),
+                 retired_.end());
 }
 
-Status Tables::Create(const TableInfo& info,
-                      const std::function<void(const std::string& name)>& before_restore) {
+Status Tables::Create(const TableInfo& info, const std::function<void(const std::string& name)>& before_restore) {
   Status st = info.spec.Validate();
   const int S = static_cast<int>(control_->cluster().servers.size());
   if (st.ok() && info.num_servers() != S)
@@ -59,16 +57,14 @@ Status Tables::Create(const TableInfo& info,
   if (st.ok()) {  // (the rows' owners are looked up by it: a partition of another shape reads out of bounds)
     const TableInfo expect = TableInfo::Make(info.id, info.spec, S);
     if (info.row_offsets != expect.row_offsets || info.bucket_owner != expect.bucket_owner)
-      st = Status::InvalidArgument("table " + std::to_string(info.id) +
-                                   "'s partition is not the one its spec and " + std::to_string(S) +
-                                   " servers give");
+      st = Status::InvalidArgument("table " + std::to_string(info.id) + "'s partition is not the one its spec and " +
+                                   std::to_string(S) + " servers give");
   }
   if (!st.ok()) return st;
   if (info.id >= tables_.size()) tables_.resize(info.id + 1);
   if (tables_[info.id] && !(tables_[info.id]->spec() == info.spec))
     return Status::FailedPrecondition("table id " + std::to_string(info.id) + " is " +
-                                      tables_[info.id]->spec().ToString() + " here, not " +
-                                      info.spec.ToString());
+                                      tables_[info.id]->spec().ToString() + " here, not " + info.spec.ToString());
   if (tables_[info.id]) return Status::OK();
   // One table a name: one under another id is what a failed creation left here (the scheduler
   // gives a name a new id only when it was tried with another spec and no creation of it
@@ -82,26 +78,23 @@ Status Tables::Create(const TableInfo& info,
   }
   auto saved = restore_.find(info.spec.name);
   if (auto failed = restore_failed_.find(info.spec.name); failed != restore_failed_.end())
-    st = Status(failed->second.code(), "table '" + info.spec.name +
-                                           "' cannot be restored by this server any more: " +
-                                           failed->second.message() +
-                                           " (restart the job to restore it again)");
+    st = Status(failed->second.code(), "table '" + info.spec.name + "' cannot be restored by this server any more: " +
+                                           failed->second.message() + " (restart the job to restore it again)");
   if (st.ok() && saved != restore_.end()) before_restore(info.spec.name);
   const bool fill = saved == restore_.end();
   std::unique_ptr<TableShard> shard;
   if (st.ok()) try {
-    const int rank = ctx_->rank.load();
-    shard = WhileHeartbeating(control_, [&] {
-      return std::make_unique<TableShard>(info, rank, ctx_->options.update_threads, fill, cow_budget_,
-                                          memory_);
-    });
-  } catch (const TableMemoryExhausted& e) {  // (the scheduler names the server)
-    st = Status::ResourceExhausted(e.what());
-  } catch (const std::bad_alloc&) {
-    st = Status::ResourceExhausted("out of memory for table " + info.spec.ToString());
-  } catch (const std::exception& e) {  // (answered, not dropped: the scheduler would ask again and again)
-    st = Status::Internal("table " + info.spec.ToString() + ": " + e.what());
-  }
+      const int rank = ctx_->rank.load();
+      shard = WhileHeartbeating(control_, [&] {
+        return std::make_unique<TableShard>(info, rank, ctx_->options.update_threads, fill, cow_budget_, memory_);
+      });
+    } catch (const TableMemoryExhausted& e) {  // (the scheduler names the server)
+      st = Status::ResourceExhausted(e.what());
+    } catch (const std::bad_alloc&) {
+      st = Status::ResourceExhausted("out of memory for table " + info.spec.ToString());
+    } catch (const std::exception& e) {  // (answered, not dropped: the scheduler would ask again and again)
+      st = Status::Internal("table " + info.spec.ToString() + ": " + e.what());
+    }
   if (!st.ok()) PP_LOG(Error) << "refused table " << info.id << ": " << st.ToString();
   if (st.ok() && saved != restore_.end()) {
     // The checkpoint's rows must be this table's: same shape, optimizer state and consistency

@@ -32,8 +32,7 @@ namespace pushpull {
 template <typename F>
 auto WhileHeartbeating(ControlChannel* control, F&& f) -> decltype(f()) {
   auto done = std::async(std::launch::async, std::forward<F>(f));
-  while (done.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready)
-    control->Tick().IgnoreError();
+  while (done.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) control->Tick().IgnoreError();
   return done.get();
 }
 

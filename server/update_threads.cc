@@ -57,8 +57,7 @@ void UpdateThreads::Stop() {
 }
 
 void UpdateThreads::AcquireIdle() const {
-  for (int k = 0; k < static_cast<int>(queues_.size()); ++k)
-    (void)inflight_[k].load(std::memory_order_acquire);
+  for (int k = 0; k < static_cast<int>(queues_.size()); ++k) (void)inflight_[k].load(std::memory_order_acquire);
 }
 
 // A stripe that cannot do its part (the tables' memory limit, the machine out of memory) leaves
@@ -86,30 +85,24 @@ void UpdateThreads::ExecuteOrThrow(Request* r, int i) {
   Stripe& s = r->shard->stripe(i);
   const RowSelection* sel = r->sel.empty() ? nullptr : &r->sel[i];
   switch (r->op) {
-    case Request::kApply:
-      s.ApplyPush(*sel, r->msg.key_data(), r->msg.value_data(), r->ctx);
-      break;
+    case Request::kApply: s.ApplyPush(*sel, r->msg.key_data(), r->msg.value_data(), r->ctx); break;
     case Request::kAccumulate:
       s.Accumulate(r->clock, r->msg.header.sender_rank, *sel, r->msg.key_data(), r->msg.value_data(),
                    r->ctx.grad_scale);
       break;
     case Request::kRead:
       if (r->out)
-        s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get(),
-               !(r->msg.header.flags & kFlagNoCreate));
-      else if (sel->is_range) r->shared[i] = s.ShareRows(sel->range_begin);
+        s.Read(*sel, r->msg.key_data(), r->msg.header.slot, r->out.get(), !(r->msg.header.flags & kFlagNoCreate));
+      else if (sel->is_range)
+        r->shared[i] = s.ShareRows(sel->range_begin);
       else {  // in place, or this stripe's rows gathered on their own (stripes run in parallel)
         std::shared_ptr<float[]> own;
         r->shared[i] = s.ReadOrShare(*sel, r->msg.key_data(), &own);
         if (!r->shared[i]) r->shared[i] = std::shared_ptr<const float>(own, own.get());
       }
       break;
-    case Request::kApplyBsp:
-      s.ApplyAccumulated(r->clock, r->ctx);
-      break;
-    case Request::kDropWorker:
-      s.DropAccumulated(r->clock, r->worker);
-      break;
+    case Request::kApplyBsp: s.ApplyAccumulated(r->clock, r->ctx); break;
+    case Request::kDropWorker: s.DropAccumulated(r->clock, r->worker); break;
   }
 }
 
@@ -202,8 +195,7 @@ void UpdateThreads::Dispatch(Request* r) {
 
 void UpdateThreads::HandleDone() {
   for (int i = 0; i < 1024; ++i) {
-    if (!done_->Recv(&done_frames_, 1, 0) || done_frames_.empty() || done_frames_[0].size() != sizeof(Request*))
-      return;
+    if (!done_->Recv(&done_frames_, 1, 0) || done_frames_.empty() || done_frames_[0].size() != sizeof(Request*)) return;
     Request* r;
     std::memcpy(&r, done_frames_[0].data(), sizeof(r));
     --awaiting_done_;

@@ -15,7 +15,6 @@
 // those stripes (inline runs, checkpoints).
 #pragma once
 
-
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -69,13 +68,13 @@ class UpdateThreads {
 
   Transport* const transport_;
   const std::shared_ptr<const CopyOnWriteBudget> cow_budget_;
-  std::unique_ptr<Socket> done_;  // the I/O thread's end of the done channel
+  std::unique_ptr<Socket> done_;    // the I/O thread's end of the done channel
   std::vector<Frame> done_frames_;  // HandleDone's receive buffer
   std::string done_endpoint_;
   Replier* replier_ = nullptr;
   std::vector<std::unique_ptr<SpscQueue<Request>>> queues_;
   std::unique_ptr<std::atomic<int>[]> inflight_;  // per update thread: requests handed over, not done
-  int64_t awaiting_done_ = 0;                      // requests handed over whose "done" is not in yet
+  int64_t awaiting_done_ = 0;                     // requests handed over whose "done" is not in yet
   std::vector<std::thread> threads_;
 };
 

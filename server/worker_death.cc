@@ -39,8 +39,7 @@ void WorkerDeaths::OnMembership() {
       continue;
     }
     worker.dying = false;
-    if (mem.worker_alive[w] != Membership::kWorkerAlive &&
-        static_cast<size_t>(w) < mem.worker_last_clock.size())
+    if (mem.worker_alive[w] != Membership::kWorkerAlive && static_cast<size_t>(w) < mem.worker_last_clock.size())
       RaiseToAgreedClock(w, mem.worker_last_clock[w]);
     if (mem.worker_alive[w] == Membership::kWorkerReplacing) {
       // Told already, or replaced since.
@@ -127,9 +126,8 @@ bool WorkerDeaths::RaiseToAgreedClock(int w, int64_t agreed) {
   if (!clocks.Raise(w, agreed)) return false;
   // Its pushes of the clocks passed are whole here (a settled Clock went out only once every
   // earlier push was answered): they count, as on the servers its Clock reached.
-  PP_LOG(Warning) << "worker " << w
-                  << "'s last Clock() reached other servers and not this one: counting it at clock " << agreed
-                  << " (was " << was << ") as they do";
+  PP_LOG(Warning) << "worker " << w << "'s last Clock() reached other servers and not this one: counting it at clock "
+                  << agreed << " (was " << was << ") as they do";
   (*workers_)[w].pushed_in_clock.clear();
   (*workers_)[w].redo.clear();
   return true;
@@ -146,8 +144,7 @@ void WorkerDeaths::DropBspSums(int w) {
     for (auto& [k, pushed] : t->bsp_contributors) {
       if (k < from || static_cast<size_t>(w) >= pushed.size() || !pushed[w]) continue;
       pushed[w] = 0;
-      PP_LOG(Warning) << "table '" << t->spec().name << "': dropping dead worker " << w
-                      << "'s pushes for clock " << k;
+      PP_LOG(Warning) << "table '" << t->spec().name << "': dropping dead worker " << w << "'s pushes for clock " << k;
       auto* r = new Request;
       r->op = Request::kDropWorker;
       r->shard = t.get();

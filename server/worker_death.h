@@ -32,9 +32,8 @@ namespace pushpull {
 
 class WorkerDeaths {
  public:
-  WorkerDeaths(ServerContext* ctx, ControlChannel* control, std::vector<WorkerState>* workers,
-               MinClock* min_clock, Tables* tables, UpdateThreads* updates,
-               const CheckpointWriter* checkpoint);
+  WorkerDeaths(ServerContext* ctx, ControlChannel* control, std::vector<WorkerState>* workers, MinClock* min_clock,
+               Tables* tables, UpdateThreads* updates, const CheckpointWriter* checkpoint);
   WorkerDeaths(const WorkerDeaths&) = delete;
   WorkerDeaths& operator=(const WorkerDeaths&) = delete;
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "pushpull/status.h"
 #include "common/wire.h"
+#include "pushpull/status.h"
 #include "server/request_record.h"
 
 namespace pushpull {

@@ -39,8 +39,7 @@ TEST(AdaGradTrajectory, MatchesReference) {
   const std::vector<Variant> variants = {
       {"plain", [](OptimizerConfig&) {}},
       {"initial_accumulator", [](OptimizerConfig& c) { c.initial_accumulator = 0.1f; }},
-      {"weight_decay",
-       [](OptimizerConfig& c) { c.weight_decay = 0.05f, c.initial_accumulator = 0.01f; }},
+      {"weight_decay", [](OptimizerConfig& c) { c.weight_decay = 0.05f, c.initial_accumulator = 0.01f; }},
       {"epsilon", [](OptimizerConfig& c) { c.epsilon = 0.1f; }},
   };
   for (const Variant& var : variants) {

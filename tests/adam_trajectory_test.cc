@@ -28,8 +28,7 @@ using test_util::Variant;
 // The reference update rule, one element at a time, in double.
 struct AdamRef {
   std::vector<double> p, m, v, vmax;
-  void Step(const OptimizerConfig& c, const StepContext& ctx, const float* grad, size_t begin,
-            size_t n) {
+  void Step(const OptimizerConfig& c, const StepContext& ctx, const float* grad, size_t begin, size_t n) {
     m.resize(p.size(), 0.0);
     v.resize(p.size(), 0.0);
     vmax.resize(p.size(), 0.0);
@@ -63,11 +62,9 @@ TEST(AdamTrajectory, MatchesReference) {
       {"adam_l2", [](OptimizerConfig& c) { c.kind = Kind::kAdam, c.weight_decay = 0.1f; }},
       {"adamw", [](OptimizerConfig& c) { c.kind = Kind::kAdamW, c.weight_decay = 0.1f; }},
       {"adam_amsgrad", [](OptimizerConfig& c) { c.kind = Kind::kAdam, c.amsgrad = true; }},
-      {"adamw_amsgrad",
-       [](OptimizerConfig& c) { c.kind = Kind::kAdamW, c.amsgrad = true, c.weight_decay = 0.05f; }},
+      {"adamw_amsgrad", [](OptimizerConfig& c) { c.kind = Kind::kAdamW, c.amsgrad = true, c.weight_decay = 0.05f; }},
       {"betas", [](OptimizerConfig& c) { c.kind = Kind::kAdam, c.beta1 = 0.5f, c.beta2 = 0.9f; }},
-      {"amsgrad_betas",
-       [](OptimizerConfig& c) { c.kind = Kind::kAdam, c.amsgrad = true, c.beta2 = 0.9f; }},
+      {"amsgrad_betas", [](OptimizerConfig& c) { c.kind = Kind::kAdam, c.amsgrad = true, c.beta2 = 0.9f; }},
   };
   for (const Variant& var : variants) {
     for (size_t n : kLengths) {

@@ -44,8 +44,7 @@ std::vector<float> CheckBspEquivalence(int W, opt::Kind kind, float lr, int upda
   auto optimizer = opt::Optimizer::Create(oc);
   std::vector<float> ref(D, 0.0f);
   std::vector<std::vector<float>> slots(optimizer->num_slots(), std::vector<float>(D));
-  for (int s = 0; s < optimizer->num_slots(); ++s)
-    std::fill(slots[s].begin(), slots[s].end(), optimizer->slot_init(s));
+  for (int s = 0; s < optimizer->num_slots(); ++s) std::fill(slots[s].begin(), slots[s].end(), optimizer->slot_init(s));
   for (int t = 0; t < T; ++t) {
     auto g = grad(ref, size_t(t) * W * b, W * b);
     float* sp[4];

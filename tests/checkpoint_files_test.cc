@@ -177,7 +177,9 @@ TEST(CheckpointFiles, FileRoundTripsAShardAcrossStripings) {
     const std::string npy = root.path() + "/blocks.npy";
     std::string out;
     ASSERT_EQ(RunCommand(BinDir() + "/pushpull-checkpoint --dir=" + root.path() + " --export_table=blocks --out=" + npy,
-                         30, &out), 0) << out;
+                         30, &out),
+              0)
+        << out;
     Npy n = ReadNpy(npy);
     EXPECT_NE(n.header.find("'shape': (700, 1000)"), std::string::npos) << n.header;
     const std::vector<float> want = Dump(written, all);  // parameters first

@@ -49,7 +49,8 @@ void Train(Client& c, int64_t until, int64_t ckpt_at, std::vector<float>* final_
   // Learning-rate schedules that move every clock, and sparse pushes that skip some servers at
   // some clocks: BSP's schedule step is the clock on every server, so rows restored onto another
   // server keep their rate.
-  TableSpec ds = CheckpointSpec("dense", false, opt::Kind::kAdam), ss = CheckpointSpec("sparse", true, opt::Kind::kAdaGrad);
+  TableSpec ds = CheckpointSpec("dense", false, opt::Kind::kAdam),
+            ss = CheckpointSpec("sparse", true, opt::Kind::kAdaGrad);
   ds.optimizer.schedule.kind = opt::ScheduleKind::kCosine;
   ds.optimizer.schedule.total_steps = 10;
   ss.optimizer.schedule.kind = opt::ScheduleKind::kStep;
@@ -222,7 +223,8 @@ TEST_P(Checkpoint, RestoredStateIsWhatWorkersSawAtTheCheckpoint) {
   const TempDir& root = *root_;
   const Consistency model = GetParam().consistency;
   auto tables = [&](Client& c, Table* d, Table* sp) {
-    TableSpec ds = CheckpointSpec("dense", false, opt::Kind::kAdam), ss = CheckpointSpec("sparse", true, opt::Kind::kAdaGrad);
+    TableSpec ds = CheckpointSpec("dense", false, opt::Kind::kAdam),
+              ss = CheckpointSpec("sparse", true, opt::Kind::kAdaGrad);
     ds.consistency = ss.consistency = model;
     auto a = c.CreateTable(ds);
     auto b = c.CreateTable(ss);
@@ -361,7 +363,8 @@ TEST_F(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
     EXPECT_NE(st.message().find("taken by a run where \"linreg: epochs end at clocks 10, 20"), std::string::npos)
         << st.ToString();
     EXPECT_NE(st.message().find("this one: \"linreg: epochs end at clocks 20, 40, 60, ... (batch 50"),
-              std::string::npos) << st.ToString();
+              std::string::npos)
+        << st.ToString();
     // Nor with another seed, which draws another problem to resume on.
     AppOptions reseeded = app;
     reseeded.seed = 7;
@@ -382,7 +385,8 @@ TEST_F(Checkpoint, AppsCheckpointEveryNEpochsAndAfterTheLast) {
     const size_t run = text.find("\nrun ");
     ASSERT_NE(run, std::string::npos) << text;
     std::ofstream(manifest, std::ios::trunc)
-        << text.substr(0, run) << "\nrun linreg: epochs end at clocks 10, 20, 30, ... (batch 100, 1000 examples a worker)\n";
+        << text.substr(0, run)
+        << "\nrun linreg: epochs end at clocks 10, 20, 30, ... (batch 100, 1000 examples a worker)\n";
     LocalCluster earlier(cfg);
     ASSERT_TRUE(earlier.Start().ok());
     earlier.RunWorkers([&](Client& c, int w) {
@@ -586,7 +590,8 @@ TEST_F(Checkpoint, CheckpointsAskedForWithoutADirectoryFailAtTheStart) {
   so.checkpoint_dir = file + "/ckpt";  // under a regular file: cannot be created
   auto s = Scheduler::Create(so);
   EXPECT_EQ(s.status().code(), Code::kInvalidArgument) << s.status().ToString();
-  EXPECT_NE(s.status().message().find("cannot create checkpoint directory"), std::string::npos) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("cannot create checkpoint directory"), std::string::npos)
+      << s.status().ToString();
   so.checkpoint_dir = root.path() + "/new/ckpt";  // created when missing
   EXPECT_TRUE(Scheduler::Create(so).ok());
   EXPECT_TRUE(fs::is_directory(so.checkpoint_dir));

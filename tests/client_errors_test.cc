@@ -188,7 +188,7 @@ TEST(ClientErrors, AGivenUpPullNeverTurnsOk) {
   std::vector<float> out(8, 42.0f);
   Future pull = a.PullDense(*ta, out.data());  // clock 1: waits for b
   EXPECT_EQ(pull.WaitFor(50).code(), Code::kDeadlineExceeded);
-  ASSERT_TRUE(b.Clock().ok());                 // now the server answers it
+  ASSERT_TRUE(b.Clock().ok());  // now the server answers it
   for (int i = 0; i < 2000 && !pull.Ready(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_TRUE(pull.Ready());
   EXPECT_EQ(pull.Wait().code(), Code::kDeadlineExceeded);
@@ -224,7 +224,7 @@ TEST(ClientErrors, FinishWithAGivenUpCallOpenSucceedsAndLaterCallsAreRefused) {
   Status finished = Status::Unavailable("not yet");
   std::thread finish([&] { finished = a.Finish(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // (Finish waits on the pull)
-  ASSERT_TRUE(b.Clock().ok());  // the pull is answered
+  ASSERT_TRUE(b.Clock().ok());                                  // the pull is answered
   finish.join();
   EXPECT_TRUE(finished.ok()) << finished.ToString();
   Status after = a.Clock();
@@ -322,7 +322,8 @@ TEST(ClientErrors, BadShapesAreRefusedBeforeSending) {
   EXPECT_EQ(c.PushDense(*t, std::vector<float>(29)).Wait().code(), Code::kInvalidArgument);
   Status clocked = c.Clock();
   EXPECT_EQ(clocked.code(), Code::kInvalidArgument) << clocked.ToString();
-  EXPECT_NE(clocked.message().find("a push of it was refused before it was sent (push to 't': 2 keys"), std::string::npos)
+  EXPECT_NE(clocked.message().find("a push of it was refused before it was sent (push to 't': 2 keys"),
+            std::string::npos)
       << clocked.ToString();
   EXPECT_EQ(c.Clock().code(), Code::kInvalidArgument);  // sticky
   EXPECT_TRUE(c.Leave(clocked).ok());

@@ -29,12 +29,12 @@ struct WorkerDyingBetweenServers {
   explicit WorkerDyingBetweenServers(MsgType lose, bool wait = false, TcpProxy* control = nullptr)
       : cluster(Config(proxy, wait, control)) {
     // (The first only: a worker taking rank 2's place sends the same messages.)
-    proxy.DropToUpstream([lose, lost = std::make_shared<std::atomic<bool>>(false)](const std::vector<std::string>& frames,
-                                                                                 int64_t) {
-      Header h;
-      return !frames.empty() && DecodeHeader(frames[0].data(), frames[0].size(), &h).ok() && h.type == lose &&
-             h.sender_rank == 2 && !lost->exchange(true);
-    });
+    proxy.DropToUpstream(
+        [lose, lost = std::make_shared<std::atomic<bool>>(false)](const std::vector<std::string>& frames, int64_t) {
+          Header h;
+          return !frames.empty() && DecodeHeader(frames[0].data(), frames[0].size(), &h).ok() && h.type == lose &&
+                 h.sender_rank == 2 && !lost->exchange(true);
+        });
     if (!cluster.Start().ok()) return;
     for (int w = 0; w < 3; ++w) t[w] = cluster.client(w).CreateTable(Spec());
   }
@@ -64,11 +64,13 @@ struct WorkerDyingBetweenServers {
   // lost on its way to server 1, with lose = kClock); then worker 2 stops. Call with ASSERT_TRUE.
   ::testing::AssertionResult Worker2ClocksOnServer0AndDies(bool worker2_pushes = true) {
     for (int w = 0; w < (worker2_pushes ? 3 : 2); ++w)
-      if (Status st = Push(w).Wait(); !st.ok()) return ::testing::AssertionFailure() << "push " << w << ": " << st.ToString();
+      if (Status st = Push(w).Wait(); !st.ok())
+        return ::testing::AssertionFailure() << "push " << w << ": " << st.ToString();
     if (Status st = cluster.client(2).Clock(); !st.ok()) return ::testing::AssertionFailure() << st.ToString();
     if (!Eventually([&] { return cluster.server(0).stats().clocks == 1; }, 5000))
       return ::testing::AssertionFailure() << "worker 2's clock did not reach server 0";
-    if (cluster.server(1).stats().clocks != 0) return ::testing::AssertionFailure() << "worker 2's clock reached server 1";
+    if (cluster.server(1).stats().clocks != 0)
+      return ::testing::AssertionFailure() << "worker 2's clock reached server 1";
     if (Status st = cluster.client(2).Leave(Status::Aborted("test: worker 2 dies between its clocks")); !st.ok())
       return ::testing::AssertionFailure() << st.ToString();
     return ::testing::AssertionSuccess();
@@ -86,7 +88,8 @@ struct WorkerDyingBetweenServers {
   void ExpectEveryRowAfterClock0(float expected) {
     for (int w = 0; w < 2; ++w) ASSERT_TRUE(cluster.client(w).Clock().ok()) << w;
     std::vector<float> rows(32);
-    Status st = cluster.client(0).PullDense(*t[0], rows.data()).WaitFor(int64_t(cluster.config().heartbeat_timeout_ms) * 20);
+    Status st =
+        cluster.client(0).PullDense(*t[0], rows.data()).WaitFor(int64_t(cluster.config().heartbeat_timeout_ms) * 20);
     ASSERT_TRUE(st.ok()) << st.ToString();
     for (int i = 0; i < 32; ++i) EXPECT_FLOAT_EQ(rows[i], expected) << "row " << i / 4 << " (server " << i / 16 << ")";
     EXPECT_TRUE(cluster.FinishAndJoin().ok());
@@ -142,10 +145,12 @@ TEST(ClockAgreement, ASettledClockGoesOutAfterAPushItsCallerGaveUpOnButTheServer
   ASSERT_TRUE(job.ok());
   Future given_up = job.Push(0);
   EXPECT_EQ(given_up.WaitFor(0).code(), Code::kDeadlineExceeded);
-  ASSERT_TRUE(Eventually([&] { return job.cluster.server(0).stats().pushes == 1 && job.cluster.server(1).stats().pushes == 1; }, 5000));
+  ASSERT_TRUE(Eventually(
+      [&] { return job.cluster.server(0).stats().pushes == 1 && job.cluster.server(1).stats().pushes == 1; }, 5000));
   Status clocked = job.cluster.client(0).Clock();
   EXPECT_TRUE(clocked.ok()) << clocked.ToString();
-  ASSERT_TRUE(Eventually([&] { return job.cluster.server(0).stats().clocks == 1 && job.cluster.server(1).stats().clocks == 1; }, 5000));
+  ASSERT_TRUE(Eventually(
+      [&] { return job.cluster.server(0).stats().clocks == 1 && job.cluster.server(1).stats().clocks == 1; }, 5000));
   EXPECT_TRUE(job.cluster.FinishAndJoin().ok());
 }
 

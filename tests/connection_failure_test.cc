@@ -31,12 +31,12 @@ namespace {
 // counts it alive.
 TEST(ConnectionFailure, ALostRegistrationAnswerIsSentAgain) {
   TcpProxy proxy;
-  proxy.DropFromUpstream([lost = std::make_shared<std::atomic<bool>>(false)](const std::vector<std::string>& frames,
-                                                                              int64_t) {
-    Header h;
-    return !frames.empty() && DecodeHeader(frames[0].data(), frames[0].size(), &h).ok() &&
-           h.type == MsgType::kRegisterReply && !lost->exchange(true);
-  });
+  proxy.DropFromUpstream(
+      [lost = std::make_shared<std::atomic<bool>>(false)](const std::vector<std::string>& frames, int64_t) {
+        Header h;
+        return !frames.empty() && DecodeHeader(frames[0].data(), frames[0].size(), &h).ok() &&
+               h.type == MsgType::kRegisterReply && !lost->exchange(true);
+      });
   LocalClusterConfig cfg;
   cfg.servers = 1;
   cfg.workers = 2;
@@ -96,7 +96,8 @@ TEST(ConnectionFailure, ALostBarrierAnswerIsAskedForAgain) {
   // (Time for the barrier request to go out before the tables'; were it later, the test would
   // not check the record's keeping, and pass.)
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  for (int i = 0; i < 12; ++i) ASSERT_TRUE(cluster.client(0).CreateTable(Dense(("t" + std::to_string(i)).c_str(), 8)).ok());
+  for (int i = 0; i < 12; ++i)
+    ASSERT_TRUE(cluster.client(0).CreateTable(Dense(("t" + std::to_string(i)).c_str(), 8)).ok());
   proxy.Hold(/*to_upstream=*/false, /*from_upstream=*/true);
   // Answered once worker 0's request reached the scheduler, whose answer to worker 0 is then
   // held, and lost with the cut.
@@ -126,7 +127,8 @@ TEST(ConnectionFailure, ARepeatOfAForgottenAnswerIsRefusedNotRun) {
   std::vector<Status> made(kTables);
   std::vector<std::thread> makers;
   for (int i = 0; i < kTables; ++i)
-    makers.emplace_back([&, i] { made[i] = cluster.client(0).CreateTable(Dense(("t" + std::to_string(i)).c_str(), 8)).status(); });
+    makers.emplace_back(
+        [&, i] { made[i] = cluster.client(0).CreateTable(Dense(("t" + std::to_string(i)).c_str(), 8)).status(); });
   EXPECT_TRUE(Eventually([&] { return cluster.server(0).stats().tables == kTables; }, 5000));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the scheduler's answers follow
   proxy.Cut();
@@ -141,7 +143,7 @@ TEST(ConnectionFailure, ARepeatOfAForgottenAnswerIsRefusedNotRun) {
       EXPECT_NE(st.message().find("forgot its answer"), std::string::npos) << st.ToString();
     }
   }
-  EXPECT_GE(ok, 8);  // the last 8 answers are remembered
+  EXPECT_GE(ok, 8);                           // the last 8 answers are remembered
   ExpectTheNextBarrierWaitsForBoth(cluster);  // the refused repeat was no arrival
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
@@ -283,7 +285,7 @@ TEST(ConnectionFailure, RequestsLostWithADroppedDataConnectionAreSentAgain) {
   Future pull = c.PullDense(*t, v.data());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(cluster.server(0).stats().pushes, 0u);  // held
-  proxy.Cut();  // what was held is lost
+  proxy.Cut();                                      // what was held is lost
   // A clock right after the drop reaches the server after the lost push and pull, which are
   // tagged with the clock before it (else the server would refuse them).
   Status st = c.Clock();
@@ -370,7 +372,8 @@ TEST(ConnectionFailure, AWorkerWaitingForAServersHelloIsNoDeadWorker) {
 // and then both are applied once.
 TEST(ConnectionFailure, AServerTakingNothingHoldsUpTheSenderNotItsMemory) {
   const int rows = 1 << 16;  // 4 floats a row: 1 MiB a push, the whole limit
-  ProxiedDataJob job("asp", "127.0.0.1", [](int, ClientOptions* o) { o->max_unanswered_mb = 1; }, rows);
+  ProxiedDataJob job(
+      "asp", "127.0.0.1", [](int, ClientOptions* o) { o->max_unanswered_mb = 1; }, rows);
   ASSERT_TRUE(job.t.ok()) << job.t.status().ToString();
   Client& c = job.cluster.client(0);
   job.proxy.Hold(/*to_upstream=*/true, /*from_upstream=*/false);
@@ -404,10 +407,13 @@ TEST(ConnectionFailure, AServerTakingNothingHoldsUpTheSenderNotItsMemory) {
 // and restarts from a checkpoint).
 TEST(ConnectionFailure, ACallWaitingForRoomPastItsDeadlineFailsUnsent) {
   const int rows = 1 << 16;
-  ProxiedDataJob job("asp", "127.0.0.1", [](int, ClientOptions* o) {
-    o->max_unanswered_mb = 1;
-    o->request_timeout_ms = 3000;  // CreateTable's too: room for sanitizer builds
-  }, rows);
+  ProxiedDataJob job(
+      "asp", "127.0.0.1",
+      [](int, ClientOptions* o) {
+        o->max_unanswered_mb = 1;
+        o->request_timeout_ms = 3000;  // CreateTable's too: room for sanitizer builds
+      },
+      rows);
   ASSERT_TRUE(job.t.ok()) << job.t.status().ToString();
   Client& c = job.cluster.client(0);
   job.proxy.Hold(/*to_upstream=*/true, /*from_upstream=*/false);
@@ -528,7 +534,7 @@ TEST(ConnectionFailure, AWorkerNeverHasMoreUnansweredThanTheServerRecords) {
   ASSERT_TRUE(Eventually([&] { return server.stats().pushes == kMaxUnansweredRequests - 1; }, 10000));
   ASSERT_TRUE(Eventually([&] { return c.stats().waits_for_room == 1; }, 5000));
   EXPECT_EQ(server.stats().pushes, kMaxUnansweredRequests - 1);  // (and the pull: the limit)
-  proxy.Cut();  // every answer held is lost
+  proxy.Cut();                                                   // every answer held is lost
   pusher.join();
   EXPECT_TRUE(pull.WaitFor(10000).ok());
   EXPECT_EQ(v[0], 0.0f);  // row 1 was never pushed
@@ -545,7 +551,7 @@ TEST(ConnectionFailure, AWorkerNeverHasMoreUnansweredThanTheServerRecords) {
 }
 
 // An answer lost just after a reconnect (the server answered the repeat before it had attached the
-// worker's new connection) is asked for again kRecheckMs later (worker/client.cc). Until then the
+// worker's new connection) is asked for again kRecheckMs later (worker/server_links.cc). Until then the
 // worker sends the server fewer requests than its record keeps past that one: a burst of pushes
 // to another table waits for room, so the repeat finds its answer there, not forgotten (which
 // would refuse the push: applied or not, the server could not tell).
@@ -610,7 +616,8 @@ TEST(ConnectionFailure, AnswersLostWithADroppedDataConnectionAreGivenAgainNotRun
   Status clocked = Status::Unavailable("not yet");
   std::thread clock([&] { clocked = c.Clock(); });
   const Server& server = cluster.server(0);
-  EXPECT_TRUE(Eventually([&] { return server.stats().pushes == 1 && server.stats().pulls == 1 && server.stats().clocks == 1; }, 5000));
+  EXPECT_TRUE(Eventually(
+      [&] { return server.stats().pushes == 1 && server.stats().pulls == 1 && server.stats().clocks == 1; }, 5000));
   proxy.Cut();  // the answers held are lost
   clock.join();
   ASSERT_TRUE(clocked.ok()) << clocked.ToString();
@@ -659,8 +666,8 @@ TEST(ConnectionFailure, AnswersLostForEveryBlockOfALargeCallAreGivenAgainNotRunT
   const size_t n = size_t(rows) * 4;
   std::vector<float> v(n, 7.0f), g(n);
   for (size_t i = 0; i < n; ++i) g[i] = float(i % 17);
-  ExpectLostAnswersGivenAgain(job, 4, [&] { return c.PushDense(*job.t, g); },
-                              [&] { return c.PullDense(*job.t, v.data()); }, g, v);
+  ExpectLostAnswersGivenAgain(
+      job, 4, [&] { return c.PushDense(*job.t, g); }, [&] { return c.PullDense(*job.t, v.data()); }, g, v);
 }
 
 // The same for a large sparse call: a request per block's keys (TableInfo::KeysPerRequest), each
@@ -678,8 +685,8 @@ TEST(ConnectionFailure, AnswersLostForEveryRequestOfALargeSparseCallAreGivenAgai
   const size_t n = keys.size() * spec.dim;
   std::vector<float> g(n), v(n, 7.0f);
   for (size_t i = 0; i < n; ++i) g[i] = float(i % 17);
-  ExpectLostAnswersGivenAgain(job, 4, [&] { return c.Push(*t, keys, g); }, [&] { return c.Pull(*t, keys, v.data()); },
-                              g, v);
+  ExpectLostAnswersGivenAgain(
+      job, 4, [&] { return c.Push(*t, keys, g); }, [&] { return c.Pull(*t, keys, v.data()); }, g, v);
 }
 
 }  // namespace

@@ -56,8 +56,7 @@ TEST_P(ConsistencyBlocking, SspLetsTheFastWorkerRunExactlyKAhead) {
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(, ConsistencyBlocking,
-                         ::testing::ValuesIn(UnderEachModel(2, 2, {"bsp", "ssp:1", "ssp:2"})),
+INSTANTIATE_TEST_SUITE_P(, ConsistencyBlocking, ::testing::ValuesIn(UnderEachModel(2, 2, {"bsp", "ssp:1", "ssp:2"})),
                          ClusterParamsName());
 
 // A pull the minimum clock released, but for whose reply the server ran out of memory, stays

@@ -75,13 +75,13 @@ TEST(ConsistencyFinish, AWorkerFinishingMidClockCountsOnEveryServer) {
   auto tb = b.CreateTable(spec);
   ASSERT_TRUE(ta.ok() && tb.ok());
   ASSERT_TRUE(b.Push(*tb, {0}, {-4.0f, -4.0f}).Wait().ok());  // row 0: server 0's
-  ASSERT_TRUE(b.Finish().ok());                              // clock 0 left open
+  ASSERT_TRUE(b.Finish().ok());                               // clock 0 left open
   ASSERT_TRUE(a.PushDense(*ta, std::vector<float>(rows * 2, -2.0f)).Wait().ok());
   ASSERT_TRUE(a.Clock().ok());
   std::vector<float> seen(rows * 2);
   ASSERT_TRUE(a.PullDense(*ta, seen.data()).Wait().ok());
-  EXPECT_EQ(seen[0], 3.0f);  // server 0, row 0: (2 + 4) / 2
-  EXPECT_EQ(seen[2], 1.0f);  // server 0, row 1: 2 / 2 (worker 1 pushed it nothing)
+  EXPECT_EQ(seen[0], 3.0f);             // server 0, row 0: (2 + 4) / 2
+  EXPECT_EQ(seen[2], 1.0f);             // server 0, row 1: 2 / 2 (worker 1 pushed it nothing)
   EXPECT_EQ(seen[rows * 2 - 1], 1.0f);  // server 1: 2 / 2 too (worker 1 sent it nothing)
   EXPECT_EQ(b.clock(), 1);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
@@ -106,13 +106,13 @@ TEST(ConsistencyFinish, MinimumJumpingSeveralClocksKeepsBspPullsExact) {
   ASSERT_TRUE(a.PushDense(*ta, std::vector<float>(2, -1.0f)).Wait().ok());  // clock 0: mean 1
   ASSERT_TRUE(b.PushDense(*tb, std::vector<float>(2, -1.0f)).Wait().ok());
   ASSERT_TRUE(a.Clock().ok());
-  ASSERT_TRUE(b.Clock().ok());  // both at 1: clock 0 applied
+  ASSERT_TRUE(b.Clock().ok());                                               // both at 1: clock 0 applied
   ASSERT_TRUE(a.PushDense(*ta, std::vector<float>(2, -10.0f)).Wait().ok());  // clock 1: A alone
-  ASSERT_TRUE(a.Clock().ok());  // A at 2, B at 1
+  ASSERT_TRUE(a.Clock().ok());                                               // A at 2, B at 1
   std::vector<float> seen(2, -1.0f);
-  Future pull = a.PullDense(*ta, seen.data());  // clock 2: parked until B reaches 2
+  Future pull = a.PullDense(*ta, seen.data());                                // clock 2: parked until B reaches 2
   ASSERT_TRUE(a.PushDense(*ta, std::vector<float>(2, -100.0f)).Wait().ok());  // clock 2
-  ASSERT_TRUE(a.Clock().ok());  // A at 3
+  ASSERT_TRUE(a.Clock().ok());                                                // A at 3
   ASSERT_FALSE(pull.Ready());
   ASSERT_TRUE(b.Finish().ok());  // the minimum jumps from 1 to 3: clocks 1 and 2 close
   ASSERT_TRUE(pull.Wait().ok());

@@ -57,10 +57,10 @@ TEST_P(ConsistencyRules, PullsSeeWhatTheModelAllows) {
       for (int v = 0; v < W; ++v) {
         double seen = vals[v * 2];
         EXPECT_EQ(vals[v * 2], vals[v * 2 + 1]);
-        if (seen > issued[v].load() + 1e-4) ++violations;  // never more than was pushed
-        if (v == w && std::fabs(seen - c) > 1e-4) ++violations;   // read-my-writes, exactly
-        if (s >= 0 && seen < c - s - 1e-4) ++violations;          // staleness bound
-        if (s == 0 && std::fabs(seen - c) > 1e-4) ++violations;   // BSP: exactly c
+        if (seen > issued[v].load() + 1e-4) ++violations;        // never more than was pushed
+        if (v == w && std::fabs(seen - c) > 1e-4) ++violations;  // read-my-writes, exactly
+        if (s >= 0 && seen < c - s - 1e-4) ++violations;         // staleness bound
+        if (s == 0 && std::fabs(seen - c) > 1e-4) ++violations;  // BSP: exactly c
       }
       std::vector<float> g(W * 2, 0.0f);
       float inc = mc.c.model == Consistency::kBsp ? -float(W) : -1.0f;

@@ -18,16 +18,11 @@ namespace {
 
 const char kFmnistDir[] = "/usr/share/datasets/fashion-mnist";
 
-bool HaveFmnist() {
-  return std::filesystem::exists(std::string(kFmnistDir) + "/t10k-labels-idx1-ubyte.gz");
-}
+bool HaveFmnist() { return std::filesystem::exists(std::string(kFmnistDir) + "/t10k-labels-idx1-ubyte.gz"); }
 
-std::vector<uint8_t> Be32(uint32_t v) {
-  return {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)};
-}
+std::vector<uint8_t> Be32(uint32_t v) { return {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)}; }
 
-std::vector<uint8_t> IdxImages(uint32_t magic, uint32_t n, uint32_t rows, uint32_t cols,
-                               size_t payload) {
+std::vector<uint8_t> IdxImages(uint32_t magic, uint32_t n, uint32_t rows, uint32_t cols, size_t payload) {
   std::vector<uint8_t> b;
   for (uint32_t v : {magic, n, rows, cols}) {
     auto w = Be32(v);
@@ -61,9 +56,7 @@ void WriteRaw(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::fclose(f);
 }
 
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 TEST(FmnistData, LoadsTheRealFiles) {
   if (!HaveFmnist()) GTEST_SKIP() << "Fashion-MNIST not installed in " << kFmnistDir;
@@ -97,8 +90,7 @@ TEST(FmnistData, MissingFileIsNotFoundWithHint) {
   TempDir dir;
   auto d = LoadFashionMnist(dir.path(), true);
   EXPECT_EQ(d.status().code(), Code::kNotFound);
-  EXPECT_TRUE(Contains(d.status().message(), dir.path() + "/train-images-idx3-ubyte.gz"))
-      << d.status().ToString();
+  EXPECT_TRUE(Contains(d.status().message(), dir.path() + "/train-images-idx3-ubyte.gz")) << d.status().ToString();
   EXPECT_TRUE(Contains(d.status().message(), "--data_dir")) << d.status().ToString();
   auto l = LoadIdxLabels(dir.path() + "/nope.gz");
   EXPECT_EQ(l.status().code(), Code::kNotFound);
@@ -127,8 +119,7 @@ TEST(FmnistData, BadMagicIsCorruption) {
   auto r = LoadIdxImages(p);
   EXPECT_EQ(r.status().code(), Code::kCorruption);
   EXPECT_TRUE(Contains(r.status().message(), p)) << r.status().ToString();
-  EXPECT_TRUE(Contains(r.status().message(), "bad magic 0x00000801, expected 0x00000803"))
-      << r.status().ToString();
+  EXPECT_TRUE(Contains(r.status().message(), "bad magic 0x00000801, expected 0x00000803")) << r.status().ToString();
 
   WriteGz(p, IdxImages(0x803, 1, 28, 28, 784));
   auto l = LoadIdxLabels(p);
@@ -143,8 +134,7 @@ TEST(FmnistData, TruncatedFileIsCorruptionSayingWhatWasExpected) {
   auto r = LoadIdxImages(p);
   EXPECT_EQ(r.status().code(), Code::kCorruption);
   EXPECT_TRUE(Contains(r.status().message(), p)) << r.status().ToString();
-  EXPECT_TRUE(Contains(r.status().message(), "10 images x 28x28 = 7840 bytes"))
-      << r.status().ToString();
+  EXPECT_TRUE(Contains(r.status().message(), "10 images x 28x28 = 7840 bytes")) << r.status().ToString();
   EXPECT_TRUE(Contains(r.status().message(), "holds 7156")) << r.status().ToString();
 
   WriteGz(p, IdxLabels(100, 99));

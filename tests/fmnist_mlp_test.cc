@@ -42,7 +42,8 @@ TEST(FmnistMlp, LearnsOnASubsetAndWritesMetrics) {
   int lines = 0, with_acc = 0;
   while (std::getline(f, line)) {
     ++lines;
-    for (const char* k : {"\"epoch\"", "\"clock\"", "\"wall_s\"", "\"train_loss\"", "\"test_accuracy\"", "\"samples_per_s\""})
+    for (const char* k :
+         {"\"epoch\"", "\"clock\"", "\"wall_s\"", "\"train_loss\"", "\"test_accuracy\"", "\"samples_per_s\""})
       EXPECT_NE(line.find(k), std::string::npos) << line;
     with_acc += line.find("\"test_accuracy\": null") == std::string::npos;
   }
@@ -93,7 +94,8 @@ TEST(FmnistMlp, MissingDataIsAClearError) {
 // Fewer training images than workers: said as such, not as a failure further on (a cosine
 // schedule of length 0).
 TEST(FmnistMlp, TooFewImagesForItsWorkersIsAClearError) {
-  if (!std::ifstream("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) GTEST_SKIP() << "no Fashion-MNIST";
+  if (!std::ifstream("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "no Fashion-MNIST";
   AppOptions app;
   app.epochs = 1;
   FmnistOptions o;

@@ -56,7 +56,7 @@ TEST(KeyOrder, KeysGroupedByServerLandInTheirPlaces) {
       EXPECT_EQ(grouped[i], keys[from]) << i;
       if (i > 0) {
         const int prev = info.OwnerOf(grouped[i - 1]), now = info.OwnerOf(grouped[i]);
-        EXPECT_LE(prev, now) << i;                                  // grouped by server
+        EXPECT_LE(prev, now) << i;  // grouped by server
         if (prev == now) {
           EXPECT_LT((*order)[i - 1], from) << i;  // in the order given
         }

@@ -107,8 +107,7 @@ TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
     expect_error(h, {}, {}, Code::kCorruption, "claimed length 2^40");
   }
   expect_error(push, key, {-1, std::nanf(""), -1, -1}, Code::kInvalidArgument, "NaN gradient");
-  expect_error(push, key, {-1, -1, std::numeric_limits<float>::infinity(), -1}, Code::kInvalidArgument,
-               "Inf gradient");
+  expect_error(push, key, {-1, -1, std::numeric_limits<float>::infinity(), -1}, Code::kInvalidArgument, "Inf gradient");
   {
     Header h;
     h.type = MsgType::kClock;

@@ -60,8 +60,8 @@ Batch RandomBatch(int n, int in, int classes, uint32_t seed) {
 }
 
 // Double-precision forward pass with plain loops: logits of row i, independent of Eigen.
-std::vector<double> RefLogits(const std::vector<int>& layers,
-                              const std::vector<std::vector<double>>& params, const float* x) {
+std::vector<double> RefLogits(const std::vector<int>& layers, const std::vector<std::vector<double>>& params,
+                              const float* x) {
   std::vector<double> a(x, x + layers[0]);
   for (size_t l = 0; l + 1 < layers.size(); ++l) {
     const int in = layers[l], out = layers[l + 1];
@@ -76,8 +76,8 @@ std::vector<double> RefLogits(const std::vector<int>& layers,
   return a;
 }
 
-double RefMeanLoss(const std::vector<int>& layers, const std::vector<std::vector<double>>& params,
-                   const Batch& b, int n) {
+double RefMeanLoss(const std::vector<int>& layers, const std::vector<std::vector<double>>& params, const Batch& b,
+                   int n) {
   double total = 0.0;
   for (int r = 0; r < n; ++r) {
     std::vector<double> z = RefLogits(layers, params, b.x.data() + size_t(r) * layers[0]);
@@ -109,8 +109,7 @@ TEST(MlpBackend, GradientsMatchCentralDifferences) {
   auto be = MakeCpu(layers, 16);
   ASSERT_NE(be, nullptr);
   float loss = 0.0f;
-  ASSERT_TRUE(be->ForwardBackward(net.p(), b.x.data(), b.labels.data(), batch, net.g(), &loss)
-                  .ok());
+  ASSERT_TRUE(be->ForwardBackward(net.p(), b.x.data(), b.labels.data(), batch, net.g(), &loss).ok());
 
   auto ref = ToDouble(net.params);
   EXPECT_NEAR(loss, RefMeanLoss(layers, ref, b, batch), 1e-5 * std::abs(loss));
@@ -128,8 +127,7 @@ TEST(MlpBackend, GradientsMatchCentralDifferences) {
       const double down = RefMeanLoss(layers, ref, b, batch);
       ref[l][k] = saved;
       const double fd = (up - down) / (2 * h);
-      EXPECT_NEAR(net.grads[l][k], fd, 1e-6 + 1e-4 * std::abs(fd))
-          << "layer " << l << " coordinate " << k;
+      EXPECT_NEAR(net.grads[l][k], fd, 1e-6 + 1e-4 * std::abs(fd)) << "layer " << l << " coordinate " << k;
       ++checked;
     }
   }
@@ -170,9 +168,7 @@ TEST(MlpBackend, HiddenReluCaseByHand) {
   const float x = 2.0f;
   const uint8_t y = 1;
   float loss = 0.0f;
-  ASSERT_TRUE(
-      be->ForwardBackward({p0.data(), p1.data()}, &x, &y, 1, {g0.data(), g1.data()}, &loss)
-          .ok());
+  ASSERT_TRUE(be->ForwardBackward({p0.data(), p1.data()}, &x, &y, 1, {g0.data(), g1.data()}, &loss).ok());
   EXPECT_NEAR(loss, 2.1269280110429727, 1e-6);
   const double s = std::exp(2.0) / (std::exp(2.0) + 1);
   const std::vector<double> want1 = {2 * s, 0, s, -2 * s, 0, -s};
@@ -213,8 +209,7 @@ TEST(MlpBackend, PredictMatchesReferenceArgmaxAcrossChunks) {
     ++classes_seen[want];
   }
   // The test is only meaningful if the network does not predict one class everywhere.
-  EXPECT_GE(std::count_if(classes_seen.begin(), classes_seen.end(), [](int c) { return c > 0; }),
-            2);
+  EXPECT_GE(std::count_if(classes_seen.begin(), classes_seen.end(), [](int c) { return c > 0; }), 2);
   EXPECT_NEAR(loss, RefMeanLoss(layers, ref, b, n), 1e-5);
 
   // Without labels: predictions only, *loss untouched.
@@ -259,12 +254,9 @@ TEST(MlpBackend, ParseDevice) {
 }
 
 TEST(MlpBackend, CreateValidatesShapes) {
-  EXPECT_EQ(MlpBackend::Create(Device::kCpu, {784}, 8).status().code(),
-            Code::kInvalidArgument);
-  EXPECT_EQ(MlpBackend::Create(Device::kCpu, {784, 0, 10}, 8).status().code(),
-            Code::kInvalidArgument);
-  EXPECT_EQ(MlpBackend::Create(Device::kCpu, {784, 10}, 0).status().code(),
-            Code::kInvalidArgument);
+  EXPECT_EQ(MlpBackend::Create(Device::kCpu, {784}, 8).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(MlpBackend::Create(Device::kCpu, {784, 0, 10}, 8).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(MlpBackend::Create(Device::kCpu, {784, 10}, 0).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(MlpBackend::Create(Device::kCpu, {784, 300}, 8).status().code(),
             Code::kInvalidArgument);  // more classes than a uint8_t label can name
   auto ok = MlpBackend::Create(Device::kCpu, {784, 256, 128, 10}, 8);
@@ -300,8 +292,8 @@ void ExpectClose(const std::vector<float>& cpu, const std::vector<float>& gpu, c
 // Both backends on the same batches: loss, every gradient entry, and Predict over more rows than
 // max_batch (chunked on both).
 void ExpectBackendsAgree(const std::vector<int>& layers, int max_batch, int batch) {
-  SCOPED_TRACE("layers " + std::to_string(layers.size()) + ", first " + std::to_string(layers[0]) +
-               ", classes " + std::to_string(layers.back()) + ", batch " + std::to_string(batch));
+  SCOPED_TRACE("layers " + std::to_string(layers.size()) + ", first " + std::to_string(layers[0]) + ", classes " +
+               std::to_string(layers.back()) + ", batch " + std::to_string(batch));
   auto cpu = MlpBackend::Create(Device::kCpu, layers, max_batch);
   auto gpu = MlpBackend::Create(Device::kGpu, layers, max_batch);
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();

@@ -166,7 +166,8 @@ TEST_P(Model, RandomOperationsMatchTheModelBitForBit) {
     ModelTable& m = on_sparse ? ms : md;
     const uint32_t dim = on_sparse ? sparse.dim : dense.dim;
     if (what < 4) {  // keyed push
-      std::vector<Key> ks = on_sparse && !lists.empty() && rng() % 2 ? recurring() : pick(on_sparse ? sparse_ids : all_dense);
+      std::vector<Key> ks =
+          on_sparse && !lists.empty() && rng() % 2 ? recurring() : pick(on_sparse ? sparse_ids : all_dense);
       if (rng() % 6 == 0)  // keys given twice: updated twice, in message order
         for (int i = 0; i < 3; ++i) ks.push_back(ks[rng() % ks.size()]);
       std::vector<float> g = grads(ks.size() * dim);
@@ -232,8 +233,7 @@ INSTANTIATE_TEST_SUITE_P(, Model,
                          ::testing::Values(Case(1, 1, opt::Kind::kSgd), Case(2, 3, opt::Kind::kAdam),
                                            Case(3, 2, opt::Kind::kAdaGrad), Case(2, 1, opt::Kind::kFtrl),
                                            // No copy-on-write at all, and room for some of it.
-                                           Case(1, 1, opt::Kind::kSgd, 0),
-                                           Case(2, 3, opt::Kind::kAdam, 30000)),
+                                           Case(1, 1, opt::Kind::kSgd, 0), Case(2, 3, opt::Kind::kAdam, 30000)),
                          ClusterParamsName());
 
 }  // namespace

@@ -153,7 +153,8 @@ TEST(Monitoring, TheEndpointSurvivesBadClients) {
   std::string big = "GET /metrics HTTP/1.1\r\nX-Pad: " + std::string(MetricsEndpoint::kMaxRequestBytes, 'a');
   EXPECT_EQ(Ask(port, big).rfind("HTTP/1.0 431 ", 0), 0u);
   // Garbage that ends like a request head: 400.
-  EXPECT_EQ(Ask(port, std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 15)).rfind("HTTP/1.0 400 ", 0), 0u);
+  EXPECT_EQ(
+      Ask(port, std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 15)).rfind("HTTP/1.0 400 ", 0), 0u);
   // A request in two pieces.
   {
     int fd = Connect(port);
@@ -195,7 +196,8 @@ TEST(Monitoring, TheEndpointSurvivesBadClients) {
 // this is what checks it). 8 MB, read after a pause, several times.
 TEST(Monitoring, ALargeAnswerReachesASlowReaderWhole) {
   std::string body;
-  for (int i = 0; body.size() < (8u << 20); ++i) body += "pp_series_" + std::to_string(i) + " " + std::to_string(i) + "\n";
+  for (int i = 0; body.size() < (8u << 20); ++i)
+    body += "pp_series_" + std::to_string(i) + " " + std::to_string(i) + "\n";
   auto e = MetricsEndpoint::Start("127.0.0.1", 0, [&] { return body; });
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   for (int round = 0; round < 3; ++round) {
@@ -230,7 +232,8 @@ TEST(Monitoring, TheSchedulerAndServersReportTheJob) {
   auto t = cluster.client(0).CreateTable(spec);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   std::vector<float> v(64 * 4);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(cluster.client(0).PushDense(*t, std::vector<float>(64 * 4, 1.0f)).Wait().ok());
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(cluster.client(0).PushDense(*t, std::vector<float>(64 * 4, 1.0f)).Wait().ok());
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(cluster.client(0).PullDense(*t, v.data()).Wait().ok());
   // A pull of an optimizer slot SGD does not keep, of a row on server 0: refused there, and
   // counted so.
@@ -336,21 +339,21 @@ TEST(Monitoring, TheLauncherServesEachDaemonsMetrics) {
   std::string scheduler_text, server_text, worker_text;
   std::string out;
   int worker_port = -1;
-  const int code = RunCommandLines(
-      BinDir() + "/pushpull-launch --servers=2 --workers=1 --metrics_port=" + std::to_string(port) +
-          " -- --app=linreg --epochs=150 --metrics_port=0",  // (seconds: scraped after the first epoch)
-      120, &out, [&](const std::string& line) {
-        const std::string tag = "metrics at http://0.0.0.0:";  // (the worker's: any free port)
-        if (line.rfind("worker 0 |", 0) == 0 && line.find(tag) != std::string::npos)
-          worker_port = std::stoi(line.substr(line.find(tag) + tag.size()));
-        // (Once a worker trains, its servers count: scraped then, every daemon alive.)
-        if (server_text.empty() && line.find("[worker 0]") != std::string::npos &&
-            line.find("epoch") != std::string::npos) {
-          scheduler_text = Get(port);
-          server_text = Get(port + 2);
-          if (worker_port > 0) worker_text = Get(worker_port);
-        }
-      });
+  const int code =
+      RunCommandLines(BinDir() + "/pushpull-launch --servers=2 --workers=1 --metrics_port=" + std::to_string(port) +
+                          " -- --app=linreg --epochs=150 --metrics_port=0",  // (seconds: scraped after the first epoch)
+                      120, &out, [&](const std::string& line) {
+                        const std::string tag = "metrics at http://0.0.0.0:";  // (the worker's: any free port)
+                        if (line.rfind("worker 0 |", 0) == 0 && line.find(tag) != std::string::npos)
+                          worker_port = std::stoi(line.substr(line.find(tag) + tag.size()));
+                        // (Once a worker trains, its servers count: scraped then, every daemon alive.)
+                        if (server_text.empty() && line.find("[worker 0]") != std::string::npos &&
+                            line.find("epoch") != std::string::npos) {
+                          scheduler_text = Get(port);
+                          server_text = Get(port + 2);
+                          if (worker_port > 0) worker_text = Get(worker_port);
+                        }
+                      });
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("metrics at http://127.0.0.1:" + std::to_string(port) + "/metrics"), std::string::npos) << out;
   EXPECT_EQ(Sample(scheduler_text, "pushpull_job_workers{state=\"live\"}"), 1.0) << scheduler_text << out;
@@ -365,7 +368,8 @@ TEST(Monitoring, TheLauncherServesEachDaemonsMetrics) {
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --metrics_port=65535 -- --app=linreg", 30, &out), 2) << out;
   EXPECT_NE(out.find("--metrics_port must be"), std::string::npos) << out;
   // 0: each daemon a free port of its own, which it logs (the daemons take 0, so the launcher does).
-  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --servers=2 --metrics_port=0 -- --app=linreg --epochs=1", 60, &out), 0)
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --servers=2 --metrics_port=0 -- --app=linreg --epochs=1", 60, &out),
+            0)
       << out;
   for (const std::string who : {"scheduler | ", "server 0 | ", "server 1 | "}) {
     bool logged = false;

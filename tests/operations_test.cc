@@ -107,10 +107,13 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
 
   std::string out;
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-scheduler --num_servers=1 --num_workers=1 --port=0 "
-                                  "--checkpoint_timeout_s=3000000", 30, &out), 2) << out;
+                                  "--checkpoint_timeout_s=3000000",
+                       30, &out),
+            2)
+      << out;
   EXPECT_NE(out.find("--checkpoint_timeout_s"), std::string::npos) << out;
-  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --heartbeat_interval_ms=0 -- --app=linreg --epochs=1", 60, &out),
-            2) << out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --heartbeat_interval_ms=0 -- --app=linreg --epochs=1", 60, &out), 2)
+      << out;
   EXPECT_NE(out.find("heartbeat_interval_ms"), std::string::npos) << out;
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --grace_ms=-1 -- --app=linreg", 30, &out), 2) << out;
   // What the launcher gives each worker is refused after "--" (every worker would ask for rank 0).
@@ -126,9 +129,10 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-launch --heartbeat_timeout_ms=1000 --heartbeat_interval_ms=600 "
                                   "--max_restarts=3 -- --app=linreg --epochs=1",
                        60, &out),
-            2) << out;
-  EXPECT_NE(out.find("heartbeat every 600 ms, but the scheduler declares a node dead after 1000 ms"),
-            std::string::npos) << out;
+            2)
+      << out;
+  EXPECT_NE(out.find("heartbeat every 600 ms, but the scheduler declares a node dead after 1000 ms"), std::string::npos)
+      << out;
   EXPECT_EQ(out.find("restart 1 of"), std::string::npos) << out;
   EXPECT_EQ(out.find("started scheduler"), std::string::npos) << out;  // (refused before any node starts)
   // So is a consistency model no table would take.
@@ -136,9 +140,13 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
   EXPECT_NE(out.find("pushpull-launch: --consistency: consistency 'ssp' must be"), std::string::npos) << out;
   EXPECT_EQ(out.find("started scheduler"), std::string::npos) << out;
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-scheduler --num_servers=1 --num_workers=1 --port=0 "
-                                  "--endpoint_file=/nonexistent/endpoint", 30, &out), 2) << out;
+                                  "--endpoint_file=/nonexistent/endpoint",
+                       30, &out),
+            2)
+      << out;
   EXPECT_NE(out.find("--endpoint_file"), std::string::npos) << out;
-  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-worker --scheduler=tcp://127.0.0.1:1 --app=linreg --batch=-3", 30, &out), 2)
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-worker --scheduler=tcp://127.0.0.1:1 --app=linreg --batch=-3", 30, &out),
+            2)
       << out;
   EXPECT_NE(out.find("--batch"), std::string::npos) << out;
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-worker --scheduler=tcp://127.0.0.1:1 --app=linreg epochs=3", 30, &out), 2)
@@ -151,8 +159,11 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
                             "--app=fmnist_mlp --layers=784,x,10", "--app=linreg --lr=nan", "--app=linreg --rank=-7",
                             "--app=linreg --dim=0", "--app=linreg --metrics_out=/nonexistent/m.jsonl",
                             "--app=fmnist_mlp --data_dir=/nonexistent", "--app=linreg --straggler=1:2.5"}) {
-    EXPECT_EQ(RunCommand(BinDir() + "/pushpull-worker --scheduler=tcp://127.0.0.1:1 --register_timeout_ms=60000 " +
-                             flags, 30, &out), 2) << flags << ": " << out;
+    EXPECT_EQ(
+        RunCommand(BinDir() + "/pushpull-worker --scheduler=tcp://127.0.0.1:1 --register_timeout_ms=60000 " + flags, 30,
+                   &out),
+        2)
+        << flags << ": " << out;
     EXPECT_NE(out.find("see --help"), std::string::npos) << flags << ": " << out;
   }
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-server --scheduler=tcp://127.0.0.1:1 --update_threads=-3", 30, &out), 2)
@@ -182,15 +193,19 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-bench --quick=maybe --list", 30, &out), 2) << out;
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-bench --threads=09 --quick=True --filter=nothing --list", 30, &out), 0)
       << out;
-  EXPECT_EQ(RunCommand("env PP_TRANSPORT_PROFILE=garbage " + BinDir() + "/pushpull-bench --filter=transport --out=/dev/null",
-                       30, &out),
-            2) << out;
+  EXPECT_EQ(
+      RunCommand("env PP_TRANSPORT_PROFILE=garbage " + BinDir() + "/pushpull-bench --filter=transport --out=/dev/null",
+                 30, &out),
+      2)
+      << out;
   EXPECT_NE(out.find("PP_TRANSPORT_PROFILE=garbage: want OP/SIZE/SsWw"), std::string::npos) << out;
   EXPECT_EQ(RunCommand("env PP_TRANSPORT_PROFILE=pushpull/1MB/1s1w/rwa " + BinDir() +
                            "/pushpull-bench --filter=transport --out=/dev/null",
                        30, &out),
-            2) << out;
-  EXPECT_NE(out.find("PP_TRANSPORT_PROFILE=pushpull/1MB/1s1w/rwa: the side is raw or raw_sgd"), std::string::npos) << out;
+            2)
+      << out;
+  EXPECT_NE(out.find("PP_TRANSPORT_PROFILE=pushpull/1MB/1s1w/rwa: the side is raw or raw_sgd"), std::string::npos)
+      << out;
   // Flags in a --flagfile are checked the same way, naming the file; a missing file too;
   // --undefok lets the flags it names be unknown, as gflags does.
   const std::string flagfile = ::testing::TempDir() + "/bad_flags.txt";
@@ -208,9 +223,10 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
   EXPECT_NE(out.find("unknown flag --bogus=1 in --flagfile="), std::string::npos) << out;
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-bench --undefok=bogus --flagfile=" + flagfile + " --list", 30, &out), 0)
       << out;
-  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-bench --bogus --nobogus2 --undefok=bogus,bogus2 --filter=nothing --list", 30,
-                       &out),
-            0) << out;
+  EXPECT_EQ(RunCommand(BinDir() + "/pushpull-bench --bogus --nobogus2 --undefok=bogus,bogus2 --filter=nothing --list",
+                       30, &out),
+            0)
+      << out;
   {  // sections per program, as gflags reads them: another program's flags are not this one's
     std::ofstream f(flagfile);
     f << "--filter=nothing\npushpull-server pushpull-sched*\n--bogus=1\n--max_message_mb=5\n"
@@ -226,9 +242,10 @@ TEST(Operations, OptionsNoJobCanRunWithAreRefusedUpFront) {
   EXPECT_EQ(RunCommand(BinDir() + "/pushpull-bench --flagfile=/nonexistent/flags --list", 30, &out), 2) << out;
   EXPECT_NE(out.find("--flagfile=/nonexistent/flags: cannot open it"), std::string::npos) << out;
   if (!GpuAvailable()) {  // no GPU: no restart would find one
-    EXPECT_EQ(RunCommand(BinDir() + "/pushpull-worker --scheduler=tcp://127.0.0.1:1 --app=fmnist_mlp --device=gpu", 30,
-                         &out),
-              2) << out;
+    EXPECT_EQ(
+        RunCommand(BinDir() + "/pushpull-worker --scheduler=tcp://127.0.0.1:1 --app=fmnist_mlp --device=gpu", 30, &out),
+        2)
+        << out;
     EXPECT_NE(out.find("--device=gpu"), std::string::npos) << out;
   }
 }

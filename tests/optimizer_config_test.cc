@@ -68,18 +68,15 @@ std::vector<BadCase> BadCases() {
       {"optimizer.ftrl_l2", [](OptimizerConfig& c) { c.ftrl_l2 = kNaN; }},
       {"optimizer.clip_norm", [](OptimizerConfig& c) { c.clip_norm = -1.0f; }},
       {"optimizer.clip_norm", [](OptimizerConfig& c) { c.clip_norm = kInf; }},
-      {"optimizer.schedule.kind",
-       [](OptimizerConfig& c) { c.schedule.kind = static_cast<ScheduleKind>(7); }},
+      {"optimizer.schedule.kind", [](OptimizerConfig& c) { c.schedule.kind = static_cast<ScheduleKind>(7); }},
       {"optimizer.schedule.warmup_steps", [](OptimizerConfig& c) { c.schedule.warmup_steps = -1; }},
       {"optimizer.schedule.step_size", [](OptimizerConfig& c) { c.schedule.step_size = 0; }},
       {"optimizer.schedule.gamma", [](OptimizerConfig& c) { c.schedule.gamma = 0.0f; }},
       {"optimizer.schedule.gamma", [](OptimizerConfig& c) { c.schedule.gamma = 1.5f; }},
-      {"optimizer.schedule.total_steps",
-       [](OptimizerConfig& c) { c.schedule.kind = ScheduleKind::kCosine; }},
+      {"optimizer.schedule.total_steps", [](OptimizerConfig& c) { c.schedule.kind = ScheduleKind::kCosine; }},
       {"optimizer.schedule.total_steps", [](OptimizerConfig& c) { c.schedule.total_steps = -5; }},
       {"optimizer.schedule.min_lr_ratio", [](OptimizerConfig& c) { c.schedule.min_lr_ratio = 2; }},
-      {"optimizer.schedule.min_lr_ratio",
-       [](OptimizerConfig& c) { c.schedule.min_lr_ratio = kNaN; }},
+      {"optimizer.schedule.min_lr_ratio", [](OptimizerConfig& c) { c.schedule.min_lr_ratio = kNaN; }},
   };
 }
 

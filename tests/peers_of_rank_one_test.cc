@@ -105,7 +105,7 @@ TEST_F(PeersOfRankOne, AHelloFromAnotherClientStartsAWorkersRequestRecordOver) {
     auto a = Peer();
     EXPECT_EQ(Hello(*a), MsgType::kHelloReply);
     EXPECT_EQ(Push(*a, 5), Code::kOk);
-    EXPECT_EQ(Push(*a, 5), Code::kOk);  // the same id again: answered, not applied
+    EXPECT_EQ(Push(*a, 5), Code::kOk);           // the same id again: answered, not applied
     EXPECT_EQ(Hello(*a), MsgType::kHelloReply);  // the same client again: its record stays
     EXPECT_EQ(Push(*a, 5), Code::kOk);
     EXPECT_EQ(Duplicates(), dups + 2);
@@ -285,11 +285,11 @@ TEST_F(PeersOfRankOne, AnIdReusedForAnotherKindOfRequestIsRefused) {
   ASSERT_EQ(Push(*p, 2), Code::kOk);
   EXPECT_EQ(Row2(), 1.0f);
   EXPECT_EQ(Push(*p, 1), Code::kInvalidArgument);  // the pull's id
-  p->Send(PullOfRow2(table_, 0, 2), {2}, {});       // the push's id
+  p->Send(PullOfRow2(table_, 0, 2), {2}, {});      // the push's id
   Header r = p->Reply();
   EXPECT_EQ(r.status, Code::kInvalidArgument) << r.error;
   EXPECT_NE(r.error.find("reuses the id of a PushReply's request"), std::string::npos) << r.error;
-  EXPECT_EQ(Row2(), 1.0f);  // nothing run
+  EXPECT_EQ(Row2(), 1.0f);            // nothing run
   EXPECT_EQ(Push(*p, 3), Code::kOk);  // and the worker goes on
   EXPECT_EQ(Row2(), 2.0f);
 }

@@ -116,8 +116,8 @@ TEST(ServerFailure, ANodeAskingForItsRankAgainBeforeTheJobRunsTakesIt) {
     o.requested_rank = rank;
     return Client::Connect(o);
   };
-  Result<std::unique_ptr<Client>> zero = Status::Internal("not connected"),
-                                  first = Status::Internal("not connected"), again = Status::Internal("not connected");
+  Result<std::unique_ptr<Client>> zero = Status::Internal("not connected"), first = Status::Internal("not connected"),
+                                  again = Status::Internal("not connected");
   std::thread t0([&] { zero = connect(0); });
   std::thread t1([&] { first = connect(1); });
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // (their registrations are in)
@@ -313,7 +313,8 @@ TEST(ServerFailure, DeadServerEndsTheJobNamingIt) {
   EXPECT_EQ(cluster.scheduler_status().code(), Code::kAborted);
   // A server stopped mid-job says so as it goes: the job hears that, not its silence later.
   EXPECT_NE(cluster.scheduler_status().message().find(") stopped: Aborted: stopped before the job ended"),
-            std::string::npos) << cluster.scheduler_status().ToString();
+            std::string::npos)
+      << cluster.scheduler_status().ToString();
   EXPECT_NE(cluster.scheduler_status().message().find("server 1"), std::string::npos)
       << cluster.scheduler_status().ToString();
   // The stopped server says so too (pushpull-server exits 1, not 0, on a signal mid-job).
@@ -341,8 +342,10 @@ TEST(ServerFailure, BspSumsOfAWorkerPushingAheadCountAgainstTheMemoryLimit) {
     if (w == 1) return;  // the slow one: at clock 0 throughout
     for (int clock = 0; clock < 40 && refused.ok(); ++clock) {
       refused = c.PushDense(*t, std::vector<float>(16384, 1.0f)).WaitFor(10000);
-      if (!refused.ok()) refused_at = clock;
-      else ASSERT_TRUE(c.Clock().ok());
+      if (!refused.ok())
+        refused_at = clock;
+      else
+        ASSERT_TRUE(c.Clock().ok());
     }
   });
   ASSERT_EQ(refused.code(), Code::kResourceExhausted) << refused.ToString();
@@ -371,7 +374,8 @@ TEST(ServerFailure, TablesPastTheServersMemoryLimitAreRefusedAndTheServerGoesOn)
   auto refused = c.CreateTable(big);
   ASSERT_EQ(refused.status().code(), Code::kResourceExhausted) << refused.status().ToString();
   EXPECT_NE(refused.status().message().find("server 0 refused table 'big': table 'big': its 1048576 rows"),
-            std::string::npos) << refused.status().ToString();
+            std::string::npos)
+      << refused.status().ToString();
   EXPECT_NE(refused.status().message().find("--max_table_mb"), std::string::npos) << refused.status().ToString();
 
   TableSpec spec = AspZeros("emb", 0);

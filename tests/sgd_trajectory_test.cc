@@ -47,8 +47,7 @@ TEST(SgdTrajectory, MatchesReference) {
       {"weight_decay", [](OptimizerConfig& c) { c.weight_decay = 0.1f; }},
       {"momentum", [](OptimizerConfig& c) { c.momentum = 0.9f; }},
       {"nesterov", [](OptimizerConfig& c) { c.momentum = 0.9f, c.nesterov = true; }},
-      {"nesterov_wd",
-       [](OptimizerConfig& c) { c.momentum = 0.5f, c.nesterov = true, c.weight_decay = 0.01f; }},
+      {"nesterov_wd", [](OptimizerConfig& c) { c.momentum = 0.5f, c.nesterov = true, c.weight_decay = 0.01f; }},
   };
   for (const Variant& var : variants) {
     for (size_t n : kLengths) {

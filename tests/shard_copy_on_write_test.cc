@@ -68,7 +68,7 @@ TEST(ShardCopyOnWrite, SharedRowsAreASnapshotUnderCopyOnWrite) {
     s.Read(all[0], nullptr, -1, out.data());
     return out;
   };
-  const std::vector<float> minus1(16, -1.0f);  // SGD, lr 1: each push adds 1
+  const std::vector<float> minus1(16, -1.0f);        // SGD, lr 1: each push adds 1
   s.ApplyPush(all[0], nullptr, minus1.data(), ctx);  // all rows 1
   const std::vector<Key> keys{7};
   std::vector<RowSelection> keyed;
@@ -76,19 +76,18 @@ TEST(ShardCopyOnWrite, SharedRowsAreASnapshotUnderCopyOnWrite) {
   EXPECT_EQ(s.CopyOnWriteBytes(keyed[0]), 0u);  // nothing holds the parameters: no copy
   std::shared_ptr<const float> v1 = s.ShareRows(0);
   // What a write would copy first while v1 holds them (the server's inline decision uses it).
-  EXPECT_EQ(s.CopyOnWriteBytes(all[0]), 0u);                      // rewrites every row
-  EXPECT_EQ(s.CopyOnWriteBytes(part[0]), 5u * 2 * sizeof(float));  // the 5 rows outside 2..4
-  EXPECT_EQ(s.CopyOnWriteBytes(keyed[0]), 7u * 2 * sizeof(float)); // keyed: the rows beyond its one
-  s.ApplyPush(all[0], nullptr, minus1.data(), ctx);  // out of place: all rows 2
+  EXPECT_EQ(s.CopyOnWriteBytes(all[0]), 0u);                        // rewrites every row
+  EXPECT_EQ(s.CopyOnWriteBytes(part[0]), 5u * 2 * sizeof(float));   // the 5 rows outside 2..4
+  EXPECT_EQ(s.CopyOnWriteBytes(keyed[0]), 7u * 2 * sizeof(float));  // keyed: the rows beyond its one
+  s.ApplyPush(all[0], nullptr, minus1.data(), ctx);                 // out of place: all rows 2
   std::shared_ptr<const float> v2 = s.ShareRows(0);
-  s.ApplyPush(part[0], nullptr, minus1.data(), ctx);  // rows 2..4 -> 3, the others copied
+  s.ApplyPush(part[0], nullptr, minus1.data(), ctx);       // rows 2..4 -> 3, the others copied
   s.ApplyPush(keyed[0], keys.data(), minus1.data(), ctx);  // row 7 -> 3 (in place now)
   for (int i = 0; i < 16; ++i) EXPECT_EQ(v1.get()[i], 1.0f) << i;
   for (int i = 0; i < 16; ++i) EXPECT_EQ(v2.get()[i], 2.0f) << i;
   std::vector<float> now = read();
   for (int r = 0; r < 8; ++r)
-    for (int c = 0; c < 2; ++c)
-      EXPECT_EQ(now[r * 2 + c], (r >= 2 && r < 5) || r == 7 ? 3.0f : 2.0f) << "row " << r;
+    for (int c = 0; c < 2; ++c) EXPECT_EQ(now[r * 2 + c], (r >= 2 && r < 5) || r == 7 ? 3.0f : 2.0f) << "row " << r;
   // A third array held at once: written out of place into a fresh one.
   std::shared_ptr<const float> v3 = s.ShareRows(0);
   s.ApplyPush(all[0], nullptr, minus1.data(), ctx);
@@ -150,16 +149,16 @@ TEST(ShardCopyOnWrite, CopyOnWriteStaysWithinItsBudget) {
     std::thread writer = waiting_push(s, *budget, &applied);
     ASSERT_EQ(budget->waits, 1u);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    EXPECT_FALSE(applied);             // still waiting for the reply
-    EXPECT_EQ(v1.get()[3], before);    // which still reads what it was sent with
+    EXPECT_FALSE(applied);           // still waiting for the reply
+    EXPECT_EQ(v1.get()[3], before);  // which still reads what it was sent with
     const float* where = v1.get();
-    v1.reset();                        // the reply is sent
+    v1.reset();  // the reply is sent
     writer.join();
     EXPECT_TRUE(applied);
     std::vector<float> out(16);
     s.Read(all[0], nullptr, -1, out.data());
     EXPECT_EQ(out[3], before + 1.0f);
-    EXPECT_EQ(s.row_params(0), where);      // in place: no second array was made
+    EXPECT_EQ(s.row_params(0), where);  // in place: no second array was made
     EXPECT_EQ(budget->used(), 0u);
     EXPECT_EQ(budget->overdrafts, 0u);
   }
@@ -189,7 +188,7 @@ TEST(ShardCopyOnWrite, CopyOnWriteStaysWithinItsBudget) {
     v2.reset();
     EXPECT_EQ(budget->used(), array);  // the stripe keeps it as its spare ...
     for (int i = 0; i < 8; ++i) s.ApplyPush(all[0], nullptr, minus1.data(), ctx);
-    EXPECT_EQ(budget->used(), 0u);     // ... until 8 writes needed none
+    EXPECT_EQ(budget->used(), 0u);  // ... until 8 writes needed none
     EXPECT_EQ(budget->overdrafts, 0u);
   }
   {  // Replies that are never let go: a thread that may not wait copies over the budget at once;
@@ -234,7 +233,7 @@ TEST(ShardCopyOnWrite, KeyedPushUnderCopyOnWriteWritesOutOfPlace) {
   Stripe& s = e.s;
   const opt::StepContext& ctx = e.ctx;
   const std::vector<RowSelection>& all = e.all;
-  const std::vector<float> minus1(16, -1.0f);  // SGD, lr 1: each push adds 1
+  const std::vector<float> minus1(16, -1.0f);        // SGD, lr 1: each push adds 1
   s.ApplyPush(all[0], nullptr, minus1.data(), ctx);  // all rows 1
   auto push_keys = [&](const std::vector<Key>& keys) {
     std::vector<RowSelection> sel;
@@ -439,7 +438,10 @@ TEST(ShardCopyOnWrite, RandomWritesBesideHeldRepliesMatchAPlainModel) {
         }
         break;
       }
-      case 3: pull(rng() % 2 ? list1 : list2, when); ++shared; break;
+      case 3:
+        pull(rng() % 2 ? list1 : list2, when);
+        ++shared;
+        break;
       case 4: pull(run_of(10), when); break;  // a run inside a list (in place when it stays in one block)
       case 5:
         if (!held.empty()) {

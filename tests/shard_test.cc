@@ -201,7 +201,7 @@ TEST(Shard, CopyOnWriteDropsASparseSpareThatNoLongerFits) {
   ASSERT_GT(dry.second, dry.first);
   EXPECT_EQ(dry.used_after, dry.second);  // only v2's array counts
   const Run tight = run(dry.second);
-  EXPECT_EQ(tight.overdrafts, 0u);         // the old spare made room (this thread cannot wait)
+  EXPECT_EQ(tight.overdrafts, 0u);  // the old spare made room (this thread cannot wait)
   EXPECT_EQ(tight.used_after, dry.second);
 }
 
@@ -350,7 +350,8 @@ TEST(Shard, EachStripesPartOfAKeyedPullIsReadInPlaceOrInItsOrder) {
   std::vector<std::vector<float>> want(3);  // each stripe's rows, in its selection's order
   for (int i = 0; i < 3; ++i) {
     ASSERT_GT(sel[i].size(), 50u);
-    ASSERT_GT(sel[i].pos(sel[i].size() - 1) - sel[i].pos(0) + 1, sel[i].size()) << "positions scattered through the message";
+    ASSERT_GT(sel[i].pos(sel[i].size() - 1) - sel[i].pos(0) + 1, sel[i].size())
+        << "positions scattered through the message";
     std::vector<float> all(keys.size() * spec.dim, NAN);
     t.stripe(i).Read(sel[i], keys.data(), -1, all.data());  // (makes the rows, in this order)
     for (size_t j = 0; j < sel[i].size(); ++j)
@@ -590,12 +591,12 @@ TEST(Shard, AdamMomentsReadableThroughPullAndLazyPerRow) {
   ASSERT_TRUE(c.PullSlot(*t, {1, 2}, 0, m.data()).Wait().ok());
   ASSERT_TRUE(c.PullSlot(*t, {1, 2}, 1, v.data()).Wait().ok());
   const double b1 = 0.9, b2 = 0.999;
-  EXPECT_NEAR(m[0], (1 - std::pow(b1, 3)), 1e-5);         // m after three gradients of 1
+  EXPECT_NEAR(m[0], (1 - std::pow(b1, 3)), 1e-5);  // m after three gradients of 1
   EXPECT_NEAR(v[0], (1 - std::pow(b2, 3)), 1e-5);
-  EXPECT_NEAR(m[3], (1 - b1) * 2, 1e-6);                 // row 2: one gradient of 2
+  EXPECT_NEAR(m[3], (1 - b1) * 2, 1e-6);  // row 2: one gradient of 2
   EXPECT_NEAR(v[3], (1 - b2) * 4, 1e-6);
-  EXPECT_NEAR(w[0], -0.3, 1e-4);                         // three bias-corrected steps of lr
-  EXPECT_NEAR(w[3], -0.1, 1e-4);                         // step 1 for row 2, not step 4
+  EXPECT_NEAR(w[0], -0.3, 1e-4);  // three bias-corrected steps of lr
+  EXPECT_NEAR(w[3], -0.1, 1e-4);  // step 1 for row 2, not step 4
   // A slot that does not exist is an error naming the optimizer.
   Status st = c.PullSlot(*t, {1}, 5, m.data()).Wait();
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
@@ -649,7 +650,8 @@ TEST(Shard, ABspMeanPastTheGradientLimitIsNotApplied) {
     s.ApplyAccumulated(0, ctx);
     ADD_FAILURE() << "applied";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("the BSP mean of clock 0 holds NaN, Inf or a value of 2^60"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("the BSP mean of clock 0 holds NaN, Inf or a value of 2^60"),
+              std::string::npos)
         << e.what();
   }
   s.Read(sel[0], keys.data(), -1, after.data());

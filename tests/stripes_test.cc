@@ -191,7 +191,8 @@ TEST(Stripes, QueuedPullsSeeExactlyTheEarlierPushes) {
     std::vector<float>& o = outs[i];
     if (i % 2 == 0) views[i].CopyTo(o.data());
     const int keyed_before = (i + 4) / 5;  // rounds j < i with j % 5 == 0 (round i's comes after its pull)
-    for (uint64_t r : {uint64_t(1), rows / 4, rows - 2}) EXPECT_NEAR(o[r * dim], -0.01f * (i + 1), 1e-4) << i << " " << r;
+    for (uint64_t r : {uint64_t(1), rows / 4, rows - 2})
+      EXPECT_NEAR(o[r * dim], -0.01f * (i + 1), 1e-4) << i << " " << r;
     EXPECT_NEAR(o[0], -0.01f * (i + 1 + keyed_before), 1e-4) << i;
     EXPECT_NEAR(o[(rows - 1) * dim + dim - 1], -0.01f * (i + 1 + keyed_before), 1e-4) << i;
   }
@@ -261,10 +262,10 @@ TEST(Stripes, LargeDenseCallsGoABlockARequest) {
   EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
   std::vector<float> after(n);
   ASSERT_TRUE(c.PullDense(*t, after.data()).Wait().ok());
-  for (uint64_t row : {uint64_t(0), per_server - 1, per_server + 2 * block - 1, per_server + 3 * block, 2 * per_server - 1})
+  for (uint64_t row :
+       {uint64_t(0), per_server - 1, per_server + 2 * block - 1, per_server + 3 * block, 2 * per_server - 1})
     EXPECT_FLOAT_EQ(after[row * spec.dim], out[row * spec.dim] - 0.01f) << row;
-  for (uint64_t row : {per_server + 2 * block, nan_row})
-    EXPECT_EQ(after[row * spec.dim], out[row * spec.dim]) << row;
+  for (uint64_t row : {per_server + 2 * block, nan_row}) EXPECT_EQ(after[row * spec.dim], out[row * spec.dim]) << row;
   c.Clock().IgnoreError();  // (sent; its answer comes later)
   st = c.Finish();
   EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
@@ -308,7 +309,7 @@ TEST(Stripes, LargeSparseCallsGoABlockARequest) {
   EXPECT_EQ(info.KeysPerRequest(40), 16u);
   EXPECT_EQ(info.KeysPerRequest(16 * TableInfo::kMaxBlocks), 16u);
   EXPECT_EQ(info.KeysPerRequest(16 * TableInfo::kMaxBlocks + 1), 17u);  // at most kMaxBlocks requests
-  EXPECT_EQ(TableInfo::KeyedBlockRows(1u << 20), 1u);                    // a row over a block: one a request
+  EXPECT_EQ(TableInfo::KeyedBlockRows(1u << 20), 1u);                   // a row over a block: one a request
   EXPECT_EQ(TableInfo::Make(0, AspTable("dense", 100, sp.dim), 1).KeysPerRequest(40), 40u);  // dense: one
 
   LocalCluster cluster(Striped(2, 2));

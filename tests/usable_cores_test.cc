@@ -27,11 +27,11 @@ TEST(UsableCores, QuotasAndAffinityBoundTheCores) {
   EXPECT_EQ(CgroupV2QuotaCores("100000 0"), 0);
   EXPECT_EQ(CgroupV1QuotaCores(-1, 100000), 0);
   EXPECT_EQ(CgroupV1QuotaCores(50000, 100000), 0.5);
-  EXPECT_EQ(CoresWithin(64, 0), 64);    // no quota: the affinity mask
-  EXPECT_EQ(CoresWithin(64, 2), 2);     // docker --cpus=2 on a 64-core node
-  EXPECT_EQ(CoresWithin(64, 1.5), 2);   // rounded up: 1.5 CPUs keep 2 threads busy in turns
-  EXPECT_EQ(CoresWithin(64, 0.5), 1);   // at least 1
-  EXPECT_EQ(CoresWithin(4, 16), 4);     // a quota above the mask does not add cores
+  EXPECT_EQ(CoresWithin(64, 0), 64);   // no quota: the affinity mask
+  EXPECT_EQ(CoresWithin(64, 2), 2);    // docker --cpus=2 on a 64-core node
+  EXPECT_EQ(CoresWithin(64, 1.5), 2);  // rounded up: 1.5 CPUs keep 2 threads busy in turns
+  EXPECT_EQ(CoresWithin(64, 0.5), 1);  // at least 1
+  EXPECT_EQ(CoresWithin(4, 16), 4);    // a quota above the mask does not add cores
   EXPECT_EQ(CoresWithin(0, 0), 1);
   EXPECT_EQ(CoresWithin(8, 1.7e10), 8);  // cgroup v2 allows quotas far past INT_MAX cores
   // The cgroup walk, on a hierarchy made here: the lowest quota on the process's cgroup and its
@@ -49,7 +49,7 @@ TEST(UsableCores, QuotasAndAffinityBoundTheCores) {
   put("/kubepods/pod1/ctr/cpu.max", "max 100000");
   EXPECT_EQ(CgroupQuotaCores("0::/kubepods/pod1/ctr\n", root), 3);  // a parent's quota binds
   put("/kubepods/pod1/ctr/cpu.max", "150000 100000");
-  EXPECT_EQ(CgroupQuotaCores("0::/kubepods/pod1/ctr\n", root), 1.5);  // the lowest
+  EXPECT_EQ(CgroupQuotaCores("0::/kubepods/pod1/ctr\n", root), 1.5);    // the lowest
   EXPECT_EQ(CgroupQuotaCores("0::/elsewhere/in/the/host\n", root), 0);  // not in this view: the root's
   put("/cpu/cpu.cfs_quota_us", "-1");
   put("/cpu/cpu.cfs_period_us", "100000");
@@ -70,8 +70,10 @@ TEST(UsableCores, QuotasAndAffinityBoundTheCores) {
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(0, &one);
-    if (sched_setaffinity(0, sizeof(one), &one) == 0) bound = UsableCores();
-    else bound = -1;
+    if (sched_setaffinity(0, sizeof(one), &one) == 0)
+      bound = UsableCores();
+    else
+      bound = -1;
   });
   t.join();
   if (bound == -1) GTEST_SKIP() << "sched_setaffinity refused here";

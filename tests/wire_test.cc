@@ -229,21 +229,24 @@ TEST(Wire, ARegistrationAnswerThatDoesNotFitItselfIsRefused) {
     reply.membership.worker_done.assign(2, 0);
     reply.membership.worker_last_clock.assign(2, -1);
     reply.membership.server_alive.assign(1, 1);
-    if (bad == 0) reply.sender_rank = 5;                       // a rank past the job's 2 workers
-    else reply.membership.worker_alive.assign(7, 1);           // a list of another length
+    if (bad == 0)
+      reply.sender_rank = 5;  // a rank past the job's 2 workers
+    else
+      reply.membership.worker_alive.assign(7, 1);  // a list of another length
     Frame id(frames[0].data(), frames[0].size());
     ASSERT_TRUE(SendMessage(*router, &id, reply).ok());
     t.join();
     EXPECT_EQ(registered.code(), Code::kCorruption) << registered.ToString();
     EXPECT_NE(registered.message().find(bad == 0 ? "rank 5 of 2 workers" : "lists hold 7/2/2 workers"),
-              std::string::npos) << registered.ToString();
+              std::string::npos)
+        << registered.ToString();
   }
 }
 
 // Data headers are packed by hand on the hot path: the bytes must be exactly Cereal's, both ways.
 TEST(Wire, DataHeadersAreCerealBytesPackedByHand) {
-  for (MsgType t : {MsgType::kPush, MsgType::kPull, MsgType::kPushReply, MsgType::kPullReply,
-                    MsgType::kClock, MsgType::kClockReply, MsgType::kHello, MsgType::kHelloReply}) {
+  for (MsgType t : {MsgType::kPush, MsgType::kPull, MsgType::kPushReply, MsgType::kPullReply, MsgType::kClock,
+                    MsgType::kClockReply, MsgType::kHello, MsgType::kHelloReply}) {
     Header h;
     h.type = t;
     h.flags = kFlagRange;
@@ -399,7 +402,8 @@ TEST(Wire, RandomlyDamagedMessagesDecodeToAnErrorOrAMessage) {
     Header h;
     h.type = MsgType::kRegisterReply;
     h.cluster.num_workers = 3;
-    for (int s = 0; s < 3; ++s) h.cluster.servers.push_back(ServerAddress{s, "tcp://10.0.0." + std::to_string(s) + ":7000"});
+    for (int s = 0; s < 3; ++s)
+      h.cluster.servers.push_back(ServerAddress{s, "tcp://10.0.0." + std::to_string(s) + ":7000"});
     h.membership.server_alive.assign(3, 1);
     h.membership.worker_alive.assign(3, 1);
     h.membership.worker_done.assign(3, 0);

@@ -62,7 +62,7 @@ TEST(WorkerFailure, JobGoesOnWithoutADeadWorkerWhenAsked) {
       ASSERT_TRUE(cluster.client(w).Clock().ok());
     }
   }
-  ASSERT_TRUE(cluster.client(0).Clock().ok());     // worker 0 at clock 4, worker 1 at 3
+  ASSERT_TRUE(cluster.client(0).Clock().ok());  // worker 0 at clock 4, worker 1 at 3
   Future waiting = cluster.client(0).PullDense(*t0, v.data());
   cluster.KillClient(1);
   int64_t start = NowMs();
@@ -70,7 +70,7 @@ TEST(WorkerFailure, JobGoesOnWithoutADeadWorkerWhenAsked) {
   Status st = waiting.WaitFor(timeout * 10);
   EXPECT_TRUE(st.ok()) << st.ToString();
   EXPECT_LT(NowMs() - start, timeout * 8);  // released once the scheduler declared worker 1 dead
-  for (int c = 0; c < 5; ++c) {      // and the job goes on
+  for (int c = 0; c < 5; ++c) {             // and the job goes on
     ASSERT_TRUE(cluster.client(0).PullDense(*t0, v.data()).Wait().ok());
     ASSERT_TRUE(cluster.client(0).Clock().ok());
   }

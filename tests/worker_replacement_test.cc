@@ -53,7 +53,8 @@ TEST_P(WorkerReplacement, ANewWorkerTakesADeadOnesPlaceAndEachStepCountsOnce) {
   auto step = [&](int w, int k, bool clock) -> Status {
     std::vector<float> v(32);
     PP_RETURN_IF_ERROR(cluster.client(w).PullDense(t[w], v.data()).WaitFor(60000));
-    PP_RETURN_IF_ERROR(cluster.client(w).PushDense(t[w], std::vector<float>(32, float((k + 1) * (w + 1)))).WaitFor(60000));
+    PP_RETURN_IF_ERROR(
+        cluster.client(w).PushDense(t[w], std::vector<float>(32, float((k + 1) * (w + 1)))).WaitFor(60000));
     return clock ? cluster.client(w).Clock() : Status::OK();
   };
   Status worker0;
@@ -93,8 +94,7 @@ TEST_P(WorkerReplacement, ANewWorkerTakesADeadOnesPlaceAndEachStepCountsOnce) {
   EXPECT_TRUE(cluster.scheduler_status().ok()) << cluster.scheduler_status().ToString();
 }
 
-INSTANTIATE_TEST_SUITE_P(, WorkerReplacement,
-                         ::testing::ValuesIn(UnderEachModel(2, 2, {"bsp", "ssp:2", "asp"})),
+INSTANTIATE_TEST_SUITE_P(, WorkerReplacement, ::testing::ValuesIn(UnderEachModel(2, 2, {"bsp", "ssp:2", "asp"})),
                          ClusterParamsName());
 
 // A worker dies while it waits in a checkpoint the other has not asked for yet, and a new one
@@ -237,8 +237,10 @@ TEST_F(WorkerReplacement, AWorkerComingWhileEveryRankIsHeldWaitsWithinItsDeadlin
   auto c = Client::Connect(o);  // (the message below comes only at the deadline: it asked again)
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), Code::kDeadlineExceeded) << c.status().ToString();
-  EXPECT_NE(c.status().message().find("could not take this node within 1200 ms: the job is running with all its workers"),
-            std::string::npos) << c.status().ToString();
+  EXPECT_NE(
+      c.status().message().find("could not take this node within 1200 ms: the job is running with all its workers"),
+      std::string::npos)
+      << c.status().ToString();
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 

@@ -35,8 +35,8 @@ std::shared_ptr<FutureState> CallSender::NewState(const char* kind, const std::s
 }
 
 Future CallSender::Failed(const Status& st) const {
-  return Future(std::make_shared<FutureState>(std::string(), 0, options_.request_timeout_ms, num_servers(),
-                                              nullptr, st));
+  return Future(
+      std::make_shared<FutureState>(std::string(), 0, options_.request_timeout_ms, num_servers(), nullptr, st));
 }
 
 Future CallSender::FailedPull(const Status& st, PulledRows* view) const {
@@ -60,10 +60,10 @@ void CallSender::Post(std::vector<std::unique_ptr<Command>> cmds) {
     const int s = c->part.target;
     const uint64_t frame = std::max(c->keys.size(), c->values.size());
     if (s == kScheduler || links_.max_frame(s) == 0 || frame <= links_.max_frame(s)) continue;
-    const Status st = Status::InvalidArgument(std::string(MsgTypeName(c->header.type)) + " of " + std::to_string(frame) +
-                                              " bytes to server " + std::to_string(s) + ", over its message limit of " +
-                                              std::to_string(links_.max_frame(s)) +
-                                              " bytes (pushpull-server --max_message_mb)");
+    const Status st =
+        Status::InvalidArgument(std::string(MsgTypeName(c->header.type)) + " of " + std::to_string(frame) +
+                                " bytes to server " + std::to_string(s) + ", over its message limit of " +
+                                std::to_string(links_.max_frame(s)) + " bytes (pushpull-server --max_message_mb)");
     if (cmds.front()->header.type == MsgType::kPush) state_.NoteRefusedPush(st);
     for (const auto& d : cmds) d->part.fs->Complete(d->part.target, st);
     return;

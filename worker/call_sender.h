@@ -17,9 +17,9 @@
 
 #include "common/control.h"
 #include "common/time.h"
+#include "pushpull/client.h"
 #include "worker/client_state.h"
 #include "worker/futures.h"
-#include "pushpull/client.h"
 #include "worker/requests.h"
 #include "worker/server_links.h"
 
@@ -39,7 +39,7 @@ class CallSender {
   // Futures of calls that fail before anything is sent.
   Future Failed(const Status& st) const;
   Future FailedPull(const Status& st, PulledRows* view) const;  // and marks the view failed
-  Future RefusedPush(const Status& st) const;  // and fails the next Clock() (NoteRefusedPush)
+  Future RefusedPush(const Status& st) const;                   // and fails the next Clock() (NoteRefusedPush)
 
   // Sends one call's requests (each with its part's FutureState set), in order, assigning their
   // request ids. Whatever fails (a frame too large, no room in time, a send) completes the

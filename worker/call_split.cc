@@ -128,8 +128,8 @@ Status SplitPush(const TableInfo& info, const KeyBuffer& kbuf, const FloatBuffer
                            const std::shared_ptr<const void>& vown) {
     for (size_t j = 0, per = info.KeysPerRequest(n); j < n; j += per) {
       const size_t m = std::min(per, n - j);
-      make(s, ZeroCopyFrame(ks + j, m * sizeof(Key), kown), ZeroCopyFrame(vs + j * dim, m * dim * sizeof(float), vown), m,
-           j > 0);
+      make(s, ZeroCopyFrame(ks + j, m * sizeof(Key), kown), ZeroCopyFrame(vs + j * dim, m * dim * sizeof(float), vown),
+           m, j > 0);
     }
   };
   if (by.grouped) {

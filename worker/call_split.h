@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "common/cluster.h"
-#include "pushpull/status.h"
 #include "common/wire.h"
 #include "pushpull/client.h"
+#include "pushpull/status.h"
 #include "worker/requests.h"
 
 namespace pushpull {
@@ -38,18 +38,16 @@ KeysByServer SplitByServer(const TableInfo& info, const std::vector<Key>& keys, 
 
 // Client::GroupByServer: reorders *keys server by server (stably) and sets *order to where each
 // came from.
-Status GroupKeysByServer(const TableInfo& info, std::vector<Key>* keys, int num_servers,
-                         std::vector<uint32_t>* order);
+Status GroupKeysByServer(const TableInfo& info, std::vector<Key>* keys, int num_servers, std::vector<uint32_t>* order);
 
 // The requests of a keyed push (Client::Push), of a whole dense table's push (PushDense), of a
 // keyed pull (Pull, Lookup with `create` false, PullSlot with slot >= 0, PullView with `view`),
 // and of a whole dense table's pull (PullDense into `out`, PullDenseView into `view`), each
 // stamped with `clock`. A view is given its PulledParts here. InvalidArgument, naming the table,
 // for arguments that do not fit it (nothing is made then).
-Status SplitPush(const TableInfo& info, const KeyBuffer& keys, const FloatBuffer& grads, int num_servers,
-                 int64_t clock, Commands* cmds);
-Status SplitPushDense(const TableInfo& info, const FloatBuffer& grads, int num_servers, int64_t clock,
-                      Commands* cmds);
+Status SplitPush(const TableInfo& info, const KeyBuffer& keys, const FloatBuffer& grads, int num_servers, int64_t clock,
+                 Commands* cmds);
+Status SplitPushDense(const TableInfo& info, const FloatBuffer& grads, int num_servers, int64_t clock, Commands* cmds);
 Status SplitPull(const TableInfo& info, const KeyBuffer& keys, int slot, bool create, float* out, PulledRows* view,
                  int num_servers, int64_t clock, Commands* cmds);
 Status SplitPullDense(const TableInfo& info, float* out, PulledRows* view, int num_servers, int64_t clock,

@@ -80,7 +80,8 @@ Future ClientImpl::Push(const Table& t, KeyBuffer keys, std::shared_ptr<const st
   Commands cmds;
   st = SplitPush(*info, keys, grads, num_servers(), state_.clock, &cmds);
   if (!st.ok()) return sender_.RefusedPush(st);
-  auto fs = sender_.NewState("push to table", t.name, static_cast<int64_t>(keys->size()), static_cast<int>(cmds.size()));
+  auto fs =
+      sender_.NewState("push to table", t.name, static_cast<int64_t>(keys->size()), static_cast<int>(cmds.size()));
   return PostCall(std::move(fs), std::move(cmds));
 }
 

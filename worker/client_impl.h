@@ -1,4 +1,4 @@
-// The worker client (Client, worker/pushpull.h): a thin class that composes its parts.
+// The worker client (Client, include/pushpull/client.h): a thin class that composes its parts.
 //   worker/futures.h        a call's state, Future and PulledRows, the waiter that receives
 //   worker/requests.h       requests, the table of unanswered ones, the queue to the I/O thread
 //   worker/client_state.h   what the parts share: the sticky error, stats, ids, tables, clock
@@ -27,12 +27,12 @@
 
 #include "common/control.h"
 #include "common/transport.h"
+#include "pushpull/client.h"
 #include "pushpull/status.h"
 #include "worker/call_sender.h"
 #include "worker/call_split.h"
 #include "worker/client_state.h"
 #include "worker/control_calls.h"
-#include "pushpull/client.h"
 #include "worker/reply_loop.h"
 #include "worker/requests.h"
 #include "worker/server_links.h"

@@ -16,16 +16,16 @@
 
 #include "common/cluster.h"
 #include "common/mutex.h"
+#include "pushpull/client.h"
 #include "pushpull/status.h"
 #include "worker/futures.h"
-#include "pushpull/client.h"
 #include "worker/requests.h"
 
 namespace pushpull {
 namespace internal {
 
 struct ClientState {
-  mutable Mutex mu;  // a leaf: nothing else is taken while it is held
+  mutable Mutex mu;                    // a leaf: nothing else is taken while it is held
   Status sticky GUARDED_BY(mu);        // a failure that stays (a dead server, a refused clock)
   Status refused_push GUARDED_BY(mu);  // the first push refused before it was sent, for the next Clock()
   ClientStats stats GUARDED_BY(mu);    // (unanswered_bytes: RequestTable)
@@ -43,11 +43,11 @@ struct ClientState {
   uint64_t settled_at_pushes GUARDED_BY(mu) = 0;
   uint64_t settled_at_clocks GUARDED_BY(mu) = 0;
 
-  std::atomic<int64_t> clock{0};               // this worker's clock (Client::clock)
-  std::atomic<bool> pushed_in_clock{false};    // a push posted since the last Clock() (Finish)
-  std::atomic<bool> has_bsp_table{false};      // CreateTable gave a BSP table (Clock() settles)
-  std::atomic<bool> finished{false};           // Finish() or Leave() done: no calls after it
-  std::atomic<int> held_back{0};               // server requests posted to the I/O thread, not sent yet
+  std::atomic<int64_t> clock{0};             // this worker's clock (Client::clock)
+  std::atomic<bool> pushed_in_clock{false};  // a push posted since the last Clock() (Finish)
+  std::atomic<bool> has_bsp_table{false};    // CreateTable gave a BSP table (Clock() settles)
+  std::atomic<bool> finished{false};         // Finish() or Leave() done: no calls after it
+  std::atomic<int> held_back{0};             // server requests posted to the I/O thread, not sent yet
 
   // The error later calls return: the sticky one, or this worker having finished.
   Status Sticky() const EXCLUDES(mu) {
@@ -81,9 +81,8 @@ struct ClientState {
     // client's, or edited) is refused rather than trusted.
     const TableSpec& spec = it->second.spec;
     if (t.sparse != spec.sparse || t.dim != spec.dim || (!spec.sparse && t.rows != spec.rows))
-      return Status::InvalidArgument("table '" + t.name + "': this handle says " +
-                                     (t.sparse ? "sparse" : "dense") + ", dim " + std::to_string(t.dim) +
-                                     ", rows " + std::to_string(t.rows) +
+      return Status::InvalidArgument("table '" + t.name + "': this handle says " + (t.sparse ? "sparse" : "dense") +
+                                     ", dim " + std::to_string(t.dim) + ", rows " + std::to_string(t.rows) +
                                      "; the table is " + (spec.sparse ? "sparse" : "dense") + ", dim " +
                                      std::to_string(spec.dim) + ", rows " + std::to_string(spec.rows) +
                                      " (a handle from another client?)");

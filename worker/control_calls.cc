@@ -77,9 +77,10 @@ Status ControlCalls::Clock() {
   {
     MutexLock l(&state_.mu);
     if (!state_.refused_push.ok()) {
-      state_.sticky = Status(state_.refused_push.code(), "clock " + std::to_string(state_.clock.load()) +
-                                                             " is not done: a push of it was refused before it was sent (" +
-                                                             state_.refused_push.message() + ")");
+      state_.sticky =
+          Status(state_.refused_push.code(), "clock " + std::to_string(state_.clock.load()) +
+                                                 " is not done: a push of it was refused before it was sent (" +
+                                                 state_.refused_push.message() + ")");
       return state_.sticky;
     }
   }
@@ -187,7 +188,7 @@ Status ControlCalls::Checkpoint(const std::string& run) {
 }
 
 Status ControlCalls::Finish() {
-  MutexLock once(&finish_mu_);  // two threads at once: the second finds it done
+  MutexLock once(&finish_mu_);               // two threads at once: the second finds it done
   if (state_.finished) return Status::OK();  // once is enough
   // Pushes in a clock left open would count, under BSP, only on the servers they went to (a
   // server counts a finished worker in a clock it pushed to there); closed, the worker counts in
@@ -269,8 +270,8 @@ void ControlCalls::ResendRequests() {
       continue;
     }
     if (now >= it->second.resend_ms) {
-      PP_LOG(Debug) << "asking the scheduler again: " << MsgTypeName(it->second.header.type) << " request "
-                    << it->first << " (no answer yet)";
+      PP_LOG(Debug) << "asking the scheduler again: " << MsgTypeName(it->second.header.type) << " request " << it->first
+                    << " (no answer yet)";
       control_.Send(it->second.header).IgnoreError();
       it->second.resend_ms = now + ResendIntervalMs();
     }

@@ -18,11 +18,11 @@
 
 #include "common/control.h"
 #include "common/mutex.h"
-#include "pushpull/status.h"
 #include "common/time.h"
+#include "pushpull/client.h"
+#include "pushpull/status.h"
 #include "worker/call_sender.h"
 #include "worker/client_state.h"
-#include "pushpull/client.h"
 #include "worker/requests.h"
 
 namespace pushpull {

@@ -20,22 +20,18 @@ namespace pushpull::cuda {
 inline Status CudaStatus(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::OK();
   const Code code = (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) ? Code::kUnavailable
-                    : e == cudaErrorMemoryAllocation                                 ? Code::kResourceExhausted
-                                                                                     : Code::kInternal;
-  return Status(code, std::string(what) + ": " + cudaGetErrorName(e) + " (" +
-                          cudaGetErrorString(e) + ")");
+                    : e == cudaErrorMemoryAllocation                             ? Code::kResourceExhausted
+                                                                                 : Code::kInternal;
+  return Status(code, std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 
 inline Status CublasStatus(cublasStatus_t e, const char* what) {
   if (e == CUBLAS_STATUS_SUCCESS) return Status::OK();
-  return Status::Internal(std::string(what) + ": " + cublasGetStatusName(e) + " (" +
-                          cublasGetStatusString(e) + ")");
+  return Status::Internal(std::string(what) + ": " + cublasGetStatusName(e) + " (" + cublasGetStatusString(e) + ")");
 }
 
-#define PP_CUDA_RETURN_IF_ERROR(expr) \
-  PP_RETURN_IF_ERROR(::pushpull::cuda::CudaStatus((expr), #expr))
-#define PP_CUBLAS_RETURN_IF_ERROR(expr) \
-  PP_RETURN_IF_ERROR(::pushpull::cuda::CublasStatus((expr), #expr))
+#define PP_CUDA_RETURN_IF_ERROR(expr) PP_RETURN_IF_ERROR(::pushpull::cuda::CudaStatus((expr), #expr))
+#define PP_CUBLAS_RETURN_IF_ERROR(expr) PP_RETURN_IF_ERROR(::pushpull::cuda::CublasStatus((expr), #expr))
 
 // Where a CudaBuffer's memory comes from: device memory (cudaMalloc), or page-locked host memory
 // (cudaMallocHost), so that cudaMemcpyAsync on it is truly asynchronous and runs at full bus speed.
@@ -56,8 +52,7 @@ class CudaBuffer {
  public:
   CudaBuffer() = default;
   ~CudaBuffer() { Reset(); }
-  CudaBuffer(CudaBuffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+  CudaBuffer(CudaBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), count_(std::exchange(o.count_, 0)) {}
   CudaBuffer& operator=(CudaBuffer&& o) noexcept {
     if (this != &o) {
       Reset();

@@ -1,4 +1,4 @@
-// Future and PulledRows (worker/pushpull.h) over the call state of worker/futures.h, and the
+// Future and PulledRows (include/pushpull/client.h) over the call state of worker/futures.h, and the
 // wait in which a caller receives its own replies. Threading: see worker/futures.h.
 
 #include "worker/futures.h"
@@ -20,11 +20,9 @@ void FutureState::Complete(int target, const Status& st, int32_t stale) {
   // A waiter that gave up was told DeadlineExceeded and nothing was written for it since: the
   // call must not turn OK later (a pull's values are not in its destination).
   if (abandoned && status.ok())
-    status = Status::DeadlineExceeded(What() +
-                                      ": a reply came after the wait expired; its values were not written");
+    status = Status::DeadlineExceeded(What() + ": a reply came after the wait expired; its values were not written");
   if (stale > staleness) staleness = stale;
-  if (target >= 0 && target < static_cast<int>(waiting_on.size()) && waiting_on[target] > 0)
-    --waiting_on[target];
+  if (target >= 0 && target < static_cast<int>(waiting_on.size()) && waiting_on[target] > 0) --waiting_on[target];
   if (--remaining == 0) {
     remaining_hint.store(0, std::memory_order_release);
     cv.SignalAll();
@@ -34,8 +32,8 @@ void FutureState::Complete(int target, const Status& st, int32_t stale) {
 void PulledParts::CheckComplete() const {
   if (!refused.empty()) throw std::logic_error("PulledRows of a pull that failed: " + refused);
   if (landed.load(std::memory_order_acquire) != frames.size())
-    throw std::logic_error("PulledRows read before its pull succeeded (" + std::to_string(landed.load()) +
-                           " of " + std::to_string(frames.size()) + " server replies in)");
+    throw std::logic_error("PulledRows read before its pull succeeded (" + std::to_string(landed.load()) + " of " +
+                           std::to_string(frames.size()) + " server replies in)");
 }
 
 const std::vector<PulledParts::Part>& PulledParts::Parts() const {
@@ -55,8 +53,7 @@ const std::vector<PulledParts::Part>& PulledParts::Parts() const {
 const float* PulledParts::Row(size_t i) const {
   if (!keyed) {
     const std::vector<Part>& p = Parts();
-    auto it =
-        std::upper_bound(p.begin(), p.end(), i, [](size_t r, const Part& x) { return r < x.first_row; });
+    auto it = std::upper_bound(p.begin(), p.end(), i, [](size_t r, const Part& x) { return r < x.first_row; });
     if (it == p.begin()) return nullptr;
     --it;
     if (i - it->first_row >= it->frame->size() / sizeof(float) / dim) return nullptr;
@@ -103,8 +100,8 @@ Status WaitState(const std::shared_ptr<FutureState>& s_, int64_t timeout_ms, boo
       }
     }
     MutexLock l(&s_->mu);
-    const auto slice = s_->receiver ? std::chrono::microseconds(500)
-                                    : std::chrono::microseconds(std::min<int64_t>(left, 1000) * 1000);
+    const auto slice =
+        s_->receiver ? std::chrono::microseconds(500) : std::chrono::microseconds(std::min<int64_t>(left, 1000) * 1000);
     const auto until = std::chrono::steady_clock::now() + slice;
     while (s_->remaining > 0 && s_->cv.WaitUntil(&s_->mu, until)) {
     }
@@ -118,8 +115,8 @@ Status WaitState(const std::shared_ptr<FutureState>& s_, int64_t timeout_ms, boo
       if (!who.empty()) who += ", ";
       who += i + 1 == s_->waiting_on.size() ? "the scheduler" : "server " + std::to_string(i);
     }
-    return Status::DeadlineExceeded(s_->What() + ": no answer within " + std::to_string(timeout_ms) +
-                                    " ms from " + who);
+    return Status::DeadlineExceeded(s_->What() + ": no answer within " + std::to_string(timeout_ms) + " ms from " +
+                                    who);
   }
   return s_->status;
 }
@@ -134,8 +131,8 @@ size_t PulledRows::num_rows() const {
 }
 const float* PulledRows::row(size_t i) const {
   if (p_ && !p_->refused.empty()) p_->CheckComplete();  // throws
-  if (!p_ || i >= p_->rows) throw std::out_of_range("PulledRows::row(" + std::to_string(i) + ") of " +
-                                                    std::to_string(num_rows()));
+  if (!p_ || i >= p_->rows)
+    throw std::out_of_range("PulledRows::row(" + std::to_string(i) + ") of " + std::to_string(num_rows()));
   const float* r = p_->Row(i);
   if (!r) throw std::logic_error("PulledRows::row(" + std::to_string(i) + "): no server reply holds it");
   return r;
@@ -147,9 +144,7 @@ const internal::PulledParts::Part& PartAt(const std::shared_ptr<internal::Pulled
   return p->Parts().at(i);
 }
 }  // namespace
-const float* PulledRows::part(size_t i) const {
-  return static_cast<const float*>(PartAt(p_, i).frame->data());
-}
+const float* PulledRows::part(size_t i) const { return static_cast<const float*>(PartAt(p_, i).frame->data()); }
 size_t PulledRows::part_floats(size_t i) const { return PartAt(p_, i).frame->size() / sizeof(float); }
 uint64_t PulledRows::part_first_row(size_t i) const { return PartAt(p_, i).first_row; }
 void PulledRows::CopyTo(float* out) const {

@@ -2,7 +2,7 @@
 // it, the threads that complete it and every Future copy that refers to it; the received frames
 // a PullView or PullDenseView is read from in place (PulledParts); and how a waiting thread
 // receives replies itself (Receiver, ReceiverHandle, WaitState). The public classes over them,
-// Future and PulledRows (worker/pushpull.h), are implemented in futures.cc.
+// Future and PulledRows (include/pushpull/client.h), are implemented in futures.cc.
 //
 // Threading:
 //  - FutureState::mu guards a call's outcome. It is a leaf: nothing else is taken while it is
@@ -18,7 +18,6 @@
 //    part has landed (the pull's Future succeeded), then without a lock.
 #pragma once
 
-
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -28,9 +27,9 @@
 
 #include "common/mutex.h"
 #include "common/transport.h"
-#include "pushpull/status.h"
 #include "common/wire.h"
 #include "pushpull/client.h"
+#include "pushpull/status.h"
 
 namespace pushpull {
 namespace internal {
@@ -118,7 +117,7 @@ struct FutureState {
 // of a keyed one over several stripes each stripe's rows in turn, see key_of_row).
 struct PulledParts {
   std::vector<std::vector<Frame>> frames;  // [server part][frame]
-  std::vector<uint64_t> first_row;                  // [server part] its first row (see positions)
+  std::vector<uint64_t> first_row;         // [server part] its first row (see positions)
   // Keyed: [server part] the key index of each row it holds; empty: consecutive key indices from
   // first_row[part] (keys in server order, GroupByServer).
   std::vector<std::vector<uint32_t>> positions;

@@ -22,15 +22,13 @@ int GpuCount() {
 
 bool GpuAvailable() { return GpuCount() > 0; }
 
-Result<std::unique_ptr<MlpBackend>> MlpBackend::Create(Device device, std::vector<int> layers,
-                                                        int max_batch, int gpu) {
+Result<std::unique_ptr<MlpBackend>> MlpBackend::Create(Device device, std::vector<int> layers, int max_batch, int gpu) {
   PP_RETURN_IF_ERROR(internal::CheckLayers(layers, max_batch));
   if (device != Device::kCpu && GpuAvailable() && (gpu < 0 || gpu >= GpuCount()))
-    return Status::InvalidArgument("gpu " + std::to_string(gpu) + ": this machine has " +
-                                   std::to_string(GpuCount()) + " CUDA devices (0 to " + std::to_string(GpuCount() - 1) + ")");
+    return Status::InvalidArgument("gpu " + std::to_string(gpu) + ": this machine has " + std::to_string(GpuCount()) +
+                                   " CUDA devices (0 to " + std::to_string(GpuCount() - 1) + ")");
   switch (device) {
-    case Device::kCpu:
-      return internal::NewCpuMlpBackend(std::move(layers), max_batch);
+    case Device::kCpu: return internal::NewCpuMlpBackend(std::move(layers), max_batch);
     case Device::kGpu:
       if (!GpuAvailable()) {
 #ifdef PUSHPULL_CUDA
@@ -68,8 +66,8 @@ Status CheckLayers(const std::vector<int>& layers, int max_batch) {
   }
   for (size_t i = 0; i < layers.size(); ++i) {
     if (layers[i] <= 0) {
-      return Status::InvalidArgument("MLP layer " + std::to_string(i) + " has size " +
-                                     std::to_string(layers[i]) + ", must be > 0");
+      return Status::InvalidArgument("MLP layer " + std::to_string(i) + " has size " + std::to_string(layers[i]) +
+                                     ", must be > 0");
     }
   }
   // Labels are uint8_t class ids.
@@ -78,17 +76,15 @@ Status CheckLayers(const std::vector<int>& layers, int max_batch) {
                                    " classes, must be in [2, 256]");
   }
   if (max_batch <= 0) {
-    return Status::InvalidArgument("MLP max_batch = " + std::to_string(max_batch) +
-                                   " must be > 0");
+    return Status::InvalidArgument("MLP max_batch = " + std::to_string(max_batch) + " must be > 0");
   }
   return Status::OK();
 }
 
 Status CheckParams(const std::vector<const float*>& params, size_t num_layers) {
   if (params.size() != num_layers) {
-    return Status::InvalidArgument("got " + std::to_string(params.size()) +
-                                   " parameter arrays for " + std::to_string(num_layers) +
-                                   " layers");
+    return Status::InvalidArgument("got " + std::to_string(params.size()) + " parameter arrays for " +
+                                   std::to_string(num_layers) + " layers");
   }
   for (size_t l = 0; l < params.size(); ++l) {
     if (params[l] == nullptr) {
@@ -100,9 +96,8 @@ Status CheckParams(const std::vector<const float*>& params, size_t num_layers) {
 
 Status CheckGrads(const std::vector<float*>& grads, size_t num_layers) {
   if (grads.size() != num_layers) {
-    return Status::InvalidArgument("got " + std::to_string(grads.size()) +
-                                   " gradient arrays for " + std::to_string(num_layers) +
-                                   " layers");
+    return Status::InvalidArgument("got " + std::to_string(grads.size()) + " gradient arrays for " +
+                                   std::to_string(num_layers) + " layers");
   }
   for (size_t l = 0; l < grads.size(); ++l) {
     if (grads[l] == nullptr) {
@@ -115,9 +110,8 @@ Status CheckGrads(const std::vector<float*>& grads, size_t num_layers) {
 Status CheckLabels(const uint8_t* labels, int n, int classes) {
   for (int i = 0; i < n; ++i) {
     if (labels[i] >= classes) {
-      return Status::InvalidArgument("label " + std::to_string(labels[i]) + " of example " +
-                                     std::to_string(i) + " is not in [0, " +
-                                     std::to_string(classes) + ")");
+      return Status::InvalidArgument("label " + std::to_string(labels[i]) + " of example " + std::to_string(i) +
+                                     " is not in [0, " + std::to_string(classes) + ")");
     }
   }
   return Status::OK();

@@ -32,8 +32,7 @@ class MlpBackend {
   // device (0 to GpuCount() - 1; several workers on one machine each take their own).
   // kAuto picks that GPU when GpuAvailable() and it can run this build's kernels, else the CPU
   // (saying why). kGpu without a usable GPU: Unavailable.
-  static Result<std::unique_ptr<MlpBackend>> Create(Device device, std::vector<int> layers,
-                                                     int max_batch, int gpu = 0);
+  static Result<std::unique_ptr<MlpBackend>> Create(Device device, std::vector<int> layers, int max_batch, int gpu = 0);
 
   virtual std::string name() const = 0;  // "cpu (Eigen)" or "gpu (cuBLAS, <device name>)"
   const std::vector<int>& layers() const { return layers_; }
@@ -43,15 +42,13 @@ class MlpBackend {
   // Forward and backward on one batch. params[l]: layer l (layout above). x: batch rows of
   // layers[0] floats. labels: batch class ids in [0, layers.back()). Writes the mean softmax
   // cross-entropy over the batch to *loss and d(loss)/d(params[l]) into grads[l] (same layout).
-  virtual Status ForwardBackward(const std::vector<const float*>& params, const float* x,
-                                 const uint8_t* labels, int batch,
-                                 const std::vector<float*>& grads, float* loss) = 0;
+  virtual Status ForwardBackward(const std::vector<const float*>& params, const float* x, const uint8_t* labels,
+                                 int batch, const std::vector<float*>& grads, float* loss) = 0;
 
   // Forward only: argmax class per row into predictions[0..n); n may exceed max_batch (the
   // backend chunks). Optional *loss: mean cross-entropy when labels != nullptr.
-  virtual Status Predict(const std::vector<const float*>& params, const float* x, int n,
-                         int* predictions, const uint8_t* labels = nullptr,
-                         float* loss = nullptr) = 0;
+  virtual Status Predict(const std::vector<const float*>& params, const float* x, int n, int* predictions,
+                         const uint8_t* labels = nullptr, float* loss = nullptr) = 0;
 
  protected:
   explicit MlpBackend(std::vector<int> layers) : layers_(std::move(layers)) {}

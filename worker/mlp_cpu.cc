@@ -23,8 +23,7 @@ using RowMap = Eigen::Map<RowMat>;
 // across calls, so concurrent calls on one object would race.
 class CpuMlpBackend final : public MlpBackend {
  public:
-  CpuMlpBackend(std::vector<int> layers, int max_batch)
-      : MlpBackend(std::move(layers)), max_batch_(max_batch) {
+  CpuMlpBackend(std::vector<int> layers, int max_batch) : MlpBackend(std::move(layers)), max_batch_(max_batch) {
     const size_t num_layers = layers_.size() - 1;
     acts_.resize(num_layers);
     deltas_.resize(num_layers);
@@ -37,9 +36,8 @@ class CpuMlpBackend final : public MlpBackend {
 
   std::string name() const override { return "cpu (Eigen)"; }
 
-  Status ForwardBackward(const std::vector<const float*>& params, const float* x,
-                         const uint8_t* labels, int batch, const std::vector<float*>& grads,
-                         float* loss) override {
+  Status ForwardBackward(const std::vector<const float*>& params, const float* x, const uint8_t* labels, int batch,
+                         const std::vector<float*>& grads, float* loss) override {
     const size_t num_layers = layers_.size() - 1;
     PP_RETURN_IF_ERROR(internal::CheckParams(params, num_layers));
     PP_RETURN_IF_ERROR(internal::CheckGrads(grads, num_layers));
@@ -77,8 +75,8 @@ class CpuMlpBackend final : public MlpBackend {
     return Status::OK();
   }
 
-  Status Predict(const std::vector<const float*>& params, const float* x, int n,
-                 int* predictions, const uint8_t* labels, float* loss) override {
+  Status Predict(const std::vector<const float*>& params, const float* x, int n, int* predictions,
+                 const uint8_t* labels, float* loss) override {
     const size_t num_layers = layers_.size() - 1;
     PP_RETURN_IF_ERROR(internal::CheckParams(params, num_layers));
     if (n < 0) return Status::InvalidArgument("Predict: n = " + std::to_string(n) + " < 0");
@@ -143,8 +141,8 @@ class CpuMlpBackend final : public MlpBackend {
   }
 
   const int max_batch_;
-  std::vector<RowMat> acts_;    // max_batch x layers[l+1], per layer
-  std::vector<RowMat> deltas_;  // same shapes: gradients w.r.t. pre-activations
+  std::vector<RowMat> acts_;                        // max_batch x layers[l+1], per layer
+  std::vector<RowMat> deltas_;                      // same shapes: gradients w.r.t. pre-activations
   Eigen::Array<float, 1, Eigen::Dynamic> exp_row_;  // one row of exp(logit - max)
 };
 

@@ -32,11 +32,9 @@ int BlocksFor(size_t n, int threads) {
 }
 
 // z[b][o] += bias[o]; then ReLU when relu. The bias of unit o sits at params[o*(in+1)+in].
-__global__ void BiasActKernel(float* z, const float* params, int batch, int out, int in,
-                              bool relu) {
+__global__ void BiasActKernel(float* z, const float* params, int batch, int out, int in, bool relu) {
   const size_t total = size_t(batch) * out;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total;
-       i += size_t(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
     const int o = int(i % out);
     float v = z[i] + params[size_t(o) * (in + 1) + in];
     // NaN stays NaN (fmaxf would make it 0, hiding a diverged model that the CPU backend shows).
@@ -47,8 +45,7 @@ __global__ void BiasActKernel(float* z, const float* params, int batch, int out,
 // delta[i] = 0 where the ReLU output act[i] is not positive (its input was <= 0), NaN too, as
 // the CPU backend does.
 __global__ void ReluBackwardKernel(float* delta, const float* act, size_t n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     if (!(act[i] > 0.0f)) delta[i] = 0.0f;
   }
 }
@@ -57,9 +54,8 @@ __global__ void ReluBackwardKernel(float* delta, const float* act, size_t n) {
 // non-null: the row's argmax (first maximum, as on the CPU), its cross-entropy
 // log(sum exp(z - max)) + max - z[label], and d(loss)/dz scaled by grad_scale (1/batch for the
 // mean loss). Subtracting the max keeps exp() finite.
-__global__ void SoftmaxXentKernel(const float* logits, const uint8_t* labels, int batch,
-                                  int classes, float grad_scale, float* dlogits,
-                                  float* row_loss, int* argmax) {
+__global__ void SoftmaxXentKernel(const float* logits, const uint8_t* labels, int batch, int classes, float grad_scale,
+                                  float* dlogits, float* row_loss, int* argmax) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= batch) return;  // whole warps exit together: row is uniform within a warp
@@ -116,9 +112,7 @@ __global__ void BiasGradKernel(const float* delta, int batch, int out, float* gr
   }
 }
 
-Status LaunchStatus(const char* kernel) {
-  return cuda::CudaStatus(cudaGetLastError(), kernel);
-}
+Status LaunchStatus(const char* kernel) { return cuda::CudaStatus(cudaGetLastError(), kernel); }
 
 // Threading: one thread at a time (the MlpBackend contract). All device work goes on stream_,
 // and every public call synchronises it before returning, so no work is in flight between calls.
@@ -132,9 +126,8 @@ class GpuMlpBackend final : public MlpBackend {
 
   std::string name() const override { return "gpu (cuBLAS, " + device_name_ + ")"; }
 
-  Status ForwardBackward(const std::vector<const float*>& params, const float* x,
-                         const uint8_t* labels, int batch, const std::vector<float*>& grads,
-                         float* loss) override {
+  Status ForwardBackward(const std::vector<const float*>& params, const float* x, const uint8_t* labels, int batch,
+                         const std::vector<float*>& grads, float* loss) override {
     const int num_layers = int(layers_.size()) - 1;
     PP_RETURN_IF_ERROR(internal::CheckParams(params, num_layers));
     PP_RETURN_IF_ERROR(internal::CheckGrads(grads, num_layers));
@@ -152,19 +145,16 @@ class GpuMlpBackend final : public MlpBackend {
     PP_RETURN_IF_ERROR(UploadBatch(x, labels, batch));
     PP_RETURN_IF_ERROR(Forward(batch));
     const int classes = layers_.back();
-    SoftmaxXentKernel<<<(batch + kWarpsPerBlock - 1) / kWarpsPerBlock, 32 * kWarpsPerBlock, 0,
-                        stream_.get()>>>(acts_.back().get(), d_labels_.get(), batch, classes,
-                                         1.0f / batch, deltas_.back().get(),
-                                         d_row_loss_.get(), nullptr);
+    SoftmaxXentKernel<<<(batch + kWarpsPerBlock - 1) / kWarpsPerBlock, 32 * kWarpsPerBlock, 0, stream_.get()>>>(
+        acts_.back().get(), d_labels_.get(), batch, classes, 1.0f / batch, deltas_.back().get(), d_row_loss_.get(),
+        nullptr);
     PP_RETURN_IF_ERROR(LaunchStatus("SoftmaxXentKernel"));
     PP_RETURN_IF_ERROR(Backward(batch));
 
-    PP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_grads_.get(), d_grads_.get(),
-                                            total_params_ * sizeof(float),
+    PP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_grads_.get(), d_grads_.get(), total_params_ * sizeof(float),
                                             cudaMemcpyDeviceToHost, stream_.get()));
-    PP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_row_loss_.get(), d_row_loss_.get(),
-                                            batch * sizeof(float), cudaMemcpyDeviceToHost,
-                                            stream_.get()));
+    PP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_row_loss_.get(), d_row_loss_.get(), batch * sizeof(float),
+                                            cudaMemcpyDeviceToHost, stream_.get()));
     PP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()));
     for (int l = 0; l < num_layers; ++l) {
       std::memcpy(grads[l], h_grads_.get() + offsets_[l], layer_size(l) * sizeof(float));
@@ -175,8 +165,8 @@ class GpuMlpBackend final : public MlpBackend {
     return Status::OK();
   }
 
-  Status Predict(const std::vector<const float*>& params, const float* x, int n,
-                 int* predictions, const uint8_t* labels, float* loss) override {
+  Status Predict(const std::vector<const float*>& params, const float* x, int n, int* predictions,
+                 const uint8_t* labels, float* loss) override {
     const int num_layers = int(layers_.size()) - 1;
     PP_RETURN_IF_ERROR(internal::CheckParams(params, num_layers));
     if (n < 0) return Status::InvalidArgument("Predict: n = " + std::to_string(n) + " < 0");
@@ -195,20 +185,17 @@ class GpuMlpBackend final : public MlpBackend {
     double loss_sum = 0.0;
     for (int start = 0; start < n; start += max_batch_) {
       const int b = std::min(max_batch_, n - start);
-      PP_RETURN_IF_ERROR(
-          UploadBatch(x + size_t(start) * in, want_loss ? labels + start : nullptr, b));
+      PP_RETURN_IF_ERROR(UploadBatch(x + size_t(start) * in, want_loss ? labels + start : nullptr, b));
       PP_RETURN_IF_ERROR(Forward(b));
-      SoftmaxXentKernel<<<(b + kWarpsPerBlock - 1) / kWarpsPerBlock, 32 * kWarpsPerBlock, 0,
-                          stream_.get()>>>(acts_.back().get(),
-                                           want_loss ? d_labels_.get() : nullptr, b, classes,
-                                           1.0f, nullptr, d_row_loss_.get(), d_pred_.get());
+      SoftmaxXentKernel<<<(b + kWarpsPerBlock - 1) / kWarpsPerBlock, 32 * kWarpsPerBlock, 0, stream_.get()>>>(
+          acts_.back().get(), want_loss ? d_labels_.get() : nullptr, b, classes, 1.0f, nullptr, d_row_loss_.get(),
+          d_pred_.get());
       PP_RETURN_IF_ERROR(LaunchStatus("SoftmaxXentKernel"));
-      PP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_pred_.get(), d_pred_.get(), b * sizeof(int),
-                                              cudaMemcpyDeviceToHost, stream_.get()));
+      PP_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(h_pred_.get(), d_pred_.get(), b * sizeof(int), cudaMemcpyDeviceToHost, stream_.get()));
       if (want_loss) {
-        PP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_row_loss_.get(), d_row_loss_.get(),
-                                                b * sizeof(float), cudaMemcpyDeviceToHost,
-                                                stream_.get()));
+        PP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_row_loss_.get(), d_row_loss_.get(), b * sizeof(float),
+                                                cudaMemcpyDeviceToHost, stream_.get()));
       }
       PP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()));
       std::memcpy(predictions + start, h_pred_.get(), b * sizeof(int));
@@ -221,8 +208,7 @@ class GpuMlpBackend final : public MlpBackend {
   }
 
  private:
-  GpuMlpBackend(std::vector<int> layers, int max_batch)
-      : MlpBackend(std::move(layers)), max_batch_(max_batch) {}
+  GpuMlpBackend(std::vector<int> layers, int max_batch) : MlpBackend(std::move(layers)), max_batch_(max_batch) {}
 
   Status Init(int gpu) {
     dev_ = gpu;
@@ -237,7 +223,8 @@ class GpuMlpBackend final : public MlpBackend {
       cudaGetLastError();
       return Status::Unavailable(device_name_ + " (compute capability " + std::to_string(prop.major) + "." +
                                  std::to_string(prop.minor) + ") cannot run this build's kernels (" +
-                                 cudaGetErrorString(e) + "; this build's kernels are for compute capability 7.5 and up)");
+                                 cudaGetErrorString(e) +
+                                 "; this build's kernels are for compute capability 7.5 and up)");
     }
 
     PP_RETURN_IF_ERROR(stream_.Create());
@@ -281,8 +268,7 @@ class GpuMlpBackend final : public MlpBackend {
     for (size_t l = 0; l < params.size(); ++l) {
       std::memcpy(h_params_.get() + offsets_[l], params[l], layer_size(int(l)) * sizeof(float));
     }
-    PP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_params_.get(), h_params_.get(),
-                                            total_params_ * sizeof(float),
+    PP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_params_.get(), h_params_.get(), total_params_ * sizeof(float),
                                             cudaMemcpyHostToDevice, stream_.get()));
     return Status::OK();
   }
@@ -292,12 +278,11 @@ class GpuMlpBackend final : public MlpBackend {
   Status UploadBatch(const float* x, const uint8_t* labels, int n) {
     const size_t x_bytes = size_t(n) * layers_[0] * sizeof(float);
     std::memcpy(h_x_.get(), x, x_bytes);
-    PP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_x_.get(), h_x_.get(), x_bytes,
-                                            cudaMemcpyHostToDevice, stream_.get()));
+    PP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_x_.get(), h_x_.get(), x_bytes, cudaMemcpyHostToDevice, stream_.get()));
     if (labels != nullptr) {
       std::memcpy(h_labels_.get(), labels, size_t(n));
-      PP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_labels_.get(), h_labels_.get(), size_t(n),
-                                              cudaMemcpyHostToDevice, stream_.get()));
+      PP_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(d_labels_.get(), h_labels_.get(), size_t(n), cudaMemcpyHostToDevice, stream_.get()));
     }
     return Status::OK();
   }
@@ -311,12 +296,11 @@ class GpuMlpBackend final : public MlpBackend {
     const float one = 1.0f, zero = 0.0f;
     for (int l = 0; l < num_layers; ++l) {
       const int in = layers_[l], out = layers_[l + 1];
-      PP_CUBLAS_RETURN_IF_ERROR(cublasSgemm(blas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, out, batch,
-                                            in, &one, LayerParams(l), in + 1, LayerInput(l),
-                                            in, &zero, acts_[l].get(), out));
+      PP_CUBLAS_RETURN_IF_ERROR(cublasSgemm(blas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, &one, LayerParams(l),
+                                            in + 1, LayerInput(l), in, &zero, acts_[l].get(), out));
       const size_t n = size_t(batch) * out;
-      BiasActKernel<<<BlocksFor(n, kThreads), kThreads, 0, stream_.get()>>>(
-          acts_[l].get(), LayerParams(l), batch, out, in, l + 1 < num_layers);
+      BiasActKernel<<<BlocksFor(n, kThreads), kThreads, 0, stream_.get()>>>(acts_[l].get(), LayerParams(l), batch, out,
+                                                                            in, l + 1 < num_layers);
       PP_RETURN_IF_ERROR(LaunchStatus("BiasActKernel"));
     }
     return Status::OK();
@@ -329,20 +313,17 @@ class GpuMlpBackend final : public MlpBackend {
     for (int l = num_layers - 1; l >= 0; --l) {
       const int in = layers_[l], out = layers_[l + 1];
       float* g = d_grads_.get() + offsets_[l];
-      PP_CUBLAS_RETURN_IF_ERROR(cublasSgemm(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_T, in, out,
-                                            batch, &one, LayerInput(l), in,
-                                            deltas_[l].get(), out, &zero, g, in + 1));
-      BiasGradKernel<<<(out + 31) / 32, dim3(32, 8), 0, stream_.get()>>>(deltas_[l].get(),
-                                                                          batch, out, g, in);
+      PP_CUBLAS_RETURN_IF_ERROR(cublasSgemm(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, &one, LayerInput(l),
+                                            in, deltas_[l].get(), out, &zero, g, in + 1));
+      BiasGradKernel<<<(out + 31) / 32, dim3(32, 8), 0, stream_.get()>>>(deltas_[l].get(), batch, out, g, in);
       PP_RETURN_IF_ERROR(LaunchStatus("BiasGradKernel"));
       if (l > 0) {
-        PP_CUBLAS_RETURN_IF_ERROR(cublasSgemm(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_N, in, batch,
-                                              out, &one, LayerParams(l), in + 1,
-                                              deltas_[l].get(), out, &zero,
+        PP_CUBLAS_RETURN_IF_ERROR(cublasSgemm(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, &one,
+                                              LayerParams(l), in + 1, deltas_[l].get(), out, &zero,
                                               deltas_[l - 1].get(), in));
         const size_t n = size_t(batch) * in;
-        ReluBackwardKernel<<<BlocksFor(n, kThreads), kThreads, 0, stream_.get()>>>(
-            deltas_[l - 1].get(), acts_[l - 1].get(), n);
+        ReluBackwardKernel<<<BlocksFor(n, kThreads), kThreads, 0, stream_.get()>>>(deltas_[l - 1].get(),
+                                                                                   acts_[l - 1].get(), n);
         PP_RETURN_IF_ERROR(LaunchStatus("ReluBackwardKernel"));
       }
     }
@@ -352,7 +333,7 @@ class GpuMlpBackend final : public MlpBackend {
   // Set at construction / Init().
   const int max_batch_;
   std::string device_name_;
-  int dev_ = 0;  // the CUDA device everything here lives on
+  int dev_ = 0;                  // the CUDA device everything here lives on
   std::vector<size_t> offsets_;  // layer l's first float in the flat parameter/gradient arrays
   size_t total_params_ = 0;
   cuda::Stream stream_;

@@ -60,8 +60,8 @@ std::string NodeName(int target) {
 
 }  // namespace
 
-ReplyLoop::ReplyLoop(Transport& transport, const ClientOptions& options, ControlChannel& control, ClientState& state, RequestTable& requests,
-                     ServerLinks& links, ControlCalls& control_calls, CommandQueue& queue)
+ReplyLoop::ReplyLoop(Transport& transport, const ClientOptions& options, ControlChannel& control, ClientState& state,
+                     RequestTable& requests, ServerLinks& links, ControlCalls& control_calls, CommandQueue& queue)
     : options_(options),
       transport_(transport),
       control_(control),
@@ -111,8 +111,10 @@ void ReplyLoop::IoLoop() {
       for (int i = 0; i < 1024; ++i) {
         std::unique_ptr<Command> c = queue_.Take();
         if (!c) break;
-        if (options_.send_latency_ms > 0) delayed_.emplace_back(NowMs() + options_.send_latency_ms, std::move(c));
-        else SendCommand(std::move(c));
+        if (options_.send_latency_ms > 0)
+          delayed_.emplace_back(NowMs() + options_.send_latency_ms, std::move(c));
+        else
+          SendCommand(std::move(c));
         if (control_.MsUntilTick() == 0) control_.Tick().IgnoreError();
       }
     }
@@ -224,9 +226,10 @@ void ReplyLoop::HandleReply(Message& m, int from) {
   }
   if (h.type == MsgType::kPullReply) {
     if (h.row_count() != part.rows || h.dim != part.dim) {
-      part.fs->Complete(part.target, Status::Corruption("pull reply has " + std::to_string(h.row_count()) +
-                                                        " rows of dim " + std::to_string(h.dim) + ", expected " +
-                                                        std::to_string(part.rows) + " of dim " + std::to_string(part.dim)));
+      part.fs->Complete(part.target,
+                        Status::Corruption("pull reply has " + std::to_string(h.row_count()) + " rows of dim " +
+                                           std::to_string(h.dim) + ", expected " + std::to_string(part.rows) +
+                                           " of dim " + std::to_string(part.dim)));
       return;
     }
     const size_t nbytes = m.value_bytes();

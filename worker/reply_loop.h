@@ -20,12 +20,12 @@
 #include <utility>
 
 #include "common/control.h"
-#include "pushpull/status.h"
 #include "common/wire.h"
+#include "pushpull/client.h"
+#include "pushpull/status.h"
 #include "worker/client_state.h"
 #include "worker/control_calls.h"
 #include "worker/futures.h"
-#include "pushpull/client.h"
 #include "worker/requests.h"
 #include "worker/server_links.h"
 
@@ -34,8 +34,8 @@ namespace internal {
 
 class ReplyLoop final : public Receiver {
  public:
-  ReplyLoop(Transport& transport, const ClientOptions& options, ControlChannel& control, ClientState& state, RequestTable& requests,
-            ServerLinks& links, ControlCalls& control_calls, CommandQueue& queue);
+  ReplyLoop(Transport& transport, const ClientOptions& options, ControlChannel& control, ClientState& state,
+            RequestTable& requests, ServerLinks& links, ControlCalls& control_calls, CommandQueue& queue);
 
   void Start();  // the I/O thread
   void Stop();   // and waits for it to end

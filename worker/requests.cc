@@ -184,8 +184,7 @@ Room RequestTable::CheckRoom(const std::vector<std::unique_ptr<Command>>& cmds, 
     // The server's record keeps its last kMaxUnansweredRequests answers: no more are ever
     // unanswered, nor sent past one whose answer may be lost until it is asked for again.
     if (server >= 0 && unanswered > 0 &&
-        (unanswered + n > kMaxUnansweredRequests ||
-         pending_.SentPastOldest(server) + n >= kMaxUnansweredRequests))
+        (unanswered + n > kMaxUnansweredRequests || pending_.SentPastOldest(server) + n >= kMaxUnansweredRequests))
       room.full = server;
     i = j;
   }

@@ -10,7 +10,6 @@
 // and the lock released (by the caller, or by FailTarget and FailAll after the lock).
 #pragma once
 
-
 #include <array>
 #include <cstdint>
 #include <map>
@@ -20,8 +19,8 @@
 
 #include "common/mutex.h"
 #include "common/transport.h"
-#include "pushpull/status.h"
 #include "common/wire.h"
+#include "pushpull/status.h"
 #include "worker/futures.h"
 
 namespace pushpull {
@@ -33,16 +32,16 @@ constexpr int kScheduler = -1;
 // One server's (or the scheduler's) piece of a call, as it is tracked until answered.
 struct CallPart {
   std::shared_ptr<FutureState> fs;
-  int target = 0;                  // server rank, or kScheduler
+  int target = 0;  // server rank, or kScheduler
   MsgType reply_type = MsgType::kPushReply;
-  bool bsp = false;                // a push to a BSP table (its Clock() is settled)
+  bool bsp = false;                   // a push to a BSP table (its Clock() is settled)
   std::shared_ptr<PulledParts> view;  // PullDenseView, PullView: keep the frames here, at view_index
   size_t view_index = 0;
-  float* out = nullptr;            // pulls: where row i of the reply goes ...
-  std::vector<uint32_t> positions; // ... out + positions[i]*dim, or out + i*dim when empty
+  float* out = nullptr;             // pulls: where row i of the reply goes ...
+  std::vector<uint32_t> positions;  // ... out + positions[i]*dim, or out + i*dim when empty
   uint64_t rows = 0;
   uint32_t dim = 0;
-  bool sparse = false;             // a keyed pull of a sparse table (may be answered by stripe)
+  bool sparse = false;  // a keyed pull of a sparse table (may be answered by stripe)
   // Server requests: the frames as sent (sharing their buffers), to send again when a connection
   // to the server drops before the answer came (the server answers a repeat once).
   Frame sent_header, sent_keys, sent_values;
@@ -183,7 +182,7 @@ class CommandQueue {
  private:
   Mutex mu_;  // the sending end is used by any calling thread; a leaf
   Transport& transport_;
-  std::unique_ptr<Socket> in_;  // the I/O thread's (or, once it has stopped, the closing client's)
+  std::unique_ptr<Socket> in_;    // the I/O thread's (or, once it has stopped, the closing client's)
   std::vector<Frame> in_frames_;  // Take's receive buffer, with in_
   std::unique_ptr<Socket> out_ GUARDED_BY(mu_);
 };

@@ -15,11 +15,7 @@ namespace internal {
 
 ServerLinks::ServerLinks(Transport& transport, const ClientOptions& options, ControlChannel& control,
                          ClientState& state, RequestTable& requests)
-    : transport_(transport),
-      options_(options),
-      control_(control),
-      state_(state),
-      requests_(requests) {}
+    : transport_(transport), options_(options), control_(control), state_(state), requests_(requests) {}
 
 Result<int64_t> ServerLinks::Open() {
   const ClusterMap& cm = control_.cluster();
@@ -143,8 +139,7 @@ Result<int64_t> ServerLinks::Hello() {
         const size_t r = static_cast<size_t>(control_.rank());
         h.row_begin = r < agreed.size() && agreed[r] >= 0 ? uint64_t(agreed[r]) + 1 : 0;
         bool would_block = false;  // (not connected: tried again, on a new socket after kTxConnectMs)
-        PP_RETURN_IF_ERROR(
-            SendDataFrames(*tx_[s], EncodeHeaderFrame(h), Frame(), Frame(), &would_block));
+        PP_RETURN_IF_ERROR(SendDataFrames(*tx_[s], EncodeHeaderFrame(h), Frame(), Frame(), &would_block));
       }
       MutexLock l(&receiver_->mu);
       PollItem item(rx_.get());
@@ -238,8 +233,10 @@ void ServerLinks::OnConnectionEvents(const PollItem* items, const std::atomic<bo
     if (!tx_items[s].ready) continue;
     TxState& tx = tx_state_[s];
     while (tx_watches_[s]->Next(&event)) {
-      if (event.kind == ConnectionEvent::kConnected) tx.up = true;
-      else if (event.kind == ConnectionEvent::kDisconnected && tx.replace_at_ms < 0) schedule_replace(tx);
+      if (event.kind == ConnectionEvent::kConnected)
+        tx.up = true;
+      else if (event.kind == ConnectionEvent::kDisconnected && tx.replace_at_ms < 0)
+        schedule_replace(tx);
     }
   }
   for (size_t s = 0; s < tx_state_.size(); ++s) {
@@ -284,8 +281,9 @@ void ServerLinks::OnConnectionEvents(const PollItem* items, const std::atomic<bo
     const bool recheck = rx.recheck_at_ms >= 0 && rx.recheck_at_ms <= now;
     if (!rx.resend && !recheck) continue;
     if (!send_mu_.TryLock()) continue;  // a caller is sending: next pass (heartbeats go on)
-    ResendTo(static_cast<int>(s), rx.resend ? "its connection for answers dropped and is back"
-                                            : "answers still missing a while after its connection for answers came back",
+    ResendTo(static_cast<int>(s),
+             rx.resend ? "its connection for answers dropped and is back"
+                       : "answers still missing a while after its connection for answers came back",
              rx.below);
     if (!rx.resend) {
       // Every answer that may have been lost has been asked for again, ahead of what is sent from

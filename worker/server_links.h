@@ -31,11 +31,11 @@
 
 #include "common/control.h"
 #include "common/mutex.h"
-#include "pushpull/status.h"
 #include "common/wire.h"
+#include "pushpull/client.h"
+#include "pushpull/status.h"
 #include "worker/client_state.h"
 #include "worker/futures.h"
-#include "pushpull/client.h"
 #include "worker/requests.h"
 
 namespace pushpull {
@@ -111,15 +111,15 @@ class ServerLinks {
 
   const std::shared_ptr<ReceiverHandle> receiver_ = std::make_shared<ReceiverHandle>();
   std::unique_ptr<Socket> rx_ GUARDED_BY(receiver_->mu);  // replies from all servers
-  std::vector<Frame> frames_ GUARDED_BY(receiver_->mu);  // a reply's frames, as received
-  std::string rx_id_;                           // rx_'s routing id, named in every request's reply_to
+  std::vector<Frame> frames_ GUARDED_BY(receiver_->mu);   // a reply's frames, as received
+  std::string rx_id_;                                     // rx_'s routing id, named in every request's reply_to
 
   // Request sockets are reconnected here, not by ZeroMQ (OpenTx), so that what a drop may have lost
   // goes first on the new connection.
   // Lock order: after ControlCalls::finish_mu_; never held with rx_mu(); before the leaves.
   Mutex send_mu_;
   std::vector<std::unique_ptr<Socket>> tx_ GUARDED_BY(send_mu_);  // requests to each server
-  std::vector<char> held_ GUARDED_BY(send_mu_);         // per server: requests held back (FlushHeld)
+  std::vector<char> held_ GUARDED_BY(send_mu_);                   // per server: requests held back (FlushHeld)
   std::atomic<bool> any_held_{false};
 
   // I/O thread: tx_'s and rx_'s connection watches; which server an rx_ event's endpoint is.
@@ -127,7 +127,7 @@ class ServerLinks {
   std::unique_ptr<ConnectionWatch> rx_watch_;
   std::vector<std::string> addresses_;  // the servers' addresses, numeric (Open)
   std::map<std::string, int> server_of_endpoint_;
-  std::vector<uint64_t> max_frame_;     // Open: each server's HelloReply
+  std::vector<uint64_t> max_frame_;  // Open: each server's HelloReply
   struct TxState {
     bool up = false;  // connected (handshake done)
     int64_t opened_ms = 0;

@@ -6,12 +6,12 @@
 #include <memory>
 #include <vector>
 
+#include "apps/bench/bench.h"
 #include "apps/fmnist_mlp.h"
 #include "apps/linreg.h"
 #include "apps/sparse_lr.h"
 #include "common/log.h"
 #include "common/time.h"
-#include "apps/bench/bench.h"
 #include "tests/support/local_cluster.h"
 #include "worker/mlp_backend.h"
 
@@ -103,8 +103,8 @@ void FmnistFigures(Reporter& rep, const Options& opt, Device device, const AppOp
   rep.Add({"apps", tag + "/2s1w", "samples/s", fm[1].samples_per_s, compute,
            "ssp:2, batch " + std::to_string(app.batch) +
                ", Adam; baseline: compute alone (ratio = share of compute speed kept)"});
-  rep.Add({"apps", tag + "/2s2w", "samples/s", fm[2].samples_per_s, fm[1].samples_per_s,
-           "aggregate; baseline: 1 worker"});
+  rep.Add(
+      {"apps", tag + "/2s2w", "samples/s", fm[2].samples_per_s, fm[1].samples_per_s, "aggregate; baseline: 1 worker"});
   for (int w : {1, 2}) {
     rep.Add({"apps", tag + "_network_wait/2s" + std::to_string(w) + "w", "fraction", fm[w].wait_fraction, 0,
              "share of step time (pull + forward/backward) spent in the pull, mean over workers"});

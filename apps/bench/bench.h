@@ -53,15 +53,15 @@ class Reporter {
       std::fflush(out_);
     }
     if (rows_++ == 0) {
-      std::printf("%-12s %-24s %12s %-6s %12s %7s  %s\n", "bench", "case", "value", "unit",
-                  "baseline", "ratio", "note");
+      std::printf("%-12s %-24s %12s %-6s %12s %7s  %s\n", "bench", "case", "value", "unit", "baseline", "ratio",
+                  "note");
     }
     char ratio_text[32] = "-";
     if (has_ratio) std::snprintf(ratio_text, sizeof ratio_text, "%.3f", ratio);
     char baseline_text[32] = "-";
     if (f.baseline != 0.0) std::snprintf(baseline_text, sizeof baseline_text, "%.4g", f.baseline);
-    std::printf("%-12s %-24s %12.4g %-6s %12s %7s  %s\n", f.bench.c_str(), f.name.c_str(), f.value,
-                f.unit.c_str(), baseline_text, ratio_text, f.note.c_str());
+    std::printf("%-12s %-24s %12.4g %-6s %12s %7s  %s\n", f.bench.c_str(), f.name.c_str(), f.value, f.unit.c_str(),
+                baseline_text, ratio_text, f.note.c_str());
     std::fflush(stdout);
   }
 
@@ -122,13 +122,11 @@ struct Registrar {
 
 // Seconds on a monotonic clock, for timing a measured pass.
 inline double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace pushpull::bench
 
 // PP_BENCH(optimizer, RunOptimizerBench) registers bench "optimizer"; at namespace scope in a
 // apps/bench/*.cc file. fn: void(Reporter&, const Options&).
-#define PP_BENCH(name, fn) \
-  static const ::pushpull::bench::Registrar pp_bench_registrar_##name(#name, fn)
+#define PP_BENCH(name, fn) static const ::pushpull::bench::Registrar pp_bench_registrar_##name(#name, fn)

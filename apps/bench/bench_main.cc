@@ -10,9 +10,9 @@
 #include <system_error>
 #include <vector>
 
+#include "apps/bench/bench.h"
 #include "common/flags.h"
 #include "common/memory.h"
-#include "apps/bench/bench.h"
 
 DEFINE_string(out, "build/bench/results.jsonl",
               "File for the figures, one JSON object per line; truncated at start, its parent "
@@ -24,9 +24,10 @@ DEFINE_bool(list, false, "List the registered benches and exit");
 
 int main(int argc, char** argv) {
   using pushpull::bench::Registry;
-  std::string usage = "Runs pushpull's benchmarks.\n  pushpull-bench [--out=FILE] "
-                      "[--filter=SUBSTRING] [--quick] [--threads=N] [--list]\n"
-                      "Benches:";
+  std::string usage =
+      "Runs pushpull's benchmarks.\n  pushpull-bench [--out=FILE] "
+      "[--filter=SUBSTRING] [--quick] [--threads=N] [--list]\n"
+      "Benches:";
   for (const auto& b : Registry()) usage += " " + b.name;
   usage +=
       "\nProfiling one transport case (docs/PERFORMANCE.md): PP_TRANSPORT_PROFILE=OP/SIZE/SsWw[/raw|/raw_sgd]\n"
@@ -52,15 +53,14 @@ int main(int argc, char** argv) {
     std::error_code ec;
     std::filesystem::create_directories(out_path.parent_path(), ec);
     if (ec) {
-      std::fprintf(stderr, "pushpull-bench: cannot create %s: %s\n",
-                   out_path.parent_path().c_str(), ec.message().c_str());
+      std::fprintf(stderr, "pushpull-bench: cannot create %s: %s\n", out_path.parent_path().c_str(),
+                   ec.message().c_str());
       return 1;
     }
   }
   std::FILE* out = std::fopen(FLAGS_out.c_str(), "w");
   if (out == nullptr) {
-    std::fprintf(stderr, "pushpull-bench: cannot open %s: %s\n", FLAGS_out.c_str(),
-                 std::strerror(errno));
+    std::fprintf(stderr, "pushpull-bench: cannot open %s: %s\n", FLAGS_out.c_str(), std::strerror(errno));
     return 1;
   }
 
@@ -78,8 +78,7 @@ int main(int argc, char** argv) {
   std::fclose(out);
 
   if (ran.empty()) {
-    std::fprintf(stderr, "pushpull-bench: no bench matches --filter='%s' (registered:",
-                 FLAGS_filter.c_str());
+    std::fprintf(stderr, "pushpull-bench: no bench matches --filter='%s' (registered:", FLAGS_filter.c_str());
     for (const auto& b : Registry()) std::fprintf(stderr, " %s", b.name.c_str());
     std::fprintf(stderr, ")\n");
     return 1;

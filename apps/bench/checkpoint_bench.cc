@@ -57,7 +57,8 @@ void RunCheckpointBench(Reporter& rep, const Options& o) {
   const TableInfo info = TableInfo::Make(0, spec, 1);
   const std::string root = (fs::temp_directory_path() / ("pushpull-ckpt-bench-" + std::to_string(getpid()))).string();
   const uint64_t floats = rows * dim;
-  const std::string size = floats >= (1 << 20) ? std::to_string(floats >> 20) + "M" : std::to_string(floats >> 10) + "K";
+  const std::string size =
+      floats >= (1 << 20) ? std::to_string(floats >> 20) + "M" : std::to_string(floats >> 10) + "K";
   for (int threads : {1, 3}) {
     TableShard shard(info, 0, threads);
     // One update, so that m, v and the steps hold something.
@@ -86,7 +87,7 @@ void RunCheckpointBench(Reporter& rep, const Options& o) {
       if (rep_i % 2 == 0) best_rw = std::min(best_rw, RawWrite(dir + "/raw", buf));
       t0 = Now();
       auto r = ReadServerCheckpoint(dir, 0, 1, 10, /*in_blocks=*/true);  // as a restoring server reads it
-      TableShard restored(info, 0, threads, /*fill=*/false);  // as a restoring server makes it
+      TableShard restored(info, 0, threads, /*fill=*/false);             // as a restoring server makes it
       if (!r.ok() || !restored.Restore(std::move((*r)["w"].rows)).ok()) {
         std::fprintf(stderr, "checkpoint bench: restore failed\n");
         return;

@@ -33,7 +33,7 @@ constexpr size_t kKB = 1024, kMB = 1024 * 1024;
 enum class Op { kPush = 0, kPull = 1, kPushPull = 2 };
 const char* OpName(Op op);
 
-std::string SizeName(size_t bytes);                // "4KB", "16MB"
+std::string SizeName(size_t bytes);               // "4KB", "16MB"
 std::string ShapeName(int servers, int workers);  // "2s4w"
 
 // A reusable barrier whose wait is bounded by kWaitMs (a failed thread still arrives).
@@ -52,10 +52,10 @@ class Barrier {
 
 // How one measured run goes.
 struct Plan {
-  bool serial = true;   // latency: wait for each op before the next
-  int depth = 1;        // throughput: ops in flight per worker
-  int warmup = 2;       // unmeasured ops first
-  int min_iters = 3;    // measured ops per worker, at least ...
+  bool serial = true;  // latency: wait for each op before the next
+  int depth = 1;       // throughput: ops in flight per worker
+  int warmup = 2;      // unmeasured ops first
+  int min_iters = 3;   // measured ops per worker, at least ...
   int max_iters = 100000;
   double budget_s = 0.2;  // ... and until this much time has passed
 };
@@ -168,7 +168,7 @@ struct Config {
   std::vector<Shape> shapes;
   double budget_s = 0.2;      // per repetition, throughput runs
   double lat_budget_s = 0.1;  // per repetition, latency runs
-  int reps = 4;           // pushpull/raw repetitions, alternating
+  int reps = 4;               // pushpull/raw repetitions, alternating
   int ssp_iters_max = 400;
   // Profiling aid (env PP_TRANSPORT_PROFILE=OP/SIZE/SsWw[/raw|/raw_sgd], e.g. pushpull/16MB/1s1w,
   // pull_p50/4KB/2s2w or sparse_pushpull/1MB/1s1w): only that throughput (or latency) run, pushpull side (or raw side,
@@ -176,8 +176,8 @@ struct Config {
   // budget_s; no RSS, no SSP.
   int profile_op = -1;
   bool profile_raw = false;
-  bool profile_raw_sgd = false;  // side "raw_sgd": the raw servers apply each push with SGD (zmq_ceiling)
-  bool profile_latency = false;  // OP_p50: one op at a time, p50 latency
+  bool profile_raw_sgd = false;    // side "raw_sgd": the raw servers apply each push with SGD (zmq_ceiling)
+  bool profile_latency = false;    // OP_p50: one op at a time, p50 latency
   int profile_update_threads = 1;  // env PP_TRANSPORT_PROFILE_K: update threads per server
   double ssp_budget_s = 2.0;
 };
@@ -207,8 +207,7 @@ std::string BestOfAlternatingPulls(A& a, B& b, const Plan& plan, size_t bytes, i
 class FigureLog {
  protected:
   FigureLog(Reporter& rep, const char* bench) : rep_(rep), bench_(bench) {}
-  void Add(const std::string& name, const std::string& unit, double value, double baseline,
-           const std::string& note);
+  void Add(const std::string& name, const std::string& unit, double value, double baseline, const std::string& note);
 
   std::vector<Figure> figures_;  // this run's, for the summary
 

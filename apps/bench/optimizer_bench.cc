@@ -10,9 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "apps/bench/bench.h"
 #include "optimizers/optimizer.h"
 #include "optimizers/simd.h"
-#include "apps/bench/bench.h"
 
 namespace pushpull::bench {
 namespace {
@@ -45,8 +45,7 @@ double BestSeconds(int reps, Fn&& fn) {
   return best;
 }
 
-void Triad(float* __restrict a, const float* __restrict b, const float* __restrict c, float s,
-           size_t n) {
+void Triad(float* __restrict a, const float* __restrict b, const float* __restrict c, float s, size_t n) {
   opt::simd::ForEach(n, [=](auto tag, size_t i) {
     using V = decltype(tag);
     opt::simd::Store(a + i, opt::simd::Load<V>(b + i) + s * opt::simd::Load<V>(c + i));
@@ -93,7 +92,10 @@ std::vector<Case> Cases() {
 // Arrays for one size: parameters, gradient and up to two slots (the cases here use <= 2).
 struct Arrays {
   explicit Arrays(size_t n)
-      : n(n), param(MakeArray(n, 0.5f)), grad(MakeArray(n, 0.0f)), slot0(MakeArray(n, 0.0f)),
+      : n(n),
+        param(MakeArray(n, 0.5f)),
+        grad(MakeArray(n, 0.0f)),
+        slot0(MakeArray(n, 0.0f)),
         slot1(MakeArray(n, 0.0f)) {
     // Small, varied, never denormal once squared: realistic gradients without slow paths.
     for (size_t i = 0; i < n; ++i) grad[i] = 1e-3f * (float(i % 17) - 7.5f);
@@ -131,9 +133,7 @@ void RunOptimizerBench(Reporter& r, const Options& opts) {
     arrays = std::make_unique<Arrays>(n);
     Arrays& a = *arrays;
 
-    const double triad_s = BestSeconds(reps, [&] {
-      Triad(a.slot0.get(), a.param.get(), a.grad.get(), 0.5f, n);
-    });
+    const double triad_s = BestSeconds(reps, [&] { Triad(a.slot0.get(), a.param.get(), a.grad.get(), 0.5f, n); });
     const double triad = GBps(12.0 * n, triad_s);
     r.Add({"optimizer", "triad" + size_name, "GB/s", triad, 0.0,
            "12 B/elem: read b,c; write a (STREAM count: write-allocate reads not counted); "
@@ -174,10 +174,9 @@ void RunOptimizerBench(Reporter& r, const Options& opts) {
       }
       for (auto& th : pool) th.join();
     });
-    r.Add({"optimizer", "adam_threads" + std::to_string(threads) + size_name, "GB/s",
-           GBps(28.0 * n, s), adam_1thread,
-           "28 B/param over " + std::to_string(threads) +
-               " threads (thread start included); baseline adam on 1 thread"});
+    r.Add(
+        {"optimizer", "adam_threads" + std::to_string(threads) + size_name, "GB/s", GBps(28.0 * n, s), adam_1thread,
+         "28 B/param over " + std::to_string(threads) + " threads (thread start included); baseline adam on 1 thread"});
   }
 }
 

@@ -9,8 +9,7 @@ constexpr int kHeartbeatTimeoutMs = 10000;
 
 }  // namespace
 
-TableSpec MakeSpec(const std::string& name, bool sparse, uint64_t rows, uint32_t dim, opt::Kind kind,
-                   Consistency c) {
+TableSpec MakeSpec(const std::string& name, bool sparse, uint64_t rows, uint32_t dim, opt::Kind kind, Consistency c) {
   TableSpec s;
   s.name = name;
   s.sparse = sparse;

@@ -13,14 +13,13 @@
 #include <vector>
 
 #include "apps/bench/harness.h"
-#include "tests/support/local_cluster.h"
 #include "optimizers/optimizer.h"
+#include "tests/support/local_cluster.h"
 
 namespace pushpull::bench {
 
 // A table spec of the benches: zero-initialised, lr 1e-4.
-TableSpec MakeSpec(const std::string& name, bool sparse, uint64_t rows, uint32_t dim, opt::Kind kind,
-                   Consistency c);
+TableSpec MakeSpec(const std::string& name, bool sparse, uint64_t rows, uint32_t dim, opt::Kind kind, Consistency c);
 
 Consistency Asp();
 
@@ -43,9 +42,11 @@ class PushPullDriver {
  public:
   // keys: a sparse case's key set (shared: sent zero-copy, as the raw baseline sends its keys);
   // null for a dense table.
-  PushPullDriver(Client& c, const Table& t, size_t floats, Client::KeyBuffer keys, int bufs,
-                 int64_t wait_ms)
-      : c_(c), t_(t), keys_(std::move(keys)), wait_ms_(wait_ms),
+  PushPullDriver(Client& c, const Table& t, size_t floats, Client::KeyBuffer keys, int bufs, int64_t wait_ms)
+      : c_(c),
+        t_(t),
+        keys_(std::move(keys)),
+        wait_ms_(wait_ms),
         src_(std::make_shared<const std::vector<float>>(floats, 1e-3f)),
         views_(std::max(bufs, 1)) {}  // one per op in flight: a slot is reused once its op is done
   // Pulls still in flight land in views_: wait for them (a Future whose wait expires is

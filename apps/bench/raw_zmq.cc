@@ -81,10 +81,13 @@ RawClient::RawClient(const std::vector<std::string>& servers) {
   }
 }
 
-RawDriver::RawDriver(RawClient& c, std::vector<size_t> part_floats, std::vector<size_t> part_key_bytes,
-                     int64_t wait_ms, size_t block_bytes)
-    : d_(c.dealers()), part_floats_(std::move(part_floats)), part_keys_(std::move(part_key_bytes)),
-      got_(d_.size(), 0), wait_ms_(wait_ms) {
+RawDriver::RawDriver(RawClient& c, std::vector<size_t> part_floats, std::vector<size_t> part_key_bytes, int64_t wait_ms,
+                     size_t block_bytes)
+    : d_(c.dealers()),
+      part_floats_(std::move(part_floats)),
+      part_keys_(std::move(part_key_bytes)),
+      got_(d_.size(), 0),
+      wait_ms_(wait_ms) {
   for (size_t s = 0; s < part_floats_.size(); ++s) {
     const size_t bytes = part_floats_[s] * 4;
     const size_t block = block_bytes > 0 && part_keys_[s] == 0 ? block_bytes : std::max<size_t>(bytes, 1);

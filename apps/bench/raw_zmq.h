@@ -87,8 +87,8 @@ class RawDriver {
   // part_floats[s]: floats to/from server s; keys: key bytes per server part (0: dense).
   // block_bytes > 0 (dense only): each part goes as requests of at most that many bytes, sent
   // one after the other, as pushpull sends a large dense table a block a request.
-  RawDriver(RawClient& c, std::vector<size_t> part_floats, std::vector<size_t> part_key_bytes,
-            int64_t wait_ms, size_t block_bytes = 0);
+  RawDriver(RawClient& c, std::vector<size_t> part_floats, std::vector<size_t> part_key_bytes, int64_t wait_ms,
+            size_t block_bytes = 0);
 
   bool Issue(Op op) {
     try {

@@ -47,8 +47,8 @@ std::string LayoutPrefix(Layout l) {
 }
 
 struct Measured {
-  RunResult r[3];        // throughput by Op
-  RunResult lat[2];      // latency: push, pull
+  RunResult r[3];    // throughput by Op
+  RunResult lat[2];  // latency: push, pull
 };
 
 // Runs one case (a table of `bytes`) on both sides and reports its figures.
@@ -103,24 +103,28 @@ class TransportBench : public FigureLog {
     };
     auto line = [](const char* what, const Tally& t) {
       if (t.n == 0) return;
-      std::fprintf(stderr, "  %-52s %2d of %2d met (worst %.2f, %s)%s\n", what, t.met, t.n, t.worst, t.worst_case.c_str(),
-                   t.failed ? (", " + std::to_string(t.failed) + " FAILED").c_str() : "");
+      std::fprintf(stderr, "  %-52s %2d of %2d met (worst %.2f, %s)%s\n", what, t.met, t.n, t.worst,
+                   t.worst_case.c_str(), t.failed ? (", " + std::to_string(t.failed) + " FAILED").c_str() : "");
     };
     const std::vector<std::string> large{"1MB", "16MB", "64MB"};
     std::fprintf(stderr, "\ntransport goals (docs/PERFORMANCE.md), this run:\n");
     line("push-then-pull >= 0.8 x raw, dense, 1 MB and up", tally("pushpull/", large, false, 0.8));
     line("push-then-pull >= 0.8 x raw, sparse, 1 MB and up", tally("sparse_pushpull/", large, false, 0.8));
-    line("  the same, sparse keys in the order drawn (no goal)", tally("sparse_ungrouped_pushpull/", large, false, 0.8));
+    line("  the same, sparse keys in the order drawn (no goal)",
+         tally("sparse_ungrouped_pushpull/", large, false, 0.8));
     line("4 KB pull p50 <= 1.3 x raw round trip, dense", tally("pull_p50/", {"4KB"}, true, 1.3));
     line("4 KB pull p50 <= 1.3 x raw round trip, sparse", tally("sparse_pull_p50/", {"4KB"}, true, 1.3));
     for (const Figure& f : figures_) {
       const double r = f.baseline > 0 ? f.value / f.baseline : NAN;
       if (f.name == "pull_2s_vs_1s/16MB/1w")
-        std::fprintf(stderr, "  %-52s %.2f x (%s)\n", "16 MB dense pull, 2 servers beat 1", r, r > 1.0 ? "met" : "not met");
+        std::fprintf(stderr, "  %-52s %.2f x (%s)\n", "16 MB dense pull, 2 servers beat 1", r,
+                     r > 1.0 ? "met" : "not met");
       if (f.name == "pull_3stripes/16MB/1s1w")
-        std::fprintf(stderr, "  %-52s %.2f x raw (zero-copy: a frame per stripe)\n", "16 MB dense pull, 3 update threads", r);
+        std::fprintf(stderr, "  %-52s %.2f x raw (zero-copy: a frame per stripe)\n",
+                     "16 MB dense pull, 3 update threads", r);
       if (f.name == "sparse_pull_3stripes/16MB/1s1w")
-        std::fprintf(stderr, "  %-52s %.2f x raw (zero-copy: a frame per stripe a request)\n", "16 MB sparse pull, 3 update threads", r);
+        std::fprintf(stderr, "  %-52s %.2f x raw (zero-copy: a frame per stripe a request)\n",
+                     "16 MB sparse pull, 3 update threads", r);
       if (f.name.rfind("server_rss_adam/", 0) == 0 && f.name != "server_rss_adam/16M") {
         // The same goal without choosing the fixed part: what each float more costs, between
         // this N and 16M floats (the overhead, whatever it is, drops out).
@@ -136,8 +140,8 @@ class TransportBench : public FigureLog {
         const double fixed = double(ServerOptions().copy_on_write_budget_bytes);
         const double over = f.value - 3.2 * f.baseline;
         std::fprintf(stderr, "  %-52s %.3f x 4N, 3.2 x 4N %+.1f MiB (%s; fixed: the %.0f MiB copy-on-write budget)\n",
-                     ("RSS <= 3.2 x 4N + fixed: " + f.name).c_str(), r, over / kMB,
-                     over <= fixed ? "met" : "not met", fixed / kMB);
+                     ("RSS <= 3.2 x 4N + fixed: " + f.name).c_str(), r, over / kMB, over <= fixed ? "met" : "not met",
+                     fixed / kMB);
       }
     }
   }
@@ -147,8 +151,8 @@ class TransportBench : public FigureLog {
     LocalCluster cl(lc);
     Status st = cl.Start();
     if (!st.ok()) {
-      std::fprintf(stderr, "transport: cluster %s failed to start: %s\n",
-                   ShapeName(sh.S, sh.W).c_str(), st.ToString().c_str());
+      std::fprintf(stderr, "transport: cluster %s failed to start: %s\n", ShapeName(sh.S, sh.W).c_str(),
+                   st.ToString().c_str());
       return;
     }
     size_t max_bytes = 0;
@@ -180,12 +184,12 @@ class TransportBench : public FigureLog {
     }
     st = cl.FinishAndJoin();
     if (!st.ok())
-      std::fprintf(stderr, "transport: cluster %s did not finish cleanly: %s\n",
-                   ShapeName(sh.S, sh.W).c_str(), st.ToString().c_str());
+      std::fprintf(stderr, "transport: cluster %s did not finish cleanly: %s\n", ShapeName(sh.S, sh.W).c_str(),
+                   st.ToString().c_str());
   }
 
-  void RunCase(LocalCluster& cl, const Shape& sh, std::vector<std::unique_ptr<RawClient>>& raw,
-               size_t bytes, Layout layout) {
+  void RunCase(LocalCluster& cl, const Shape& sh, std::vector<std::unique_ptr<RawClient>>& raw, size_t bytes,
+               Layout layout) {
     const int S = sh.S, W = sh.W;
     const bool sparse = layout != Layout::kDense;
     const uint32_t dim = sparse ? 64 : (bytes <= kMB ? 256 : 1024);
@@ -237,8 +241,7 @@ class TransportBench : public FigureLog {
     std::vector<std::unique_ptr<PushPullDriver>> ppd;
     std::vector<std::unique_ptr<RawDriver>> rwd;
     for (int w = 0; w < W; ++w) {
-      ppd.push_back(std::make_unique<PushPullDriver>(cl.client(w), tables[w], floats,
-                                                     key_buffer, bufs, wait_ms));
+      ppd.push_back(std::make_unique<PushPullDriver>(cl.client(w), tables[w], floats, key_buffer, bufs, wait_ms));
       rwd.push_back(std::make_unique<RawDriver>(*raw[w], part_floats, part_keys, wait_ms));
     }
     Barrier bar(W);
@@ -255,8 +258,8 @@ class TransportBench : public FigureLog {
       }
       double bpo = double(bytes) * (op == Op::kPushPull ? 2 : 1);
       std::vector<double> lat;
-      RunResult r = RunWorkers(W, bpo, [&](int w) { return RunLoop(*drivers[w], op, p, bar); },
-                               lat_pool);
+      RunResult r = RunWorkers(
+          W, bpo, [&](int w) { return RunLoop(*drivers[w], op, p, bar); }, lat_pool);
       if (!r.ok) {
         failed = r;
         *best = r;
@@ -291,15 +294,21 @@ class TransportBench : public FigureLog {
       RunResult r;
       std::vector<double> l;
       const Plan& plan = cfg_.profile_latency ? lat : thr;
-      if (cfg_.profile_raw) one(rwd, rw_failed, op, plan, &r, &l);
-      else one(ppd, pp_failed, op, plan, &r, &l);
+      if (cfg_.profile_raw)
+        one(rwd, rw_failed, op, plan, &r, &l);
+      else
+        one(ppd, pp_failed, op, plan, &r, &l);
       ppd.clear();
       rwd.clear();
-      const std::string name = std::string("profile_") + (cfg_.profile_raw_sgd ? "raw_sgd_" : cfg_.profile_raw ? "raw_" : "") +
-                               LayoutPrefix(layout) + OpName(op) +
-                               (cfg_.profile_latency ? "_p50/" : "/") + SizeName(bytes) + "/" + ShapeName(S, W);
+      const std::string name = std::string("profile_") +
+                               (cfg_.profile_raw_sgd ? "raw_sgd_"
+                                : cfg_.profile_raw   ? "raw_"
+                                                     : "") +
+                               LayoutPrefix(layout) + OpName(op) + (cfg_.profile_latency ? "_p50/" : "/") +
+                               SizeName(bytes) + "/" + ShapeName(S, W);
       if (cfg_.profile_latency)
-        Add(name, "us", r.ok ? Percentile(l, 0.5) : NAN, 0.0, r.ok ? "ops " + std::to_string(r.ops) : "FAILED: " + r.error);
+        Add(name, "us", r.ok ? Percentile(l, 0.5) : NAN, 0.0,
+            r.ok ? "ops " + std::to_string(r.ops) : "FAILED: " + r.error);
       else
         Add(name, "GB/s", r.ok ? r.gbps : NAN, 0.0, r.ok ? "ops " + std::to_string(r.ops) : "FAILED: " + r.error);
       return;
@@ -310,15 +319,16 @@ class TransportBench : public FigureLog {
     for (Op op : {Op::kPush, Op::kPull, Op::kPushPull}) both(op, thr, &pp.r[int(op)], &rw.r[int(op)], &pairs[int(op)]);
     ppd.clear();
     rwd.clear();
-    std::fprintf(stderr, "transport: %s%s/%s took %.1f s\n", LayoutPrefix(layout).c_str(),
-                 SizeName(bytes).c_str(), ShapeName(S, W).c_str(), Now() - tc);
+    std::fprintf(stderr, "transport: %s%s/%s took %.1f s\n", LayoutPrefix(layout).c_str(), SizeName(bytes).c_str(),
+                 ShapeName(S, W).c_str(), Now() - tc);
     const std::string suffix = "/" + SizeName(bytes) + "/" + ShapeName(S, W);
     const std::string pre = LayoutPrefix(layout);
     const std::string what =
         sparse ? "sparse table dim 64, " + std::to_string(rows) + " random keys" +
                      (layout == Layout::kSparse ? " in server order (GroupByServer)" : " in the order drawn") +
                      " (Push of a shared buffer, PullView)"
-               : "dense table " + std::to_string(rows) + "x" + std::to_string(dim) + " (PushDense of a shared buffer, PullDenseView)";
+               : "dense table " + std::to_string(rows) + "x" + std::to_string(dim) +
+                     " (PushDense of a shared buffer, PullDenseView)";
     auto fail_note = [](const RunResult& a, const RunResult& b) {
       std::string e = !a.ok ? "pushpull FAILED: " + a.error : "";
       if (!b.ok) e += (e.empty() ? "" : "; ") + std::string("raw FAILED: ") + b.error;
@@ -327,11 +337,9 @@ class TransportBench : public FigureLog {
     for (Op op : {Op::kPush, Op::kPull, Op::kPushPull}) {
       const RunResult& a = pp.r[int(op)];
       const RunResult& b = rw.r[int(op)];
-      std::string note = what + ", ASP+SGD, " + std::to_string(thr.depth) +
-                         " ops in flight per worker, best of " + std::to_string(reps) + " alternating runs" +
-                         (reps % 2 == 0 ? " (ABBA)" : "") +
-                         PairNote(pairs[int(op)]) +
-                         (op == Op::kPushPull ? ", bytes of both directions" : "") +
+      std::string note = what + ", ASP+SGD, " + std::to_string(thr.depth) + " ops in flight per worker, best of " +
+                         std::to_string(reps) + " alternating runs" + (reps % 2 == 0 ? " (ABBA)" : "") +
+                         PairNote(pairs[int(op)]) + (op == Op::kPushPull ? ", bytes of both directions" : "") +
                          ", ops pp/raw " + std::to_string(a.ops) + "/" + std::to_string(b.ops);
       std::string f = fail_note(a, b);
       if (!f.empty()) note = f;
@@ -341,9 +349,8 @@ class TransportBench : public FigureLog {
       const RunResult& a = pp.lat[i];
       const RunResult& b = rw.lat[i];
       const std::string op = i == 0 ? "push" : "pull";
-      std::string note = what + ", ASP+SGD, one op at a time per worker, samples of " +
-                         std::to_string(lat_reps) + " alternating runs pooled, ops pp/raw " +
-                         std::to_string(a.ops) + "/" + std::to_string(b.ops);
+      std::string note = what + ", ASP+SGD, one op at a time per worker, samples of " + std::to_string(lat_reps) +
+                         " alternating runs pooled, ops pp/raw " + std::to_string(a.ops) + "/" + std::to_string(b.ops);
       std::string f = fail_note(a, b);
       if (!f.empty()) note = f;
       Add(pre + op + "_p50" + suffix, "us", a.ok ? a.p50_us : NAN, b.ok ? b.p50_us : 0.0, note);
@@ -384,8 +391,9 @@ class TransportBench : public FigureLog {
     else
       Add(name, "GB/s", best[0], best[1],
           "dense 16MB pull throughput with 2 servers (value) vs 1 server (baseline), 1 worker, "
-          "pipelined depth 2, runs of " + std::to_string(int(plan.budget_s * 1000)) +
-              " ms of the two alternating, best of " + std::to_string(reps));
+          "pipelined depth 2, runs of " +
+              std::to_string(int(plan.budget_s * 1000)) + " ms of the two alternating, best of " +
+              std::to_string(reps));
   }
 
   // A 16 MB dense pull from a server with 3 update threads, whose rows are then split into 3
@@ -433,8 +441,9 @@ class TransportBench : public FigureLog {
     const std::string name = "sparse_pull_3stripes/16MB/1s1w";
     LocalCluster cl(BenchCluster(1, 1, K));
     Status st = cl.Start();
-    Result<Table> t = st.ok() ? cl.client(0).CreateTable(MakeSpec("striped_sparse", true, 0, dim, opt::Kind::kSgd, Asp()))
-                              : Result<Table>(st);
+    Result<Table> t = st.ok()
+                          ? cl.client(0).CreateTable(MakeSpec("striped_sparse", true, 0, dim, opt::Kind::kSgd, Asp()))
+                          : Result<Table>(st);
     if (!t.ok()) {
       Add(name, "GB/s", NAN, 0.0, "FAILED: " + t.status().ToString());
       return;
@@ -458,8 +467,10 @@ class TransportBench : public FigureLog {
     else
       Add(name, "GB/s", best[0], best[1],
           "sparse 16MB PullView (dim 64, " + std::to_string(keys->size()) + " random keys) from 1 server with " +
-              std::to_string(K) + " update threads (a zero-copy values frame per stripe a request) vs raw ZeroMQ, "
-              "pipelined depth " + std::to_string(plan.depth) + ", alternating, best of " + std::to_string(cfg_.reps));
+              std::to_string(K) +
+              " update threads (a zero-copy values frame per stripe a request) vs raw ZeroMQ, "
+              "pipelined depth " +
+              std::to_string(plan.depth) + ", alternating, best of " + std::to_string(cfg_.reps));
   }
 
   // Resident memory of a dense Adam table of N floats on a server (a thread here), with the
@@ -525,21 +536,21 @@ class TransportBench : public FigureLog {
             return;
           }
           Add(name, "bytes", double(rss) - double(before) - double(N) * 4, 4.0 * N,
-              "as server_rss_adam/" + tag + " (the client's gradient, 4N bytes, is still "
-              "allocated here and subtracted), " + what + "; the heap is trimmed before every figure");
+              "as server_rss_adam/" + tag +
+                  " (the client's gradient, 4N bytes, is still "
+                  "allocated here and subtracted), " +
+                  what + "; the heap is trimmed before every figure");
         };
         rss_after(8, true, "server_rss_adam_during_pulls/" + tag,
                   "after 8 rounds of a pull and a push sent together: each push lands while the "
                   "pull's reply may still hold the parameters; it is written to another array "
                   "(copy-on-write) when the budget has room for the held one, which the stripe "
                   "then keeps as a spare while this goes on, else it waits for the reply to be sent");
-        rss_after(8, false, "server_rss_adam_after_pulls/" + tag,
-                  "then after 8 pushes alone: the spare is dropped");
+        rss_after(8, false, "server_rss_adam_after_pulls/" + tag, "then after 8 pushes alone: the spare is dropped");
         grad.reset();
       }
     }
-    if (!note.empty() && note.rfind("FAILED", 0) == 0)
-      Add("server_rss_adam/" + tag, "bytes", NAN, 4.0 * N, note);
+    if (!note.empty() && note.rfind("FAILED", 0) == 0) Add("server_rss_adam/" + tag, "bytes", NAN, 4.0 * N, note);
     st = cl.FinishAndJoin();
     if (!st.ok()) std::fprintf(stderr, "transport: rss cluster finish: %s\n", st.ToString().c_str());
   }
@@ -650,8 +661,7 @@ void RunTransportBench(Reporter& rep, const Options& o) {
   if (const char* prof = std::getenv("PP_TRANSPORT_PROFILE")) {
     char op[32] = {0}, size[32] = {0}, side[32] = {0};
     int S = 0, W = 0;
-    if (std::sscanf(prof, "%31[a-z_0-9]/%31[0-9KMB]/%ds%dw/%31s", op, size, &S, &W, side) < 4 || S < 1 ||
-        W < 1) {
+    if (std::sscanf(prof, "%31[a-z_0-9]/%31[0-9KMB]/%ds%dw/%31s", op, size, &S, &W, side) < 4 || S < 1 || W < 1) {
       rep.Refuse("PP_TRANSPORT_PROFILE=" + std::string(prof) + ": want OP/SIZE/SsWw[/raw|/raw_sgd]");
       return;
     }
@@ -681,7 +691,8 @@ void RunTransportBench(Reporter& rep, const Options& o) {
     cfg.ungrouped_sizes.clear();
     (ungrouped ? cfg.ungrouped_sizes : sparse ? cfg.sparse_sizes : cfg.sizes).push_back(bytes);
     if (ungrouped && S < 2) {
-      rep.Refuse("PP_TRANSPORT_PROFILE=" + std::string(prof) + ": keys in the order drawn are measured with 2 servers or more");
+      rep.Refuse("PP_TRANSPORT_PROFILE=" + std::string(prof) +
+                 ": keys in the order drawn are measured with 2 servers or more");
       return;
     }
     cfg.shapes = {{S, W, sparse}};

@@ -69,7 +69,8 @@ class CeilingBench : public FigureLog {
     std::fprintf(stderr, "\nzmq ceilings (the data-path goals against raw ZeroMQ on this machine), this run:\n");
     std::fprintf(stderr, "  %-62s %s\n", "1 MB push-then-pull, raw + SGD / raw (goal for pushpull: 0.8)",
                  range("raw_sgd_pushpull/").c_str());
-    std::fprintf(stderr, "  %-62s %s\n", "1 MB push-then-pull, pushpull / (raw + SGD)", range("pushpull_vs_raw_sgd/").c_str());
+    std::fprintf(stderr, "  %-62s %s\n", "1 MB push-then-pull, pushpull / (raw + SGD)",
+                 range("pushpull_vs_raw_sgd/").c_str());
     const std::pair<const char*, const char*> pulls[] = {
         {"raw_pull_2s_vs_1s/16MB/1w", "16 MB pull, raw, one message a server, 2 servers / 1"},
         {"raw_blocks_pull_2s_vs_1s/16MB/1w", "16 MB pull, raw, 1 MB messages, 2 servers / 1"},
@@ -94,8 +95,10 @@ class CeilingBench : public FigureLog {
     std::vector<Table> tables;
     for (int w = 0; st.ok() && w < W; ++w) {
       auto t = cl.client(w).CreateTable(spec);
-      if (t.ok()) tables.push_back(t.value());
-      else st = t.status();
+      if (t.ok())
+        tables.push_back(t.value());
+      else
+        st = t.status();
     }
     if (!st.ok()) {
       Add("raw_sgd_pushpull" + suffix, "GB/s", NAN, 0.0, "FAILED: " + st.ToString());
@@ -123,7 +126,8 @@ class CeilingBench : public FigureLog {
       std::vector<std::unique_ptr<PushPullDriver>> ppd;
       std::vector<std::unique_ptr<RawDriver>> rwd[2];
       for (int w = 0; w < W; ++w) {
-        ppd.push_back(std::make_unique<PushPullDriver>(cl.client(w), tables[w], bytes / 4, nullptr, plan.depth, wait_ms));
+        ppd.push_back(
+            std::make_unique<PushPullDriver>(cl.client(w), tables[w], bytes / 4, nullptr, plan.depth, wait_ms));
         for (int k = 0; k < 2; ++k) {
           clients[k].push_back(std::make_unique<RawClient>(addrs[k]));
           rwd[k].push_back(std::make_unique<RawDriver>(*clients[k].back(), part_floats, part_keys, wait_ms));
@@ -132,8 +136,9 @@ class CeilingBench : public FigureLog {
       Barrier bar(W);
       auto run = [&](int side) -> bool {
         const double bpo = 2.0 * double(bytes);  // both directions, as the transport bench counts
-        RunResult r = side == 0 ? RunWorkers(W, bpo, [&](int w) { return RunLoop(*ppd[w], Op::kPushPull, plan, bar); })
-                                : RunWorkers(W, bpo, [&](int w) { return RunLoop(*rwd[side - 1][w], Op::kPushPull, plan, bar); });
+        RunResult r =
+            side == 0 ? RunWorkers(W, bpo, [&](int w) { return RunLoop(*ppd[w], Op::kPushPull, plan, bar); })
+                      : RunWorkers(W, bpo, [&](int w) { return RunLoop(*rwd[side - 1][w], Op::kPushPull, plan, bar); });
         if (!r.ok) {
           error = (side == 0 ? "pushpull: " : side == 1 ? "raw: " : "raw + SGD: ") + r.error;
           return false;
@@ -150,7 +155,8 @@ class CeilingBench : public FigureLog {
       for (auto& server : servers[1]) applied += server->applied_floats();
     }
     Status fin = cl.FinishAndJoin();
-    if (!fin.ok()) std::fprintf(stderr, "zmq_ceiling: cluster %s finish: %s\n", ShapeName(S, W).c_str(), fin.ToString().c_str());
+    if (!fin.ok())
+      std::fprintf(stderr, "zmq_ceiling: cluster %s finish: %s\n", ShapeName(S, W).c_str(), fin.ToString().c_str());
     if (error.empty() && applied == 0) error = "raw + SGD: its servers applied no push";
     if (!error.empty()) {
       Add("raw_sgd_pushpull" + suffix, "GB/s", NAN, 0.0, "FAILED: " + error);
@@ -170,7 +176,8 @@ class CeilingBench : public FigureLog {
                             std::to_string(2 * cfg_.reps) + " runs of each";
     Add("raw_sgd_pushpull" + suffix, "GB/s", best[2], best[1],
         "raw ZeroMQ whose servers apply each push with pushpull's SGD kernel (value) vs plain raw ZeroMQ "
-        "(baseline): " + how + PairNote(r_sgd) + buf);
+        "(baseline): " +
+            how + PairNote(r_sgd) + buf);
     Add("pushpull_vs_raw_sgd" + suffix, "GB/s", best[0], best[2],
         "pushpull (value) vs raw ZeroMQ + SGD (baseline): " + how + PairNote(r_pp));
   }
@@ -196,8 +203,10 @@ class CeilingBench : public FigureLog {
     for (int i = 0; with_pushpull && i < 2 && error.empty(); ++i) {
       cl[i] = std::make_unique<LocalCluster>(BenchCluster(i + 1, 1));
       auto t = StartWithDenseTable(*cl[i], "ceiling_split", bytes);
-      if (t.ok()) pp[i] = std::make_unique<PushPullDriver>(cl[i]->client(0), t.value(), bytes / 4, nullptr, 2, kWaitMs);
-      else error = "pushpull: " + t.status().ToString();
+      if (t.ok())
+        pp[i] = std::make_unique<PushPullDriver>(cl[i]->client(0), t.value(), bytes / 4, nullptr, 2, kWaitMs);
+      else
+        error = "pushpull: " + t.status().ToString();
     }
     // Sides: raw from 2 servers, raw from 1, then pushpull from 2 and from 1.
     const int sides = with_pushpull ? 4 : 2;
@@ -205,7 +214,9 @@ class CeilingBench : public FigureLog {
     Barrier bar(1);
     auto run = [&](int side) {
       RunResult r;
-      auto pull = [&](auto& d) { return RunWorkers(1, double(bytes), [&](int) { return RunLoop(d, Op::kPull, plan, bar); }); };
+      auto pull = [&](auto& d) {
+        return RunWorkers(1, double(bytes), [&](int) { return RunLoop(d, Op::kPull, plan, bar); });
+      };
       r = side == 0 ? pull(d2) : side == 1 ? pull(d1) : pull(*pp[3 - side]);
       if (!r.ok) error = (side < 2 ? "raw: " : "pushpull: ") + r.error;
       best[side] = std::max(best[side], r.gbps);
@@ -220,10 +231,10 @@ class CeilingBench : public FigureLog {
       Status st = cl[i]->FinishAndJoin();
       if (!st.ok()) std::fprintf(stderr, "zmq_ceiling: split-pull cluster finish: %s\n", st.ToString().c_str());
     }
-    const std::string how = ", 1 worker, pipelined depth " + std::to_string(plan.depth) + ", " +
-                            (with_pushpull ? "pushpull's pulls from 1 and 2 servers in the same rotation"
-                                           : std::string("alternating")) +
-                            ", best of " + std::to_string(reps);
+    const std::string how =
+        ", 1 worker, pipelined depth " + std::to_string(plan.depth) + ", " +
+        (with_pushpull ? "pushpull's pulls from 1 and 2 servers in the same rotation" : std::string("alternating")) +
+        ", best of " + std::to_string(reps);
     if (!error.empty()) {
       Add(name, "GB/s", NAN, 0.0, "FAILED: " + error);
       if (with_pushpull) {

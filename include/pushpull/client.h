@@ -47,15 +47,15 @@
 namespace pushpull {
 
 struct ClientOptions {
-  std::string scheduler;              // tcp://host:port of pushpull-scheduler (required)
-  int request_timeout_ms = 120000;    // default deadline of Future::Wait, Barrier, CreateTable
-  int heartbeat_interval_ms = 500;    // how often this worker tells the scheduler it is alive
-  int scheduler_timeout_ms = 15000;   // scheduler silent this long: calls fail with Unavailable
-  int register_timeout_ms = 120000;   // how long Connect waits for the whole job to register
-  int requested_rank = -1;            // >= 0: ask for this worker rank (if free)
-  int send_latency_ms = 0;            // experiments: hold every outgoing message this long (the
-                                      // requests so held count against no limit below, nor the
-                                      // 1024 unanswered a server's record keeps)
+  std::string scheduler;             // tcp://host:port of pushpull-scheduler (required)
+  int request_timeout_ms = 120000;   // default deadline of Future::Wait, Barrier, CreateTable
+  int heartbeat_interval_ms = 500;   // how often this worker tells the scheduler it is alive
+  int scheduler_timeout_ms = 15000;  // scheduler silent this long: calls fail with Unavailable
+  int register_timeout_ms = 120000;  // how long Connect waits for the whole job to register
+  int requested_rank = -1;           // >= 0: ask for this worker rank (if free)
+  int send_latency_ms = 0;           // experiments: hold every outgoing message this long (the
+                                     // requests so held count against no limit below, nor the
+                                     // 1024 unanswered a server's record keeps)
   // Backpressure: a call whose payload (a push's keys and values, a keyed pull's keys) would take
   // the payload of this worker's unanswered requests over this many MiB waits in the call, at most
   // request_timeout_ms, for earlier ones to be answered, rather than keep them all in memory while
@@ -82,12 +82,12 @@ struct Table {
 namespace internal {
 struct FutureState;
 struct PulledParts;
-}
+}  // namespace internal
 
 // The values of a pull, read in place from the messages the servers sent: no copy. Readable
 // once the pull's Future succeeded (before that, or after it failed, the accessors throw
-// std::logic_error; num_rows() too once it failed), for as long as this object lives (it keeps the messages); a new pull into
-// it drops the old one's at once.
+// std::logic_error; num_rows() too once it failed), for as long as this object lives (it keeps the messages); a new
+// pull into it drops the old one's at once.
 //
 // row(i) is the i-th row: of the table for a dense pull (PullDenseView), of the key list for a
 // keyed one (PullView), dim floats. Dense pulls also list their parts: contiguous runs of whole
@@ -150,9 +150,9 @@ struct ClientStats {
   uint64_t pushes = 0, pulls = 0, clocks = 0;
   uint64_t bytes_sent = 0, bytes_received = 0;
   int32_t max_staleness = 0;
-  uint64_t resent = 0;  // requests sent to a server again after a connection to it dropped
+  uint64_t resent = 0;            // requests sent to a server again after a connection to it dropped
   uint64_t unanswered_bytes = 0;  // now: payload of requests not answered yet (max_unanswered_mb)
-  uint64_t waits_for_room = 0;    // calls that waited for room (max_unanswered_mb, or kMaxUnansweredRequests to a server)
+  uint64_t waits_for_room = 0;  // calls that waited for room (max_unanswered_mb, or kMaxUnansweredRequests to a server)
 };
 
 class Client {

@@ -34,27 +34,27 @@ struct ScheduleConfig {
 
 struct OptimizerConfig {
   Kind kind = Kind::kSgd;
-  float lr = 0.01f;            // base learning rate (FTRL: alpha is used instead)
+  float lr = 0.01f;  // base learning rate (FTRL: alpha is used instead)
   // SGD family
-  float momentum = 0.0f;       // in [0, 1)
-  bool nesterov = false;       // requires momentum > 0
-  float weight_decay = 0.0f;   // >= 0; SGD/Adam: L2 added to the gradient; AdamW: decoupled
+  float momentum = 0.0f;      // in [0, 1)
+  bool nesterov = false;      // requires momentum > 0
+  float weight_decay = 0.0f;  // >= 0; SGD/Adam: L2 added to the gradient; AdamW: decoupled
   // Adam / AdamW
-  float beta1 = 0.9f;          // in [0, 1)
-  float beta2 = 0.999f;        // in [0, 1)
-  float epsilon = 1e-8f;       // > 0 (also AdaGrad's, whose PyTorch default is 1e-10: set it so to match)
+  float beta1 = 0.9f;     // in [0, 1)
+  float beta2 = 0.999f;   // in [0, 1)
+  float epsilon = 1e-8f;  // > 0 (also AdaGrad's, whose PyTorch default is 1e-10: set it so to match)
   bool amsgrad = false;
   // AdaGrad
   float initial_accumulator = 0.0f;  // >= 0
   // FTRL-Proximal (McMahan et al. 2013)
-  float ftrl_alpha = 0.05f;    // > 0
-  float ftrl_beta = 1.0f;      // >= 0
-  float ftrl_l1 = 0.0f;        // >= 0
-  float ftrl_l2 = 0.0f;        // >= 0
+  float ftrl_alpha = 0.05f;  // > 0
+  float ftrl_beta = 1.0f;    // >= 0
+  float ftrl_l1 = 0.0f;      // >= 0
+  float ftrl_l2 = 0.0f;      // >= 0
   // Common
   ScheduleConfig schedule;
-  float clip_norm = 0.0f;      // >= 0; 0 = off. Clips each push's gradient by its global L2 norm
-  bool staleness_aware = false;// divide the step by the push's staleness (Zhang et al. 2016)
+  float clip_norm = 0.0f;        // >= 0; 0 = off. Clips each push's gradient by its global L2 norm
+  bool staleness_aware = false;  // divide the step by the push's staleness (Zhang et al. 2016)
 
   bool operator==(const OptimizerConfig& o) const;
   bool operator!=(const OptimizerConfig& o) const { return !(*this == o); }

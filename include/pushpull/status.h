@@ -11,16 +11,16 @@ namespace pushpull {
 
 enum class Code : uint8_t {
   kOk = 0,
-  kInvalidArgument = 1,   // the caller's input is wrong (bad shape, bad hyper-parameter, ...)
-  kNotFound = 2,          // unknown table, missing file
-  kCorruption = 3,        // bytes that do not decode (a malformed message, a bad IDX header)
-  kUnavailable = 4,       // a peer is dead or unreachable
-  kDeadlineExceeded = 5,  // a wait ran past its deadline
-  kFailedPrecondition = 6,// the system is not in a state to do this (e.g. clock mismatch)
-  kAlreadyExists = 7,     // same name, different spec
-  kAborted = 8,           // the job is shutting down
-  kInternal = 9,          // a bug: a local invariant does not hold
-  kResourceExhausted = 10,// out of memory, or past a configured limit (a server's --max_table_mb)
+  kInvalidArgument = 1,     // the caller's input is wrong (bad shape, bad hyper-parameter, ...)
+  kNotFound = 2,            // unknown table, missing file
+  kCorruption = 3,          // bytes that do not decode (a malformed message, a bad IDX header)
+  kUnavailable = 4,         // a peer is dead or unreachable
+  kDeadlineExceeded = 5,    // a wait ran past its deadline
+  kFailedPrecondition = 6,  // the system is not in a state to do this (e.g. clock mismatch)
+  kAlreadyExists = 7,       // same name, different spec
+  kAborted = 8,             // the job is shutting down
+  kInternal = 9,            // a bug: a local invariant does not hold
+  kResourceExhausted = 10,  // out of memory, or past a configured limit (a server's --max_table_mb)
   kLastCode = kResourceExhausted,
 };
 
@@ -37,9 +37,7 @@ class [[nodiscard]] Status {
   static Status Corruption(std::string m) { return {Code::kCorruption, std::move(m)}; }
   static Status Unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
   static Status DeadlineExceeded(std::string m) { return {Code::kDeadlineExceeded, std::move(m)}; }
-  static Status FailedPrecondition(std::string m) {
-    return {Code::kFailedPrecondition, std::move(m)};
-  }
+  static Status FailedPrecondition(std::string m) { return {Code::kFailedPrecondition, std::move(m)}; }
   static Status AlreadyExists(std::string m) { return {Code::kAlreadyExists, std::move(m)}; }
   static Status Aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
   static Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
@@ -50,9 +48,7 @@ class [[nodiscard]] Status {
   const std::string& message() const { return msg_; }
   std::string ToString() const;
   // Prefixes the message with context ("pull table 'w': ").
-  Status Annotate(const std::string& context) const {
-    return ok() ? *this : Status(code_, context + ": " + msg_);
-  }
+  Status Annotate(const std::string& context) const { return ok() ? *this : Status(code_, context + ": " + msg_); }
   void IgnoreError() const {}
 
  private:
@@ -93,7 +89,7 @@ inline std::string Status::ToString() const {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {}  // NOLINT
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
@@ -109,10 +105,10 @@ class [[nodiscard]] Result {
   std::optional<T> value_;
 };
 
-#define PP_RETURN_IF_ERROR(expr)            \
-  do {                                      \
-    ::pushpull::Status _st = (expr);        \
-    if (!_st.ok()) return _st;              \
+#define PP_RETURN_IF_ERROR(expr)     \
+  do {                               \
+    ::pushpull::Status _st = (expr); \
+    if (!_st.ok()) return _st;       \
   } while (0)
 
 }  // namespace pushpull

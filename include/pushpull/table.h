@@ -35,9 +35,9 @@ Result<InitKind> ParseInitKind(const std::string& s);
 
 struct TableSpec {
   std::string name;
-  bool sparse = false;       // sparse: any u64 row id, rows created on first touch
-  uint64_t rows = 0;         // dense: row count; sparse: ignored
-  uint32_t dim = 1;          // floats per row
+  bool sparse = false;  // sparse: any u64 row id, rows created on first touch
+  uint64_t rows = 0;    // dense: row count; sparse: ignored
+  uint32_t dim = 1;     // floats per row
   InitKind init = InitKind::kZeros;
   float init_scale = 0.01f;  // uniform: [-scale, scale]; normal: stddev
   uint64_t seed = 1;

@@ -19,15 +19,9 @@ std::string ClusterParams::Name() const {
   std::string name = std::to_string(servers) + "s" + std::to_string(workers) + "w";
   if (update_threads != 1) name += std::to_string(update_threads) + "t";
   switch (consistency.model) {
-    case Consistency::kBsp:
-      name += "_bsp";
-      break;
-    case Consistency::kSsp:
-      name += "_ssp" + std::to_string(consistency.staleness);
-      break;
-    case Consistency::kAsp:
-      name += "_asp";
-      break;
+    case Consistency::kBsp: name += "_bsp"; break;
+    case Consistency::kSsp: name += "_ssp" + std::to_string(consistency.staleness); break;
+    case Consistency::kAsp: name += "_asp"; break;
   }
   if (optimizer) name += std::string("_") + opt::KindName(*optimizer);
   if (copy_on_write_budget_bytes != ServerOptions().copy_on_write_budget_bytes)
@@ -37,8 +31,7 @@ std::string ClusterParams::Name() const {
 
 void PrintTo(const ClusterParams& params, std::ostream* os) { *os << params.Name(); }
 
-std::vector<ClusterParams> UnderEachModel(int servers, int workers,
-                                          std::initializer_list<const char*> models) {
+std::vector<ClusterParams> UnderEachModel(int servers, int workers, std::initializer_list<const char*> models) {
   std::vector<ClusterParams> all;
   for (const char* model : models) {
     ClusterParams p;

@@ -55,14 +55,11 @@ void PrintTo(const ClusterParams& params, std::ostream* os);
 
 // Names instances by their params (INSTANTIATE_TEST_SUITE_P's last argument).
 struct ClusterParamsName {
-  std::string operator()(const ::testing::TestParamInfo<ClusterParams>& info) const {
-    return info.param.Name();
-  }
+  std::string operator()(const ::testing::TestParamInfo<ClusterParams>& info) const { return info.param.Name(); }
 };
 
 // A cluster of `servers` and `workers` under each consistency model named ("bsp", "ssp:2", "asp").
-std::vector<ClusterParams> UnderEachModel(int servers, int workers,
-                                          std::initializer_list<const char*> models);
+std::vector<ClusterParams> UnderEachModel(int servers, int workers, std::initializer_list<const char*> models);
 
 class ClusterTest : public ::testing::Test, public ::testing::WithParamInterface<ClusterParams> {
  protected:

@@ -43,7 +43,7 @@ inline std::function<void(int, ServerOptions*)> ServerControlThrough(TcpProxy& p
 // Worker data connections to server `rank` go through `proxy` (the server advertises the proxy's
 // port); the scheduler's do not.
 inline std::function<void(int, ServerOptions*)> DataThrough(TcpProxy& proxy, int rank,
-                                                             const std::string& host = "127.0.0.1") {
+                                                            const std::string& host = "127.0.0.1") {
   return [&proxy, rank, host](int s, ServerOptions* o) {
     if (s != rank) return;
     o->port = TcpProxy::FreePort();

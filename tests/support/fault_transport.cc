@@ -278,8 +278,8 @@ FaultTransport::Decision FaultTransport::Decide(FaultRule::Direction dir, Socket
     if (rule.direction != dir || (rule.type != FaultRule::kAnyType && rule.type != type)) continue;
     ++matched_[r];
     if (rule.times >= 0 && acted_[r] >= rule.times) continue;
-    const bool fire = rule.nth > 0 ? matched_[r] >= rule.nth
-                                   : std::uniform_real_distribution<double>(0, 1)(rng_) < rule.probability;
+    const bool fire =
+        rule.nth > 0 ? matched_[r] >= rule.nth : std::uniform_real_distribution<double>(0, 1)(rng_) < rule.probability;
     if (!fire) continue;
     ++acted_[r];
     switch (rule.action) {

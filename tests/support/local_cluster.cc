@@ -64,8 +64,10 @@ Status LocalCluster::Start() {
   for (int w = 0; w < config_.workers; ++w) {
     t.emplace_back([&, w] {
       auto c = Connect(w, ClientOptionsFor(w));
-      if (c.ok()) clients_[w] = std::move(c.value());
-      else st[w] = c.status();
+      if (c.ok())
+        clients_[w] = std::move(c.value());
+      else
+        st[w] = c.status();
     });
   }
   for (auto& th : t) th.join();

@@ -40,12 +40,10 @@ inline std::vector<float> Uniform(size_t n, uint32_t seed, float lo = -1.0f, flo
 
 inline std::vector<double> ToDouble(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
-inline void ExpectClose(const std::vector<float>& actual, const std::vector<double>& expected,
-                        const char* what) {
+inline void ExpectClose(const std::vector<float>& actual, const std::vector<double>& expected, const char* what) {
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t i = 0; i < actual.size(); ++i) {
-    ASSERT_NEAR(actual[i], expected[i], kAtol + kRtol * std::fabs(expected[i]))
-        << what << "[" << i << "]";
+    ASSERT_NEAR(actual[i], expected[i], kAtol + kRtol * std::fabs(expected[i])) << what << "[" << i << "]";
   }
 }
 
@@ -70,9 +68,7 @@ struct Table {
     for (auto& s : slots) ptrs.push_back(s.data() + begin);
     opt->Apply(param.data() + begin, ptrs.data(), grad, n, ctx);
   }
-  void Apply(const std::vector<float>& grad, const StepContext& ctx) {
-    Apply(grad.data(), 0, grad.size(), ctx);
-  }
+  void Apply(const std::vector<float>& grad, const StepContext& ctx) { Apply(grad.data(), 0, grad.size(), ctx); }
 
   std::unique_ptr<Optimizer> opt;
   std::vector<float> param;

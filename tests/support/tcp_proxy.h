@@ -194,8 +194,10 @@ class TcpProxy {
       if (cut_) {
         for (auto& p : pairs_) {
           close(p.first);
-          if (half_open_) silent_.push_back(p.second);
-          else close(p.second);
+          if (half_open_)
+            silent_.push_back(p.second);
+          else
+            close(p.second);
         }
         pairs_.clear();
         filters_.clear();
