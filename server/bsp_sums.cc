@@ -16,8 +16,8 @@
 
 namespace pushpull {
 
-void Stripe::Accumulate(int64_t clock, int worker, const RowSelection& sel, const Key* keys,
-                        const float* grads, float grad_scale) {
+void Stripe::Accumulate(int64_t clock, int worker, const RowSelection& sel, const Key* keys, const float* grads,
+                        float grad_scale) {
   const uint32_t* rows = LocalRows(sel, keys);
   auto& of_clock = bsp_[clock];
   Accumulator& acc = of_clock[worker];
@@ -40,7 +40,8 @@ void Stripe::Accumulate(int64_t clock, int worker, const RowSelection& sel, cons
     bool charged = false;
     try {
       Charge(bytes, "worker " + std::to_string(worker) + "'s BSP sum of clock " + std::to_string(clock) + " (" +
-                        std::to_string(cap) + " rows; a worker's pushes are summed until every worker has finished "
+                        std::to_string(cap) +
+                        " rows; a worker's pushes are summed until every worker has finished "
                         "their clock)");
       charged = true;
       acc.rows.reserve(cap);

@@ -87,7 +87,8 @@ size_t Stripe::WriteBudgetBytes() const {
   return bytes;
 }
 
-const float* Stripe::BeginWrite(size_t b, uint64_t keep_begin, uint64_t keep_end, std::shared_ptr<ParamArray>* held_array) {
+const float* Stripe::BeginWrite(size_t b, uint64_t keep_begin, uint64_t keep_end,
+                                std::shared_ptr<ParamArray>* held_array) {
   Block& k = blocks_[b];
   std::shared_ptr<ParamArray>& cur = k.params;
   // Room to list the block's spare first: nothing after the budget is taken may throw.
@@ -176,8 +177,10 @@ std::shared_ptr<const float> Stripe::Lend(size_t b, const float* p) {
     // Blocks no reply holds any more leave the list first: it stays as long as the blocks held.
     size_t kept = 0;
     for (uint32_t l : lent_) {
-      if (blocks_[l].params.use_count() != 1) lent_[kept++] = l;
-      else blocks_[l].lent = false;
+      if (blocks_[l].params.use_count() != 1)
+        lent_[kept++] = l;
+      else
+        blocks_[l].lent = false;
     }
     lent_.resize(kept);
     lent_.push_back(static_cast<uint32_t>(b));

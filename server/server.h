@@ -28,7 +28,7 @@ struct ServerOptions {
   int update_threads = 1;                        // stripes per table
   int64_t max_message_bytes = int64_t(2) << 30;  // larger messages are dropped by ZeroMQ
   int64_t stats_every_ms = 0;                    // log a line of rates and state this often (0: never)
-  // Copy-on-write (server/table_shard.h): memory for parameter arrays that pull replies still
+  // Copy-on-write (server/copy_on_write.h): memory for parameter arrays that pull replies still
   // hold while pushes go on to another array. Over it, a push waits for a reply to be sent, at
   // most copy_on_write_wait_ms, then copies anyway (logged).
   size_t copy_on_write_budget_bytes = size_t(64) << 20;

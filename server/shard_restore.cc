@@ -70,13 +70,14 @@ Status TableShard::Restore(ShardRows in) {
   if (!in.blocks.empty()) {
     // Dense rows in blocks: a stripe per block takes its piece as it is; another striping (fewer
     // blocks than update threads: a small shard) gets them joined first.
-    bool each_a_stripe = !spec.sparse && in.keys.empty() && in.steps.empty() &&
-                         in.blocks.size() == stripes_.size();
+    bool each_a_stripe = !spec.sparse && in.keys.empty() && in.steps.empty() && in.blocks.size() == stripes_.size();
     for (size_t i = 0; each_a_stripe && i < in.blocks.size(); ++i) {
       const ShardRows& b = in.blocks[i];
-      each_a_stripe = b.blocks.empty() && b.keys.empty() && b.steps.size() == stripe_offsets_[i + 1] - stripe_offsets_[i] &&
+      each_a_stripe = b.blocks.empty() && b.keys.empty() &&
+                      b.steps.size() == stripe_offsets_[i + 1] - stripe_offsets_[i] &&
                       b.params.size() == b.steps.size() * dim && b.slots.size() == nslots &&
-                      std::all_of(b.slots.begin(), b.slots.end(), [&](const std::vector<float>& sl) { return sl.size() == b.params.size(); });
+                      std::all_of(b.slots.begin(), b.slots.end(),
+                                  [&](const std::vector<float>& sl) { return sl.size() == b.params.size(); });
     }
     if (each_a_stripe) {
       for (size_t i = 0; i < in.blocks.size(); ++i) {
@@ -96,7 +97,8 @@ Status TableShard::Restore(ShardRows in) {
       if (!b.blocks.empty() || b.slots.size() != joined.slots.size())
         return Status::InvalidArgument("table '" + spec.name + "': checkpoint blocks do not match");
       joined.params.insert(joined.params.end(), b.params.begin(), b.params.end());
-      for (size_t k = 0; k < b.slots.size(); ++k) joined.slots[k].insert(joined.slots[k].end(), b.slots[k].begin(), b.slots[k].end());
+      for (size_t k = 0; k < b.slots.size(); ++k)
+        joined.slots[k].insert(joined.slots[k].end(), b.slots[k].begin(), b.slots[k].end());
       joined.steps.insert(joined.steps.end(), b.steps.begin(), b.steps.end());
       b = ShardRows();  // (let go as joined)
     }

@@ -17,8 +17,8 @@ uint32_t Stripe::LocalRow(Key key) {
   // Local rows are 32-bit, kNone excluded: a stripe holds fewer (the row after the last would
   // wrap to 0, silently).
   if (steps_.size() >= RowIndex::kNone)
-    throw TableMemoryExhausted("table '" + spec_.name + "': a stripe holds at most " +
-                               std::to_string(RowIndex::kNone) + " rows (more servers, or --update_threads)");
+    throw TableMemoryExhausted("table '" + spec_.name + "': a stripe holds at most " + std::to_string(RowIndex::kNone) +
+                               " rows (more servers, or --update_threads)");
   uint32_t r = static_cast<uint32_t>(steps_.size());
   if (const size_t grow = index_.GrowthBytes(index_.size() + 1); grow > 0) {
     Charge(grow, "a larger key index");

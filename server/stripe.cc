@@ -14,9 +14,8 @@
 
 namespace pushpull {
 
-Stripe::Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t row_begin,
-               uint64_t row_end, bool fill, std::shared_ptr<CopyOnWriteBudget> budget,
-               std::shared_ptr<ByteBudget> memory)
+Stripe::Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t row_begin, uint64_t row_end, bool fill,
+               std::shared_ptr<CopyOnWriteBudget> budget, std::shared_ptr<ByteBudget> memory)
     : spec_(spec),
       optimizer_(optimizer),
       dim_(spec.dim),
@@ -70,8 +69,9 @@ void Stripe::AppendRows(uint64_t first_key, size_t n, const Key* keys) {
     const size_t bytes = (cap - cap_rows_) * row;
     Charge(bytes, spec_.sparse ? "room for rows " + std::to_string(cap_rows_) + " to " + std::to_string(cap) +
                                      " (parameters, optimizer slots, step counts)"
-                               : "its " + std::to_string(n) + " rows on this server (parameters, optimizer slots, "
-                                 "step counts)");
+                               : "its " + std::to_string(n) +
+                                     " rows on this server (parameters, optimizer slots, "
+                                     "step counts)");
     const size_t blocks_before = blocks_.size();
     try {
       // Every array has its room before any grows: out of memory here leaves the stripe as it was.
@@ -127,8 +127,7 @@ void Stripe::TruncateRows(size_t rows) {
   steps_.resize(rows);
 }
 
-void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* grads,
-                       const opt::StepContext& ctx_in) {
+void Stripe::ApplyPush(const RowSelection& sel, const Key* keys, const float* grads, const opt::StepContext& ctx_in) {
   const uint32_t* rows = LocalRows(sel, keys);  // first: adding rows may move the arrays
   // While a reply holds a block's array, the block's rows pushed are written out of place (read
   // from the held array, written to the new one: no extra pass) and its others copied: a
@@ -198,20 +197,23 @@ std::shared_ptr<const float> Stripe::ReadOrShare(const RowSelection& sel, const 
   size_t at = 0;  // the selection index of the run's first row (runs come in selection order)
   const size_t row_floats = dim_;
   const uint32_t* rows = LocalRows(sel, keys);  // may add rows, which may move the arrays
-  ForEachRun(sel, keys, rows, false, [&](uint32_t r, uint64_t, size_t len) {
-    if (runs++ == 0) {  // maybe the only one: copied only once a second run shows up
-      first_row = r;
-      first_len = len;
-      at = len;
-      return;
-    }
-    if (runs == 2) {
-      *out = NewFloatBuffer(sel.size() * row_floats);
-      std::memcpy(out->get(), Row(first_row), first_len * row_floats * sizeof(float));
-    }
-    std::memcpy(out->get() + at * row_floats, Row(r), len * row_floats * sizeof(float));
-    at += len;
-  }, /*by_selection=*/true);
+  ForEachRun(
+      sel, keys, rows, false,
+      [&](uint32_t r, uint64_t, size_t len) {
+        if (runs++ == 0) {  // maybe the only one: copied only once a second run shows up
+          first_row = r;
+          first_len = len;
+          at = len;
+          return;
+        }
+        if (runs == 2) {
+          *out = NewFloatBuffer(sel.size() * row_floats);
+          std::memcpy(out->get(), Row(first_row), first_len * row_floats * sizeof(float));
+        }
+        std::memcpy(out->get() + at * row_floats, Row(r), len * row_floats * sizeof(float));
+        at += len;
+      },
+      /*by_selection=*/true);
   ReleaseRows();
   if (runs == 1) return Lend(first_row / block_rows_, Row(first_row));
   if (runs == 0) *out = NewFloatBuffer(0);

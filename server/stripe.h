@@ -57,9 +57,8 @@ class Stripe {
   // about to be restored from a checkpoint: no rows until Restore()).
   // Its rows are charged to `memory` (nullptr: unbounded) as they are made, and given back
   // when it goes: adding rows past the limit throws TableMemoryExhausted.
-  Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t row_begin, uint64_t row_end,
-         bool fill = true, std::shared_ptr<CopyOnWriteBudget> budget = nullptr,
-         std::shared_ptr<ByteBudget> memory = nullptr);
+  Stripe(const TableSpec& spec, const opt::Optimizer* optimizer, uint64_t row_begin, uint64_t row_end, bool fill = true,
+         std::shared_ptr<CopyOnWriteBudget> budget = nullptr, std::shared_ptr<ByteBudget> memory = nullptr);
   ~Stripe();
   Stripe(const Stripe&) = delete;
   Stripe& operator=(const Stripe&) = delete;
@@ -73,11 +72,10 @@ class Stripe {
   // out of memory later in a call, say for a BSP sum, may leave it part done.)
 
   // Applies gradients now (SSP/ASP). grads holds dim floats per message row.
-  void ApplyPush(const RowSelection& sel, const Key* keys, const float* grads,
-                 const opt::StepContext& ctx);
+  void ApplyPush(const RowSelection& sel, const Key* keys, const float* grads, const opt::StepContext& ctx);
   // BSP: adds worker `worker`'s gradients into its accumulator for `clock`.
-  void Accumulate(int64_t clock, int worker, const RowSelection& sel, const Key* keys,
-                  const float* grads, float grad_scale);
+  void Accumulate(int64_t clock, int worker, const RowSelection& sel, const Key* keys, const float* grads,
+                  float grad_scale);
   // BSP: applies the sum over workers of `clock` once, scaled by ctx.grad_scale, then drops it.
   // The sum is taken in worker order, so a BSP run is bitwise reproducible whatever order the
   // pushes arrived in.
@@ -136,7 +134,7 @@ class Stripe {
   // per optimizer slot; steps: one per row). The caller has checked the shapes; a key given twice
   // is InvalidArgument, rows past the tables' memory limit ResourceExhausted.
   Status Restore(std::vector<Key> keys, FloatArray params, std::vector<std::vector<float>> slots,
-               std::vector<uint32_t> steps);
+                 std::vector<uint32_t> steps);
 
  private:
   // Local index of a row, creating sparse rows on first touch.
@@ -190,13 +188,13 @@ class Stripe {
     explicit BlockWrites(Stripe* stripe);
     BlockWrites(const BlockWrites&) = delete;
     BlockWrites& operator=(const BlockWrites&) = delete;
-    ~BlockWrites();  // lets go of the held arrays, then ages the spares
+    ~BlockWrites();                                                // lets go of the held arrays, then ages the spares
     void Begin(size_t b, uint64_t keep_begin, uint64_t keep_end);  // BeginWrite, once a block
     // Begins the block of each of rows[0, n) (null: a dense stripe's one block), each keeping
     // the stripe's rows [keep_begin, keep_end) that it holds; a throw undoes them first.
     void BeginRows(const uint32_t* rows, size_t n, uint64_t keep_begin, uint64_t keep_end);
-    const float* in(size_t b) const { return s->write_in_[b]; }   // where block b's rows are read from
-    void Undo();                                                   // after a Begin or TrackRows threw
+    const float* in(size_t b) const { return s->write_in_[b]; }  // where block b's rows are read from
+    void Undo();                                                 // after a Begin or TrackRows threw
     // Keyed writes, after BeginRows: which rows of each block moved to another array were
     // written, so that its others are brought over once (CopyUnwritten). Out of memory for that
     // undoes the blocks begun.
@@ -248,7 +246,7 @@ class Stripe {
   const std::shared_ptr<ByteBudget> memory_;  // the server's tables' memory limit
   size_t charged_ = 0;                        // what this stripe's arrays and index took of it
   size_t cap_rows_ = 0;                       // rows the blocks, slots_ and steps_ have room for
-  std::vector<Block> blocks_;  // rows [b * block_rows_, +block_rows_) in blocks_[b]; more may be made ahead, empty
+  std::vector<Block> blocks_;     // rows [b * block_rows_, +block_rows_) in blocks_[b]; more may be made ahead, empty
   std::vector<uint32_t> lent_;    // blocks lent to a pull reply, maybe still held (pruned by Lend)
   std::vector<uint32_t> spared_;  // blocks with a spare
   uint64_t writes_ = 0;           // writes to the stripe (BlockWrites)
@@ -256,12 +254,12 @@ class Stripe {
   std::vector<const float*> write_in_;
   std::vector<std::shared_ptr<ParamArray>> write_held_;
   std::vector<uint32_t> written_blocks_;
-  std::vector<uint64_t> write_bits_;      // BlockWrites::TrackRows: a bit per row of each moved block
-  std::vector<size_t> write_bits_at_;     // per block: where its bits start in write_bits_
+  std::vector<uint64_t> write_bits_;   // BlockWrites::TrackRows: a bit per row of each moved block
+  std::vector<size_t> write_bits_at_;  // per block: where its bits start in write_bits_
   std::vector<std::vector<float>> slots_;
-  std::vector<uint32_t> steps_;            // per row: updates applied (lazy Adam bias correction)
-  RowIndex index_;  // sparse: id -> local row
-  struct KeyList {  // LocalRows: a recent key list and its rows
+  std::vector<uint32_t> steps_;  // per row: updates applied (lazy Adam bias correction)
+  RowIndex index_;               // sparse: id -> local row
+  struct KeyList {               // LocalRows: a recent key list and its rows
     std::vector<Key> keys;
     std::vector<uint32_t> rows;
     bool one_run = false;  // rows are consecutive (a key set made in the order it recurs)
@@ -273,14 +271,17 @@ class Stripe {
   std::vector<uint32_t> rows_scratch_;  // LocalRows of a list not kept
 
   struct Accumulator {
-    std::vector<float> sum;       // dim floats per local row touched
-    std::vector<uint32_t> rows;   // local rows, in first-touch order
+    std::vector<float> sum;                          // dim floats per local row touched
+    std::vector<uint32_t> rows;                      // local rows, in first-touch order
     std::unordered_map<uint32_t, uint32_t> slot_of;  // local row -> index into rows
-    size_t charged = 0;           // against the tables' memory limit (in charged_ too)
+    size_t charged = 0;                              // against the tables' memory limit (in charged_ too)
   };
   // A BSP sum's bytes a row: its floats, its row number, an index entry (about).
   size_t SumRowBytes() const { return dim_ * sizeof(float) + sizeof(uint32_t) + 32; }
-  void DropSum(Accumulator& acc) { Uncharge(acc.charged); acc.charged = 0; }
+  void DropSum(Accumulator& acc) {
+    Uncharge(acc.charged);
+    acc.charged = 0;
+  }
   std::map<int64_t, std::map<int, Accumulator>> bsp_;  // clock -> worker -> its sum
 };
 

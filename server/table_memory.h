@@ -50,7 +50,6 @@ class TableMemoryExhausted : public std::runtime_error {
 };
 
 // The error for memory that the tables' limit (`memory`) refuses to `what` of table `spec`.
-std::string MemoryRefusal(const TableSpec& spec, const ByteBudget& memory, const std::string& what,
-                          size_t bytes);
+std::string MemoryRefusal(const TableSpec& spec, const ByteBudget& memory, const std::string& what, size_t bytes);
 
 }  // namespace pushpull

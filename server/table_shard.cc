@@ -21,8 +21,8 @@ TableShard::TableShard(const TableInfo& info, int server_rank, int num_threads, 
     const size_t bytes = rows * Stripe::RowBytes(info.spec, optimizer_->num_slots());
     if (fill && memory && memory->WouldExceed(bytes))
       throw TableMemoryExhausted(MemoryRefusal(
-          info.spec, *memory, "its " + std::to_string(rows) + " rows on this server (parameters, optimizer slots, step counts)",
-          bytes));
+          info.spec, *memory,
+          "its " + std::to_string(rows) + " rows on this server (parameters, optimizer slots, step counts)", bytes));
     // A stripe per block when there are at least as many blocks as update threads; else one per
     // update thread, of equal size (a small table: a block then spans stripes).
     const uint64_t block = info.BlockRows(server_rank);
@@ -40,8 +40,8 @@ TableShard::TableShard(const TableInfo& info, int server_rank, int num_threads, 
   } else {
     for (int i = 0; i < num_threads; ++i)
       stripes_.push_back(std::make_unique<Stripe>(info.spec, optimizer_.get(), 0, 0, true, budget, memory));
-    owns_every_key_ = std::all_of(info.bucket_owner.begin(), info.bucket_owner.end(),
-                                  [&](uint16_t o) { return o == server_rank; });
+    owns_every_key_ =
+        std::all_of(info.bucket_owner.begin(), info.bucket_owner.end(), [&](uint16_t o) { return o == server_rank; });
   }
 }
 

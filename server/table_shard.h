@@ -32,10 +32,10 @@ namespace pushpull {
 // A shard's rows as a checkpoint holds them, in any striping: dense rows in row order from the
 // shard's first, sparse rows in any order with their keys.
 struct ShardRows {
-  std::vector<Key> keys;                   // sparse: the key of each row; dense: empty
-  FloatArray params;                       // rows * dim
-  std::vector<std::vector<float>> slots;   // per optimizer slot, rows * dim
-  std::vector<uint32_t> steps;             // per row: updates applied
+  std::vector<Key> keys;                  // sparse: the key of each row; dense: empty
+  FloatArray params;                      // rows * dim
+  std::vector<std::vector<float>> slots;  // per optimizer slot, rows * dim
+  std::vector<uint32_t> steps;            // per row: updates applied
   // Dense rows read for a restore (ReadServerCheckpoint's in_blocks): in pieces of
   // TableInfo::BlockRows rows, in row order, each with its params, slots and steps; the fields
   // above are then empty. A shard with a stripe per block takes the pieces as they are.
