@@ -55,6 +55,7 @@ TEST(AdaGradTrajectory, MatchesReference) {
         t.Apply(g, Ctx(step));
         ref.Step(c, Ctx(step), g);
       }
+      ASSERT_EQ(t.slots.size(), 1u) << "AdaGrad keeps one slot beside the parameters: its accumulator";
       ExpectClose(t.param, ref.p, "param");
       ExpectClose(t.slots[0], ref.acc, "accum");
     }
