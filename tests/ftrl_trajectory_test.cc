@@ -11,14 +11,8 @@
 namespace pushpull::opt {
 namespace {
 
-using test_util::Ctx;
-using test_util::ExpectClose;
-using test_util::Grad;
-using test_util::kAtol;
-using test_util::kLengths;
-using test_util::kRtol;
-using test_util::kSteps;
-using test_util::Table;
+// The shared reference-test helpers (tests/support/optimizer_test_util.h).
+using namespace test_util;  // NOLINT(build/namespaces)
 
 // The reference update rule, one element at a time, in double.
 struct FtrlRef {
