@@ -5,7 +5,9 @@
 #   make bench   benchmarks; figures into build/bench/results.jsonl
 #   make deps    apt-get the Debian packages that are missing (no-op when all are there)
 #   make experiments   the consistency-model experiments (docs/EXPERIMENTS.md)
-#   make install the daemons and tools into $(DESTDIR)$(PREFIX)/bin (PREFIX=/usr/local)
+#   make install the daemons and tools, the public headers, the client library (libpushpull.a and
+#                .so) and its pkg-config file under $(DESTDIR)$(PREFIX) (PREFIX=/usr/local)
+#   make lib     the client library alone (build/lib/libpushpull.a, libpushpull.so)
 #   make check-threads   Clang's thread-safety analysis over every source (.ci/run runs it)
 #   make check-public-headers   the headers in include/pushpull/ compile alone and name no internal
 #   make format / make format-check   apply / check .clang-format (.ci/run checks it)
@@ -27,7 +29,8 @@ CXX      ?= g++
 OPT      := $(if $(filter 1,$(DEBUG)),-O0,-O2)
 ARCH     ?= -march=x86-64-v3
 CPPFLAGS := -Iinclude -I. -isystem /usr/include/eigen3 -MMD -MP
-CXXFLAGS := -std=c++17 $(OPT) -g $(ARCH) -Wall -Wextra -Wno-unused-parameter -pthread
+# -fPIC: the client's objects go into libpushpull.so as they are (one build, not two).
+CXXFLAGS := -std=c++17 $(OPT) -g $(ARCH) -fPIC -Wall -Wextra -Wno-unused-parameter -pthread
 LDLIBS   := -lzmq -lgflags -lz -pthread
 ifeq ($(ASAN),1)
 CXXFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer
@@ -65,14 +68,40 @@ LIBS := $(foreach d,$(LIBDIRS),$(BUILD)/lib/lib$(d).a)
 TEST_SUPPORT_SRCS := $(filter-out tests/support/alloc_fault.cc,$(wildcard tests/support/*.cc))
 TEST_SUPPORT_LIB  := $(BUILD)/lib/libtestsupport.a
 
+# The one place the version is written is the file VERSION; common/version.cc gets it from here.
+PP_VERSION := $(shell cat VERSION)
+PP_VERSION_WORDS := $(subst ., ,$(PP_VERSION))
+# The shared library's soname: its major version, or major.minor while that is 0 (no stable ABI yet).
+PP_SOVERSION := $(if $(filter 0,$(word 1,$(PP_VERSION_WORDS))),$(word 1,$(PP_VERSION_WORDS)).$(word 2,$(PP_VERSION_WORDS)),$(word 1,$(PP_VERSION_WORDS)))
+VERSION_DEF := -DPUSHPULL_VERSION_STRING='"$(PP_VERSION)"'
+$(BUILD)/obj/common/version.o: CPPFLAGS += $(VERSION_DEF)
+$(BUILD)/obj/common/version.o: VERSION
+
+# The client library a user's program links: the code behind include/pushpull/ and nothing of the
+# daemons, the sample apps, CUDA or gflags.
+CLIENT_SRCS := $(filter-out worker/mlp_%,$(wildcard worker/*.cc)) $(wildcard optimizers/*.cc) \
+               $(filter-out common/flags.cc common/metrics.cc common/cpus.cc,$(wildcard common/*.cc))
+CLIENT_OBJS := $(patsubst %.cc,$(BUILD)/obj/%.o,$(CLIENT_SRCS))
+CLIENT_LIBS := -lzmq -pthread
+CLIENT_A  := $(BUILD)/lib/libpushpull.a
+CLIENT_SO := $(BUILD)/lib/libpushpull.so.$(PP_VERSION)
+
 BINS := $(BUILD)/bin/pushpull-scheduler $(BUILD)/bin/pushpull-server \
         $(BUILD)/bin/pushpull-worker $(BUILD)/bin/pushpull-launch $(BUILD)/bin/pushpull-bench \
         $(BUILD)/bin/pushpull-checkpoint
 TEST_SRCS := $(wildcard tests/*_test.cc) tests/support/alloc_fault.cc
 TEST_BIN  := $(BUILD)/bin/pushpull-tests
 
-.PHONY: all test demo bench deps clean experiments install check-threads check-public-headers format format-check
-all: $(BINS) $(TEST_BIN)
+.PHONY: all lib test demo bench deps clean experiments install check-threads check-public-headers format format-check
+all: $(BINS) $(TEST_BIN) lib
+lib: $(CLIENT_A) $(CLIENT_SO)
+
+$(CLIENT_A): $(CLIENT_OBJS)
+$(CLIENT_SO): $(CLIENT_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) -shared $(LDFLAGS) -Wl,-soname,libpushpull.so.$(PP_SOVERSION) -Wl,--no-undefined -o $@ $^ $(CLIENT_LIBS)
+	ln -sf libpushpull.so.$(PP_VERSION) $(BUILD)/lib/libpushpull.so.$(PP_SOVERSION)
+	ln -sf libpushpull.so.$(PP_SOVERSION) $(BUILD)/lib/libpushpull.so
 
 $(foreach d,$(LIBDIRS),$(eval $(BUILD)/lib/lib$(d).a: $(call objs_of,$(d))))
 $(TEST_SUPPORT_LIB): $(patsubst %.cc,$(BUILD)/obj/%.o,$(TEST_SUPPORT_SRCS))
@@ -107,7 +136,7 @@ $(TEST_BIN): $(patsubst %.cc,$(BUILD)/obj/%.o,$(TEST_SRCS)) $(TEST_SUPPORT_LIB) 
 # Clang's thread-safety analysis over every C++ source (common/mutex.h): a GUARDED_BY member
 # touched without its lock, or a REQUIRES function called without it, fails the build.
 ALL_CC := $(sort $(wildcard */*.cc */*/*.cc))
-TSA_FLAGS := -std=c++17 -fsyntax-only -Iinclude -I. -isystem /usr/include/eigen3 -Wthread-safety -Werror=thread-safety \
+TSA_FLAGS := -std=c++17 -fsyntax-only -Iinclude -I. -isystem /usr/include/eigen3 $(VERSION_DEF) -Wthread-safety -Werror=thread-safety \
              -Wno-unknown-warning-option
 $(BUILD)/tsa/%.ok: %.cc
 	@mkdir -p $(dir $@)
@@ -138,7 +167,7 @@ check-public-headers:
 	@echo "check-public-headers: $(words $(PUBLIC_HEADERS)) public headers are plain"
 
 DEB_PKGS := g++ make clang clang-format libzmq3-dev cppzmq-dev libcereal-dev libeigen3-dev libgflags-dev \
-            libgtest-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox
+            libgtest-dev zlib1g-dev pkg-config dataset-fashion-mnist gnuplot-nox
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -151,6 +180,7 @@ test: deps
 	$(MAKE) -j$$(nproc) all
 	$(MAKE) check-public-headers
 	tests/run_tests.sh $(BUILD)
+	tests/install_test.sh $(BUILD)
 
 demo: deps
 	$(MAKE) -j$$(nproc) $(BINS)
@@ -166,10 +196,25 @@ experiments: deps
 	apps/experiments/run.sh $(BUILD)
 
 PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
 INSTALLED := pushpull-scheduler pushpull-server pushpull-worker pushpull-launch pushpull-checkpoint
-install: $(addprefix $(BUILD)/bin/,$(INSTALLED))
-	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 755 $^ $(DESTDIR)$(PREFIX)/bin/
+# A program built against a prefix the loader does not search (PREFIX=/tmp/x) still finds
+# libpushpull.so: the pkg-config file's Libs carry the library directory as an rpath.
+install: $(addprefix $(BUILD)/bin/,$(INSTALLED)) $(CLIENT_A) $(CLIENT_SO)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(INCLUDEDIR)/pushpull $(DESTDIR)$(LIBDIR)/pkgconfig \
+	  $(DESTDIR)$(PREFIX)/share/doc/pushpull
+	install -m 755 $(addprefix $(BUILD)/bin/,$(INSTALLED)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(INCLUDEDIR)/pushpull/
+	install -m 644 $(CLIENT_A) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(CLIENT_SO) $(DESTDIR)$(LIBDIR)/
+	ln -sf libpushpull.so.$(PP_VERSION) $(DESTDIR)$(LIBDIR)/libpushpull.so.$(PP_SOVERSION)
+	ln -sf libpushpull.so.$(PP_SOVERSION) $(DESTDIR)$(LIBDIR)/libpushpull.so
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(PP_VERSION)|' \
+	  deploy/pushpull.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/pushpull.pc
+	install -m 644 LICENSE CHANGELOG.md README.md $(DESTDIR)$(PREFIX)/share/doc/pushpull/
+	@echo "installed pushpull $(PP_VERSION) under $(DESTDIR)$(PREFIX); build a program with:"
+	@echo "  PKG_CONFIG_PATH=$(LIBDIR)/pkgconfig g++ -std=c++17 prog.cc \$$(pkg-config --cflags --libs pushpull)"
 
 clean:
 	rm -rf $(BUILD)

@@ -25,9 +25,11 @@
 #include "pushpull/client.h"
 #include "worker/mlp_backend.h"
 
-DEFINE_string(scheduler, "tcp://127.0.0.1:7000", "address of pushpull-scheduler");
+DEFINE_string(scheduler, "tcp://127.0.0.1:7000",
+              "address of pushpull-scheduler (not given: $PUSHPULL_SCHEDULER when set, as pushpull-launch sets it)");
 DEFINE_string(app, "", "training app to run: linreg | fmnist_mlp | sparse_lr");
-DEFINE_string(consistency, "bsp", "consistency model of the app's tables: bsp | ssp:K | asp");
+DEFINE_string(consistency, "bsp",
+              "consistency model of the app's tables: bsp | ssp:K | asp (not given: $PUSHPULL_CONSISTENCY when set)");
 DEFINE_int32(request_timeout_ms, 120000, "deadline of every push, pull, barrier and table creation");
 DEFINE_int32(max_unanswered_mb, 1024,
              "backpressure: a push or keyed pull waits (up to --request_timeout_ms, then "
@@ -36,7 +38,7 @@ DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this w
 DEFINE_int32(scheduler_timeout_ms, 15000, "give up when the scheduler is silent this long, once registered");
 DEFINE_int32(register_timeout_ms, 120000,
              "how long to wait for the whole job to register, a scheduler not (yet) listening included");
-DEFINE_int32(rank, -1, "ask the scheduler for this rank (-1: any free one)");
+DEFINE_int32(rank, -1, "ask the scheduler for this rank (-1: $PUSHPULL_RANK when set, else any free one)");
 DEFINE_int32(metrics_port, -1,
              "serve this worker's counters (pushes, pulls, bytes, staleness, its clock) and its app's progress (step, "
              "loss, examples, the last epoch's figures) at http://0.0.0.0:PORT/metrics in the Prometheus text format "
@@ -303,15 +305,19 @@ int main(int argc, char** argv) {
   // A signal while it waits to register ends the wait (exit 1), rather than killing the process
   // outright; the job hears of it once it has joined (below).
   pushpull::InstallStopSignals();
+  // Where the job is: the flags given, else what a launcher put in the environment (the client
+  // reads it for the fields left unset), else the flags' defaults.
+  auto given = [](const char* flag) { return !gflags::GetCommandLineFlagInfoOrDie(flag).is_default; };
   pushpull::ClientOptions o;
-  o.scheduler = FLAGS_scheduler;
+  if (given("scheduler") || std::getenv("PUSHPULL_SCHEDULER") == nullptr) o.scheduler = FLAGS_scheduler;
+  if (given("rank")) o.requested_rank = FLAGS_rank;
+  if (given("consistency")) o.consistency = FLAGS_consistency;
+  if (given("heartbeat_interval_ms")) o.heartbeat_interval_ms = FLAGS_heartbeat_interval_ms;
+  if (given("scheduler_timeout_ms")) o.scheduler_timeout_ms = FLAGS_scheduler_timeout_ms;
+  if (given("register_timeout_ms")) o.register_timeout_ms = FLAGS_register_timeout_ms;
   o.request_timeout_ms = FLAGS_request_timeout_ms;
   o.max_unanswered_mb = FLAGS_max_unanswered_mb;
-  o.heartbeat_interval_ms = FLAGS_heartbeat_interval_ms;
-  o.scheduler_timeout_ms = FLAGS_scheduler_timeout_ms;
-  o.register_timeout_ms = FLAGS_register_timeout_ms;
   o.send_latency_ms = FLAGS_send_latency_ms;
-  o.requested_rank = FLAGS_rank;
   auto client = pushpull::Client::Connect(o);
   if (!client.ok()) {
     PP_LOG(Error) << "cannot join the job: " << client.status().ToString();
@@ -325,6 +331,7 @@ int main(int argc, char** argv) {
   } stop_metrics_first{&metrics};
   pushpull::SetLogTag("worker " + std::to_string((*client)->rank()));
   joined = client->get();
+  app.consistency = (*client)->consistency();  // --consistency, else the launcher's
   // SIGINT/SIGTERM: the job hears that this worker stops, and why, now rather than from its
   // silence a heartbeat timeout later (the scheduler's --on_worker_death decides what follows);
   // exit 1, as a worker whose calls fail (a second signal exits at once).

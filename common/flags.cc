@@ -17,8 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "pushpull/version.h"
+
 DECLARE_bool(help);
 DECLARE_bool(helpshort);
+DECLARE_bool(version);
 
 namespace pushpull {
 
@@ -165,6 +168,11 @@ void ParseFlagsOrHelp(int* argc, char*** argv, const char* usage, const char* fl
   gflags::ParseCommandLineNonHelpFlags(argc, argv, remove_flags);
   if (FLAGS_help || FLAGS_helpshort) {
     gflags::ShowUsageWithFlagsRestrict((*argv)[0], flag_file);
+    std::exit(0);
+  }
+  if (FLAGS_version) {
+    const std::string name = (*argv)[0];
+    std::printf("%s %s\n", name.substr(name.rfind('/') + 1).c_str(), Version());
     std::exit(0);
   }
   gflags::HandleCommandLineHelpFlags();

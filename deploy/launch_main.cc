@@ -1,5 +1,6 @@
 // pushpull-launch: a whole job on this machine. Starts the scheduler on a free port, S servers
-// and W workers, prefixes every line of their output with the process's role and rank, and
+// and W workers (each the user's command, told where the job is through its environment, or
+// pushpull-worker), prefixes every line of their output with the process's role and rank, and
 // returns the job's exit status. Stops every child on Ctrl-C or as soon as a process fails;
 // children die with the launcher (PR_SET_PDEATHSIG), so nothing is orphaned.
 #include <fcntl.h>
@@ -8,6 +9,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cstdlib>
@@ -24,6 +26,7 @@
 
 #include "common/cluster.h"
 #include "common/flags.h"
+#include "worker/job_environment.h"
 
 DEFINE_int32(servers, 1, "servers to start");
 DEFINE_int32(workers, 1, "workers to start");
@@ -90,13 +93,25 @@ void OnSignal(int sig) {              // the exit code is 128 + it (130 SIGINT, 
   g_signals = g_signals + 1;
 }
 
+// How to start a process: what to run and what it is told.
+struct Command {
+  Command() = default;
+  explicit Command(std::vector<std::string> args) : argv(std::move(args)) {}
+  std::vector<std::string> argv;  // argv[0] as given (a user's "python3")
+  std::string exe;                // the file run: argv[0] found in PATH ("": argv[0] itself)
+  std::vector<std::string> env;   // NAME=value set in its environment besides the launcher's
+  bool status_pipe = false;       // a worker: gets PUSHPULL_STATUS_FD, the pipe it says "finished" on
+};
+
 struct Child {
   std::string name;  // "server 1"
   std::string role;
-  std::vector<std::string> argv;  // as started (a worker started again in a dead one's place)
+  Command command;  // as started (a worker started again in a dead one's place)
   pid_t pid = -1;
   int fd = -1;  // merged stdout/stderr
   std::string partial;
+  int status_fd = -1;  // read end of its status pipe (worker/job_environment.h)
+  std::string said;    // what came on it
   bool exited = false;
   int status = 0;
   bool tolerated = false;        // --on_worker_death=continue let it go: no failure of the job
@@ -110,9 +125,14 @@ void Say(const std::string& s) {
   (void)r;
 }
 
-Child Spawn(const std::string& name, const std::string& role, const std::vector<std::string>& argv) {
+Child Spawn(const std::string& name, const std::string& role, const Command& command) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
+    perror("pipe");
+    exit(1);
+  }
+  int status_fds[2] = {-1, -1};
+  if (command.status_pipe && pipe2(status_fds, O_CLOEXEC) != 0) {
     perror("pipe");
     exit(1);
   }
@@ -132,12 +152,12 @@ Child Spawn(const std::string& name, const std::string& role, const std::vector<
   if (pid < 0) {
     // A child that is not there must not be signalled or waited for as pid -1 (every process).
     perror("fork");
-    close(fds[0]);
-    close(fds[1]);
+    for (int fd : {fds[0], fds[1], status_fds[0], status_fds[1]})
+      if (fd >= 0) close(fd);
     Child none;  // pid -1: the caller stops the job
     none.name = name;
     none.role = role;
-    none.argv = argv;
+    none.command = command;
     return none;
   }
   if (pid == 0) {
@@ -153,19 +173,30 @@ Child Spawn(const std::string& name, const std::string& role, const std::vector<
     setpgid(0, 0);
     dup2(fds[1], 1);
     dup2(fds[1], 2);
+    for (const std::string& e : command.env) putenv(const_cast<char*>(e.c_str()));
+    if (status_fds[1] >= 0) {  // kept open across exec, its number in the environment
+      fcntl(status_fds[1], F_SETFD, 0);
+      setenv(pushpull::internal::kEnvStatusFd, std::to_string(status_fds[1]).c_str(), 1);
+    }
     std::vector<char*> args;
-    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    for (auto& a : command.argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
-    execv(args[0], args.data());
-    std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
+    const std::string& exe = command.exe.empty() ? command.argv[0] : command.exe;
+    execv(exe.c_str(), args.data());
+    std::fprintf(stderr, "exec %s: %s\n", exe.c_str(), std::strerror(errno));
     _exit(127);
   }
   close(fds[1]);
   fcntl(fds[0], F_SETFL, O_NONBLOCK);
   Child c;
+  if (status_fds[1] >= 0) {
+    close(status_fds[1]);
+    fcntl(status_fds[0], F_SETFL, O_NONBLOCK);
+    c.status_fd = status_fds[0];
+  }
   c.name = name;
   c.role = role;
-  c.argv = argv;
+  c.command = command;
   c.pid = pid;
   c.fd = fds[0];
   Say("started " + name + " (pid " + std::to_string(pid) + ")");
@@ -203,6 +234,23 @@ void Drain(Child& c, bool flush) {
   }
 }
 
+// Reads what the worker said on its status pipe so far; closes it at its end.
+void ReadStatus(Child& c) {
+  char buf[256];
+  while (c.status_fd >= 0) {
+    const ssize_t n = read(c.status_fd, buf, sizeof(buf));
+    if (n > 0) {
+      if (c.said.size() < 4096) c.said.append(buf, n);
+      continue;
+    }
+    if (n == 0) {
+      close(c.status_fd);
+      c.status_fd = -1;
+    }
+    break;
+  }
+}
+
 std::string Describe(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status))
@@ -213,21 +261,11 @@ std::string Describe(int status) {
 
 bool Failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
 
-int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, const std::string& restore_from,
-           bool* crashed);
+int RunJob(const std::string& dir, const Command& worker, const std::string& restore_from, bool* crashed);
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  pushpull::ParseFlagsOrHelp(&argc, &argv,
-
-                             "runs a pushpull job on this machine.\n"
-                             "usage: pushpull-launch [--servers=S] [--workers=W] [--consistency=bsp|ssp:K|asp]\n"
-                             "       [--checkpoint_dir=DIR] [--restore_from=DIR] [--max_restarts=N] -- <worker flags>\n"
-                             "example: pushpull-launch --servers=2 --workers=3 --consistency=ssp:1 -- --app=linreg",
-                             "launch_main", true,  // leaves what follows "--" in argv
-                             "flags for the workers (--app=..., see pushpull-worker --help) go after \"--\"");
-  std::vector<std::string> worker_args(argv + 1, argv + argc);
+// pushpull-worker's flags after "--": refused (exit 2) where they would undo what the launcher
+// gives each worker. Returns 0 when they are fine.
+int RefuseWorkerFlags(const std::vector<std::string>& worker_args) {
   // The launcher gives each worker these; after "--" they would override them (every worker
   // asking for one rank, a consistency the servers' tables were not told of).
   for (const std::string& arg : worker_args) {
@@ -268,6 +306,71 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  return 0;
+}
+
+// The file `command` names: itself when it holds a '/', else the first executable of that name
+// in PATH, as a shell finds it. An error says why there is none.
+pushpull::Result<std::string> FindCommand(const std::string& command) {
+  auto runnable = [](const std::string& path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+  };
+  if (command.find('/') != std::string::npos) {
+    if (runnable(command)) return command;
+    return pushpull::Status::NotFound("command '" + command + "': " +
+                                      (access(command.c_str(), F_OK) != 0 ? "no such file" : "not an executable file"));
+  }
+  const char* path_env = std::getenv("PATH");
+  const std::string path = path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin";
+  for (size_t begin = 0; begin <= path.size();) {
+    size_t end = path.find(':', begin);
+    if (end == std::string::npos) end = path.size();
+    const std::string dir = end > begin ? path.substr(begin, end - begin) : ".";
+    if (runnable(dir + "/" + command)) return dir + "/" + command;
+    begin = end + 1;
+  }
+  return pushpull::Status::NotFound("command '" + command + "' not found in PATH (" + path + ")");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pushpull::ParseFlagsOrHelp(
+      &argc, &argv,
+
+      "runs a pushpull job on this machine: a scheduler, the servers, and the workers, each\n"
+      "of which runs your command (or pushpull-worker with the flags after \"--\").\n"
+      "usage: pushpull-launch [--servers=S] [--workers=W] [--consistency=bsp|ssp:K|asp]\n"
+      "       [--checkpoint_dir=DIR] [--restore_from=DIR] [--max_restarts=N] -- CMD [ARGS...]\n"
+      "   or: pushpull-launch [flags] -- <pushpull-worker flags>\n"
+      "Every worker finds the job in its environment: PUSHPULL_SCHEDULER, PUSHPULL_RANK,\n"
+      "PUSHPULL_NUM_WORKERS, PUSHPULL_NUM_SERVERS, PUSHPULL_CONSISTENCY,\n"
+      "PUSHPULL_HEARTBEAT_INTERVAL_MS, PUSHPULL_HEARTBEAT_TIMEOUT_MS, PUSHPULL_REGISTER_TIMEOUT_MS\n"
+      "(pushpull::ClientOptions reads them). A worker that exits 0 without Client::Finish()\n"
+      "is taken for dead. Exit status: 0 the job finished; a worker's own status (3: it missed\n"
+      "its target); 1 a process died; 2 bad flags or setup; 127 CMD not found; 128+N a signal.\n"
+      "examples: pushpull-launch --servers=2 --workers=2 -- ./my_trainer --epochs=3\n"
+      "          pushpull-launch --servers=2 --workers=3 --consistency=ssp:1 -- --app=linreg",
+      "launch_main", true,  // leaves what follows "--" in argv
+      "your command, or the flags for pushpull-worker (--app=..., see its --help), go after \"--\"");
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  // After "--": a command (its first word does not begin with "-"), which every worker runs, told
+  // where the job is through its environment; or flags for pushpull-worker, which every worker
+  // runs with them.
+  const bool own_command = !args.empty() && args[0].rfind("-", 0) != 0;
+  Command worker;
+  if (own_command) {
+    auto exe = FindCommand(args[0]);
+    if (!exe.ok()) {
+      std::fprintf(stderr, "pushpull-launch: %s; no process started\n", exe.status().message().c_str());
+      return 127;
+    }
+    worker.argv = args;
+    worker.exe = *exe;
+  } else if (int refused = RefuseWorkerFlags(args); refused != 0) {
+    return refused;
+  }
   if (FLAGS_on_worker_death != "abort" && FLAGS_on_worker_death != "continue" && FLAGS_on_worker_death != "wait") {
     std::fprintf(stderr, "pushpull-launch: --on_worker_death must be abort, continue or wait\n");
     return 2;
@@ -303,7 +406,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = FLAGS_bin_dir.empty() ? pushpull::ExecutableDir() : FLAGS_bin_dir;
+  if (!own_command) {
+    worker.argv = {dir + "/pushpull-worker"};
+    worker.argv.insert(worker.argv.end(), args.begin(), args.end());
+  }
   for (const char* b : {"pushpull-scheduler", "pushpull-server", "pushpull-worker"}) {
+    if (own_command && std::string(b) == "pushpull-worker") continue;
     if (access((dir + "/" + b).c_str(), X_OK) != 0) {
       std::fprintf(stderr, "pushpull-launch: %s/%s not found (build with make, or set --bin_dir)\n", dir.c_str(), b);
       return 2;
@@ -329,7 +437,7 @@ int main(int argc, char** argv) {
   std::string restore = FLAGS_restore_from;
   for (int attempt = 0;; ++attempt) {
     bool crashed = false;
-    const int code = RunJob(dir, worker_args, restore, &crashed);
+    const int code = RunJob(dir, worker, restore, &crashed);
     if (code == 0 || !crashed || attempt >= FLAGS_max_restarts) return code;
     if (g_interrupted) return 128 + g_interrupted;
     const std::string now = FLAGS_checkpoint_dir.empty() ? "" : latest();
@@ -354,8 +462,7 @@ namespace {
 // One run of the job: scheduler, servers, workers, until they have all exited. *crashed: before
 // any stop of ours, a process died (a signal not sent here), exited 1, or the scheduler ended the
 // job (a node declared dead): what a restart may get past.
-int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, const std::string& restore_from,
-           bool* crashed) {
+int RunJob(const std::string& dir, const Command& worker, const std::string& restore_from, bool* crashed) {
   char tmpl[] = "/tmp/pushpull-launch-XXXXXX";
   if (!mkdtemp(tmpl)) {
     perror("mkdtemp");
@@ -364,20 +471,20 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
   const std::string endpoint_file = std::string(tmpl) + "/scheduler";
   const std::string hb = std::to_string(FLAGS_heartbeat_interval_ms);
   std::vector<Child> children;
-  children.push_back(
-      Spawn("scheduler", "scheduler",
-            {dir + "/pushpull-scheduler", "--port=0", "--bind_host=127.0.0.1", "--endpoint_file=" + endpoint_file,
-             "--num_servers=" + std::to_string(FLAGS_servers), "--num_workers=" + std::to_string(FLAGS_workers),
-             "--heartbeat_timeout_ms=" + std::to_string(FLAGS_heartbeat_timeout_ms),
-             "--on_worker_death=" + FLAGS_on_worker_death,
-             "--replacement_timeout_s=" + std::to_string(FLAGS_replacement_timeout_s),
-             "--checkpoint_dir=" + FLAGS_checkpoint_dir, "--restore_from=" + restore_from,
-             std::string("--verify_restore=") + (FLAGS_verify_restore ? "true" : "false"),
-             "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms),
-             "--table_timeout_ms=" + std::to_string(FLAGS_table_timeout_ms),
-             "--checkpoint_keep=" + std::to_string(FLAGS_checkpoint_keep),
-             "--checkpoint_timeout_s=" + std::to_string(FLAGS_checkpoint_timeout_s),
-             "--metrics_port=" + std::to_string(FLAGS_metrics_port)}));
+  children.push_back(Spawn(
+      "scheduler", "scheduler",
+      Command{{dir + "/pushpull-scheduler", "--port=0", "--bind_host=127.0.0.1", "--endpoint_file=" + endpoint_file,
+               "--num_servers=" + std::to_string(FLAGS_servers), "--num_workers=" + std::to_string(FLAGS_workers),
+               "--heartbeat_timeout_ms=" + std::to_string(FLAGS_heartbeat_timeout_ms),
+               "--on_worker_death=" + FLAGS_on_worker_death,
+               "--replacement_timeout_s=" + std::to_string(FLAGS_replacement_timeout_s),
+               "--checkpoint_dir=" + FLAGS_checkpoint_dir, "--restore_from=" + restore_from,
+               std::string("--verify_restore=") + (FLAGS_verify_restore ? "true" : "false"),
+               "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms),
+               "--table_timeout_ms=" + std::to_string(FLAGS_table_timeout_ms),
+               "--checkpoint_keep=" + std::to_string(FLAGS_checkpoint_keep),
+               "--checkpoint_timeout_s=" + std::to_string(FLAGS_checkpoint_timeout_s),
+               "--metrics_port=" + std::to_string(FLAGS_metrics_port)}}));
   if (children[0].pid < 0) {
     Say("cannot start the scheduler (fork failed)");
     rmdir(tmpl);
@@ -412,24 +519,37 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
   rmdir(tmpl);
   Say("scheduler at " + scheduler);
   for (int s = 0; s < FLAGS_servers; ++s)
-    children.push_back(Spawn(
-        "server " + std::to_string(s), "server",
-        {dir + "/pushpull-server", "--scheduler=" + scheduler, "--bind_host=127.0.0.1",
-         "--update_threads=" + std::to_string(FLAGS_update_threads), "--rank=" + std::to_string(s),
-         "--heartbeat_interval_ms=" + hb, "--stats_every_s=" + std::to_string(FLAGS_stats_every_s),
-         "--copy_on_write_budget_mb=" + std::to_string(FLAGS_copy_on_write_budget_mb),
-         "--max_table_mb=" + std::to_string(FLAGS_max_table_mb),
-         "--metrics_port=" + std::to_string(FLAGS_metrics_port <= 0 ? FLAGS_metrics_port : FLAGS_metrics_port + 1 + s),
-         "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms)}));
+    children.push_back(
+        Spawn("server " + std::to_string(s), "server",
+              Command{{dir + "/pushpull-server", "--scheduler=" + scheduler, "--bind_host=127.0.0.1",
+                       "--update_threads=" + std::to_string(FLAGS_update_threads), "--rank=" + std::to_string(s),
+                       "--heartbeat_interval_ms=" + hb, "--stats_every_s=" + std::to_string(FLAGS_stats_every_s),
+                       "--copy_on_write_budget_mb=" + std::to_string(FLAGS_copy_on_write_budget_mb),
+                       "--max_table_mb=" + std::to_string(FLAGS_max_table_mb),
+                       "--metrics_port=" +
+                           std::to_string(FLAGS_metrics_port <= 0 ? FLAGS_metrics_port : FLAGS_metrics_port + 1 + s),
+                       "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms)}}));
+  // Every worker is told where the job is through its environment; pushpull-worker also by its
+  // flags, given before the user's (which may not override them: RefuseWorkerFlags).
+  const bool pushpull_worker = worker.exe.empty();
   for (int w = 0; w < FLAGS_workers; ++w) {
-    std::vector<std::string> a = {dir + "/pushpull-worker",
-                                  "--scheduler=" + scheduler,
-                                  "--consistency=" + FLAGS_consistency,
-                                  "--heartbeat_interval_ms=" + hb,
-                                  "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms),
-                                  "--rank=" + std::to_string(w)};
-    a.insert(a.end(), worker_args.begin(), worker_args.end());
-    children.push_back(Spawn("worker " + std::to_string(w), "worker", a));
+    Command c = worker;
+    c.status_pipe = true;
+    if (pushpull_worker)
+      c.argv.insert(
+          c.argv.begin() + 1,
+          {"--scheduler=" + scheduler, "--consistency=" + FLAGS_consistency, "--heartbeat_interval_ms=" + hb,
+           "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms), "--rank=" + std::to_string(w)});
+    namespace env = pushpull::internal;
+    c.env = {std::string(env::kEnvScheduler) + "=" + scheduler,
+             std::string(env::kEnvRank) + "=" + std::to_string(w),
+             std::string(env::kEnvNumWorkers) + "=" + std::to_string(FLAGS_workers),
+             std::string(env::kEnvNumServers) + "=" + std::to_string(FLAGS_servers),
+             std::string(env::kEnvConsistency) + "=" + FLAGS_consistency,
+             std::string(env::kEnvHeartbeatIntervalMs) + "=" + hb,
+             std::string(env::kEnvHeartbeatTimeoutMs) + "=" + std::to_string(FLAGS_heartbeat_timeout_ms),
+             std::string(env::kEnvRegisterTimeoutMs) + "=" + std::to_string(FLAGS_register_timeout_ms)};
+    children.push_back(Spawn("worker " + std::to_string(w), "worker", c));
   }
 
   for (const Child& c : children) {
@@ -484,7 +604,7 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
         if (stopping) {
           c.restart_pending = false;
         } else if (std::chrono::steady_clock::now() >= c.restart_at) {
-          Child fresh = Spawn(c.name, c.role, c.argv);
+          Child fresh = Spawn(c.name, c.role, c.command);
           if (fresh.pid < 0) {
             c.restart_pending = false;
             stop_all("cannot start " + c.name + " again (fork failed)", 1);
@@ -501,12 +621,26 @@ int RunJob(const std::string& dir, const std::vector<std::string>& worker_args, 
         continue;
       }
       c.exited = true;
-      c.status = st;
       Drain(c, true);
+      ReadStatus(c);
+      if (c.status_fd >= 0) {
+        close(c.status_fd);
+        c.status_fd = -1;
+      }
+      // A worker that exited 0 without finishing (its program returned before Client::Finish(),
+      // or never joined) left the job early: that is its death, as an exit 1, for the job.
+      const bool left_early = c.role == "worker" && !stopping && !job_finished && WIFEXITED(st) &&
+                              WEXITSTATUS(st) == 0 && c.said.find("finished") == std::string::npos;
+      if (left_early) {
+        Say(c.name + " (pid " + std::to_string(c.pid) +
+            ") exited 0 but never finished (no successful Client::Finish()); the job takes it for dead, as an exit 1");
+        st = W_EXITCODE(1, 0);
+      }
+      c.status = st;
       const bool failed = Failed(st);
       if (stopping && WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM)  // (ours, before it could heed it: just started)
         Say(c.name + " (pid " + std::to_string(c.pid) + ") stopped by the launcher's SIGTERM");
-      else if (failed || c.role == "scheduler")
+      else if ((failed && !left_early) || c.role == "scheduler")
         Say(c.name + " (pid " + std::to_string(c.pid) + ") " + Describe(st));
       if (WIFEXITED(st) && WEXITSTATUS(st) == 2) {
         // Bad flags or setup: it fails the same way again, whoever noticed first (a worker that

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "worker/job_environment.h"
 
 namespace pushpull {
 namespace internal {
@@ -21,6 +22,7 @@ ControlOptions ControlOptionsOf(const ClientOptions& o) {
 
 ClientImpl::ClientImpl(const ClientOptions& o, std::shared_ptr<Transport> transport)
     : options_(o),
+      consistency_(ParseConsistency(o.consistency).value()),
       transport_(std::move(transport)),
       control_(*transport_, Role::kWorker, ControlOptionsOf(o)),
       queue_(*transport_),
@@ -38,7 +40,6 @@ ClientImpl::~ClientImpl() {
 }
 
 Status ClientImpl::Start() {
-  if (options_.scheduler.empty()) return Status::InvalidArgument("ClientOptions.scheduler is empty");
   PP_RETURN_IF_ERROR(control_.Register(""));
   state_.clock = control_.cluster().start_clock;  // a restored job resumes at its checkpoint's clock
   Result<int64_t> lowest = links_.Open();
@@ -131,7 +132,10 @@ Result<std::vector<uint32_t>> ClientImpl::GroupByServer(const Table& t, std::vec
   return order;
 }
 
-Result<std::unique_ptr<Client>> ConnectOver(const ClientOptions& options, std::shared_ptr<Transport> transport) {
+Result<std::unique_ptr<Client>> ConnectOver(const ClientOptions& given, std::shared_ptr<Transport> transport) {
+  Result<ClientOptions> resolved = ResolveOptions(given);
+  if (!resolved.ok()) return resolved.status();
+  const ClientOptions& options = *resolved;
   PP_RETURN_IF_ERROR(ControlOptionsOf(options).Validate());
   if (options.request_timeout_ms < 1)
     return Status::InvalidArgument("request_timeout_ms must be at least 1, not " +

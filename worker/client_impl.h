@@ -52,6 +52,7 @@ class ClientImpl final : public Client {
 
   int rank() const override { return control_.rank(); }
   int num_workers() const override { return control_.cluster().num_workers; }
+  Consistency consistency() const override { return consistency_; }
   int num_servers() const override { return static_cast<int>(control_.cluster().servers.size()); }
   int64_t clock() const override { return state_.clock; }
   bool replacement() const override { return replacement_; }
@@ -100,7 +101,8 @@ class ClientImpl final : public Client {
   Future PostCall(std::shared_ptr<FutureState> fs, Commands cmds);
 
   // Declared in construction order; the transport first, so that it goes after every socket.
-  const ClientOptions options_;
+  const ClientOptions options_;    // resolved: every field set (worker/job_environment.h)
+  const Consistency consistency_;  // options_.consistency
   const std::shared_ptr<Transport> transport_;
   ControlChannel control_;  // the I/O thread's after Start(); cluster() and rank() fixed by then
   ClientState state_;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "worker/job_environment.h"
 
 namespace pushpull {
 namespace internal {
@@ -210,7 +211,10 @@ Status ControlCalls::Finish() {
   Header h;
   h.type = MsgType::kDone;
   auto r = ControlCall(h, "finish");
-  if (r.ok()) state_.finished = true;
+  if (r.ok()) {
+    state_.finished = true;
+    TellLauncherFinished();
+  }
   return r.status();
 }
 

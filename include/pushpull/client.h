@@ -1,8 +1,7 @@
 // pushpull worker client: how a training program reads and updates the parameters
 // (pushpull/pushpull.h includes it with the rest of the public API).
 //
-//   pushpull::ClientOptions o;
-//   o.scheduler = "tcp://10.0.0.1:7000";
+//   pushpull::ClientOptions o;                            // under pushpull-launch: where the job is
 //   auto client = pushpull::Client::Connect(o);          // Result<std::unique_ptr<Client>>
 //   auto w = (*client)->CreateTable(spec);                // Result<Table>
 //   std::vector<float> params(rows * dim);
@@ -46,16 +45,24 @@
 
 namespace pushpull {
 
+// Where the job is and how to talk to it. A field left at its default here is read from the
+// environment pushpull-launch gives every worker (docs: "The launcher's environment"), so that
+// Client::Connect(ClientOptions{}) joins the job it was started in; a field set in code wins.
 struct ClientOptions {
-  std::string scheduler;             // tcp://host:port of pushpull-scheduler (required)
-  int request_timeout_ms = 120000;   // default deadline of Future::Wait, Barrier, CreateTable
-  int heartbeat_interval_ms = 500;   // how often this worker tells the scheduler it is alive
-  int scheduler_timeout_ms = 15000;  // scheduler silent this long: calls fail with Unavailable
-  int register_timeout_ms = 120000;  // how long Connect waits for the whole job to register
-  int requested_rank = -1;           // >= 0: ask for this worker rank (if free)
-  int send_latency_ms = 0;           // experiments: hold every outgoing message this long (the
-                                     // requests so held count against no limit below, nor the
-                                     // 1024 unanswered a server's record keeps)
+  std::string scheduler;            // tcp://host:port of pushpull-scheduler ("": PUSHPULL_SCHEDULER)
+  int requested_rank = -1;          // >= 0: ask for this worker rank, if free (-1: PUSHPULL_RANK, else any)
+  std::string consistency;          // the job's consistency model, Client::consistency() ("": PUSHPULL_CONSISTENCY,
+                                    // else "bsp"): "bsp", "ssp:K" or "asp"
+  int heartbeat_interval_ms = 0;    // how often this worker tells the scheduler it is alive
+                                    // (0: PUSHPULL_HEARTBEAT_INTERVAL_MS, else 500)
+  int scheduler_timeout_ms = 0;     // scheduler silent this long: calls fail with Unavailable
+                                    // (0: PUSHPULL_SCHEDULER_TIMEOUT_MS, else 15000)
+  int register_timeout_ms = 0;      // how long Connect waits for the whole job to register
+                                    // (0: PUSHPULL_REGISTER_TIMEOUT_MS, else 120000)
+  int request_timeout_ms = 120000;  // default deadline of Future::Wait, Barrier, CreateTable
+  int send_latency_ms = 0;          // experiments: hold every outgoing message this long (the
+                                    // requests so held count against no limit below, nor the
+                                    // 1024 unanswered a server's record keeps)
   // Backpressure: a call whose payload (a push's keys and values, a keyed pull's keys) would take
   // the payload of this worker's unanswered requests over this many MiB waits in the call, at most
   // request_timeout_ms, for earlier ones to be answered, rather than keep them all in memory while
@@ -165,6 +172,9 @@ class Client {
   virtual int rank() const = 0;
   virtual int num_workers() const = 0;
   virtual int num_servers() const = 0;
+  // The job's consistency model (ClientOptions::consistency): what a program gives its tables'
+  // TableSpec::consistency when the job, not the program, decides it.
+  virtual Consistency consistency() const = 0;
 
   // Creates the table, or returns it when it exists with the same spec (AlreadyExists when the
   // spec differs). Every worker may call it; the first creates.
