@@ -86,14 +86,35 @@ CLIENT_LIBS := -lzmq -pthread
 CLIENT_A  := $(BUILD)/lib/libpushpull.a
 CLIENT_SO := $(BUILD)/lib/libpushpull.so.$(PP_VERSION)
 
+# The Python package (python/): pushpull._core, the client library's calls for Python (pybind11),
+# linked with the client's objects, beside the package's .py files in $(BUILD)/python/pushpull/
+# (PYTHONPATH=$(BUILD)/python imports it). Debian's python3, whose packages make deps installs
+# (another python3 first in PATH, such as pyenv's, lacks them). Not under a sanitizer: Python
+# would have to load its runtime first.
+PYTHON    ?= /usr/bin/python3
+PY_EXT    := $(shell $(PYTHON)-config --extension-suffix 2>/dev/null || echo .so)
+PY_FLAGS  := $(shell $(PYTHON) -m pybind11 --includes 2>/dev/null)
+PY_MODULE := $(BUILD)/python/pushpull/_core$(PY_EXT)
+PY_FILES  := $(patsubst python/%,$(BUILD)/python/%,$(wildcard python/pushpull/*.py python/pushpull/*.pyi python/pushpull/py.typed))
+PY_TARGETS := $(if $(filter 1,$(ASAN) $(TSAN)),,$(PY_MODULE) $(PY_FILES))
+$(BUILD)/obj/python/src/core.o: CPPFLAGS += $(PY_FLAGS)
+$(BUILD)/obj/python/src/core.o: CXXFLAGS += -fvisibility=hidden
+$(PY_MODULE): $(BUILD)/obj/python/src/core.o $(CLIENT_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) -shared $(LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
+$(BUILD)/python/%: python/%
+	@mkdir -p $(dir $@)
+	cp $< $@
+
 BINS := $(BUILD)/bin/pushpull-scheduler $(BUILD)/bin/pushpull-server \
         $(BUILD)/bin/pushpull-worker $(BUILD)/bin/pushpull-launch $(BUILD)/bin/pushpull-bench \
         $(BUILD)/bin/pushpull-checkpoint
 TEST_SRCS := $(wildcard tests/*_test.cc) tests/support/alloc_fault.cc
 TEST_BIN  := $(BUILD)/bin/pushpull-tests
 
-.PHONY: all lib test demo bench deps clean experiments install check-threads check-public-headers format format-check
-all: $(BINS) $(TEST_BIN) lib
+.PHONY: all lib python test demo bench deps clean experiments install check-threads check-public-headers format format-check
+all: $(BINS) $(TEST_BIN) lib python
+python: $(PY_TARGETS)
 lib: $(CLIENT_A) $(CLIENT_SO)
 
 $(CLIENT_A): $(CLIENT_OBJS)
@@ -136,7 +157,7 @@ $(TEST_BIN): $(patsubst %.cc,$(BUILD)/obj/%.o,$(TEST_SRCS)) $(TEST_SUPPORT_LIB) 
 # Clang's thread-safety analysis over every C++ source (common/mutex.h): a GUARDED_BY member
 # touched without its lock, or a REQUIRES function called without it, fails the build.
 ALL_CC := $(sort $(wildcard */*.cc */*/*.cc))
-TSA_FLAGS := -std=c++17 -fsyntax-only -Iinclude -I. -isystem /usr/include/eigen3 $(VERSION_DEF) -Wthread-safety -Werror=thread-safety \
+TSA_FLAGS := -std=c++17 -fsyntax-only -Iinclude -I. -isystem /usr/include/eigen3 $(VERSION_DEF) $(PY_FLAGS) -Wthread-safety -Werror=thread-safety \
              -Wno-unknown-warning-option
 $(BUILD)/tsa/%.ok: %.cc
 	@mkdir -p $(dir $@)
@@ -167,7 +188,8 @@ check-public-headers:
 	@echo "check-public-headers: $(words $(PUBLIC_HEADERS)) public headers are plain"
 
 DEB_PKGS := g++ make clang clang-format libzmq3-dev cppzmq-dev libcereal-dev libeigen3-dev libgflags-dev \
-            libgtest-dev zlib1g-dev pkg-config dataset-fashion-mnist gnuplot-nox
+            libgtest-dev zlib1g-dev pkg-config dataset-fashion-mnist gnuplot-nox \
+            python3-dev python3-pybind11 pybind11-dev python3-numpy python3-torch python3-pytest
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -201,7 +223,10 @@ INCLUDEDIR ?= $(PREFIX)/include
 INSTALLED := pushpull-scheduler pushpull-server pushpull-worker pushpull-launch pushpull-checkpoint
 # A program built against a prefix the loader does not search (PREFIX=/tmp/x) still finds
 # libpushpull.so: the pkg-config file's Libs carry the library directory as an rpath.
-install: $(addprefix $(BUILD)/bin/,$(INSTALLED)) $(CLIENT_A) $(CLIENT_SO)
+# The Python package goes where Debian's python3 looks for a prefix's packages.
+PY_VERSION  := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYTHON_SITE ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python$(PY_VERSION)/dist-packages)
+install: $(addprefix $(BUILD)/bin/,$(INSTALLED)) $(CLIENT_A) $(CLIENT_SO) $(PY_TARGETS)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(INCLUDEDIR)/pushpull $(DESTDIR)$(LIBDIR)/pkgconfig \
 	  $(DESTDIR)$(PREFIX)/share/doc/pushpull
 	install -m 755 $(addprefix $(BUILD)/bin/,$(INSTALLED)) $(DESTDIR)$(PREFIX)/bin/
@@ -213,8 +238,12 @@ install: $(addprefix $(BUILD)/bin/,$(INSTALLED)) $(CLIENT_A) $(CLIENT_SO)
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(PP_VERSION)|' \
 	  deploy/pushpull.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/pushpull.pc
 	install -m 644 LICENSE CHANGELOG.md README.md $(DESTDIR)$(PREFIX)/share/doc/pushpull/
+	install -d $(DESTDIR)$(PYTHON_SITE)/pushpull
+	install -m 644 $(filter-out %$(PY_EXT),$(PY_TARGETS)) $(DESTDIR)$(PYTHON_SITE)/pushpull/
+	install -m 755 $(PY_MODULE) $(DESTDIR)$(PYTHON_SITE)/pushpull/
 	@echo "installed pushpull $(PP_VERSION) under $(DESTDIR)$(PREFIX); build a program with:"
 	@echo "  PKG_CONFIG_PATH=$(LIBDIR)/pkgconfig g++ -std=c++17 prog.cc \$$(pkg-config --cflags --libs pushpull)"
+	@echo "and the Python package in $(PYTHON_SITE) (import pushpull)"
 
 clean:
 	rm -rf $(BUILD)

@@ -66,4 +66,8 @@ for r in 0 1; do
   grep "worker $r | worker $r: test accuracy" example.log || { tail -30 example.log; fail "worker $r's accuracy"; }
 done
 grep -q "job succeeded" example.log || fail "the example's job"
+# The Python package, where the installed tree's python3 finds it.
+site=$(ls -d "$prefix"/lib/python3*/dist-packages)
+[[ "$(cd / && PYTHONPATH=$site /usr/bin/python3 -c 'import pushpull; print(pushpull.__version__)')" == "$version" ]] ||
+  fail "the installed Python package does not import"
 echo "install test passed"

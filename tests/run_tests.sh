@@ -15,6 +15,14 @@ if ! timeout -s KILL 900 "$build/bin/pushpull-tests" --gtest_brief=1 >"$log" 2>&
   exit 1
 fi
 grep -E "^\[==========\]|^\[  PASSED|SKIPPED" "$log" || true
+# The Python package's tests (pytest, Debian's python3), where the build has the package (not in
+# sanitizer builds, whose objects Python cannot load).
+if ls "$build"/python/pushpull/_core*.so >/dev/null 2>&1; then
+  echo "running the Python tests (pytest tests/python)"
+  PUSHPULL_BUILD=$build timeout -s KILL 600 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
+else
+  echo "no Python package in $build (a sanitizer build): the Python tests do not run"
+fi
 if [ -x apps/experiments/run.sh ]; then
   echo "running the tiny consistency experiment (pipeline check)"
   timeout -s KILL 300 apps/experiments/run.sh "$build" --tiny

@@ -17,7 +17,7 @@ namespace {
 // A table that clips pushes by their L2 norm (OptimizerConfig::clip_norm) clips the whole push:
 // split over servers (and blocks), each part carries the whole one's norm, so that every server
 // scales its part alike (a part clipped by its own norm would change the push's direction).
-void SetPushNorm(const TableSpec& spec, const std::vector<float>& grads, Commands* cmds) {
+void SetPushNorm(const TableSpec& spec, const SharedFloats& grads, Commands* cmds) {
   if (spec.optimizer.clip_norm <= 0 || cmds->size() < 2) return;
   const float norm = static_cast<float>(std::sqrt(opt::SquaredNorm(grads.data(), grads.size())));
   if (!std::isfinite(norm)) return;  // (a non-finite gradient: each server refuses its part)
@@ -96,10 +96,10 @@ Status SplitPush(const TableInfo& info, const KeyBuffer& kbuf, const FloatBuffer
   if (keys.size() > kMaxKeysPerMessage)
     return Status::InvalidArgument("push to '" + name + "': " + std::to_string(keys.size()) + " keys, at most " +
                                    std::to_string(kMaxKeysPerMessage) + " per call");
-  if (!vbuf || vbuf->size() != keys.size() * dim)
+  if (!vbuf || vbuf.size() != keys.size() * dim)
     return Status::InvalidArgument("push to '" + name + "': " + std::to_string(keys.size()) + " keys of dim " +
                                    std::to_string(dim) + " need " + std::to_string(keys.size() * dim) +
-                                   " floats, got " + std::to_string(vbuf ? vbuf->size() : 0));
+                                   " floats, got " + std::to_string(vbuf.size()));
   for (Key k : keys)
     if (!info.spec.sparse && k >= info.spec.rows)
       return Status::InvalidArgument("push to '" + name + "': row " + std::to_string(k) + " out of range [0, " +
@@ -135,7 +135,7 @@ Status SplitPush(const TableInfo& info, const KeyBuffer& kbuf, const FloatBuffer
   if (by.grouped) {
     for (int s = 0; s < S; ++s) {
       const size_t i = by.first[s], n = by.count[s];
-      make_requests(s, kbuf->data() + i, vbuf->data() + i * dim, n, kbuf, vbuf);
+      make_requests(s, kbuf->data() + i, vbuf.data() + i * dim, n, kbuf, vbuf.owner());
     }
   } else {
     // Gather each server's rows (one pass; exact sizes, so no regrowth copies).
@@ -146,7 +146,7 @@ Status SplitPush(const TableInfo& info, const KeyBuffer& kbuf, const FloatBuffer
       ks[s].resize(by.count[s]);
       vs[s].resize(by.count[s] * dim);
     }
-    const float* src = vbuf->data();
+    const float* src = vbuf.data();
     for (size_t i = 0; i < kbuf->size(); ++i) {
       const int o = by.owner[i];
       ks[o][fill[o]] = (*kbuf)[i];
@@ -160,7 +160,7 @@ Status SplitPush(const TableInfo& info, const KeyBuffer& kbuf, const FloatBuffer
       make_requests(s, kk->data(), vv->data(), kk->size(), kk, vv);
     }
   }
-  SetPushNorm(info.spec, *vbuf, cmds);
+  SetPushNorm(info.spec, vbuf, cmds);
   return Status::OK();
 }
 
@@ -168,17 +168,17 @@ Status SplitPushDense(const TableInfo& info, const FloatBuffer& vbuf, int S, int
   const std::string& name = info.spec.name;
   if (info.spec.sparse) return Status::InvalidArgument("PushDense on sparse table '" + name + "'");
   const uint32_t dim = info.spec.dim;
-  if (!vbuf || vbuf->size() != info.spec.rows * dim)
+  if (!vbuf || vbuf.size() != info.spec.rows * dim)
     return Status::InvalidArgument("push to '" + name + "': table holds " + std::to_string(info.spec.rows * dim) +
-                                   " floats, got " + std::to_string(vbuf ? vbuf->size() : 0));
+                                   " floats, got " + std::to_string(vbuf.size()));
   for (int s = 0; s < S; ++s) {
     for (auto& c : RangeCommands(MsgType::kPush, info, s, clock)) {
       const uint64_t b = c->header.row_begin, n = c->header.num_rows;
-      c->values = ZeroCopyFrame(vbuf->data() + b * dim, n * dim * sizeof(float), vbuf);
+      c->values = ZeroCopyFrame(vbuf.data() + b * dim, n * dim * sizeof(float), vbuf.owner());
       cmds->push_back(std::move(c));
     }
   }
-  SetPushNorm(info.spec, *vbuf, cmds);
+  SetPushNorm(info.spec, vbuf, cmds);
   return Status::OK();
 }
 

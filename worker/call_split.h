@@ -23,7 +23,7 @@ namespace internal {
 
 using Commands = std::vector<std::unique_ptr<Command>>;
 using KeyBuffer = Client::KeyBuffer;
-using FloatBuffer = std::shared_ptr<const std::vector<float>>;
+using FloatBuffer = SharedFloats;
 
 // Which server holds each of a call's keys. `owner` is filled with more than one server only;
 // count[s] is server s's number of keys and first[s] where they start in server order. When the

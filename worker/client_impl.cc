@@ -74,7 +74,7 @@ Future ClientImpl::PostCall(std::shared_ptr<FutureState> fs, Commands cmds) {
   return Future(std::move(fs));
 }
 
-Future ClientImpl::Push(const Table& t, KeyBuffer keys, std::shared_ptr<const std::vector<float>> grads) {
+Future ClientImpl::Push(const Table& t, KeyBuffer keys, SharedFloats grads) {
   const TableInfo* info;
   Status st = state_.CheckTable(t, &info);
   if (!st.ok()) return sender_.Failed(st);
@@ -86,7 +86,7 @@ Future ClientImpl::Push(const Table& t, KeyBuffer keys, std::shared_ptr<const st
   return PostCall(std::move(fs), std::move(cmds));
 }
 
-Future ClientImpl::PushDense(const Table& t, std::shared_ptr<const std::vector<float>> grads) {
+Future ClientImpl::PushDense(const Table& t, SharedFloats grads) {
   const TableInfo* info;
   Status st = state_.CheckTable(t, &info);
   if (!st.ok()) return sender_.Failed(st);

@@ -65,7 +65,7 @@ class ClientImpl final : public Client {
   using Client::PullSlot;
   using Client::PullView;
   using Client::Push;
-  Future Push(const Table& t, KeyBuffer keys, std::shared_ptr<const std::vector<float>> grads) override;
+  Future Push(const Table& t, KeyBuffer keys, SharedFloats grads) override;
   Future Pull(const Table& t, KeyBuffer keys, float* out) override {
     return PullKeys(t, std::move(keys), -1, out, nullptr);
   }
@@ -75,7 +75,7 @@ class ClientImpl final : public Client {
   Future PullSlot(const Table& t, KeyBuffer keys, int slot, float* out) override {
     return PullKeys(t, std::move(keys), slot, out, nullptr);
   }
-  Future PushDense(const Table& t, std::shared_ptr<const std::vector<float>> grads) override;
+  Future PushDense(const Table& t, SharedFloats grads) override;
   Result<std::vector<uint32_t>> GroupByServer(const Table& t, std::vector<Key>* keys) override;
   Future PullView(const Table& t, KeyBuffer keys, PulledRows* out) override {
     return PullKeys(t, std::move(keys), -1, nullptr, out);

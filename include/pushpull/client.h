@@ -35,6 +35,7 @@
 // thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -121,6 +122,37 @@ class PulledRows {
   std::shared_ptr<internal::PulledParts> p_;
 };
 
+// Floats a push sends without copying them: size() floats at data(), which stay valid and
+// unchanged while owner() lives. The library keeps the owner until it is done with the floats
+// (see Client::Push). Made from a shared vector, or from any buffer and whatever keeps it alive
+// (View: a NumPy array, a tensor, memory of the program's own).
+class SharedFloats {
+ public:
+  SharedFloats() = default;
+  SharedFloats(std::nullptr_t) {}                            // NOLINT: no buffer (a push refuses it)
+  SharedFloats(std::shared_ptr<const std::vector<float>> v)  // NOLINT: implicit, as the vector is
+      : data_(v ? v->data() : nullptr), size_(v ? v->size() : 0), owner_(std::move(v)) {}
+  SharedFloats(std::shared_ptr<std::vector<float>> v)  // NOLINT
+      : SharedFloats(std::shared_ptr<const std::vector<float>>(std::move(v))) {}
+  // size floats at data, alive while owner is (owner must not be null).
+  static SharedFloats View(const float* data, size_t size, std::shared_ptr<const void> owner) {
+    SharedFloats f;
+    f.data_ = data;
+    f.size_ = size;
+    f.owner_ = std::move(owner);
+    return f;
+  }
+  const float* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::shared_ptr<const void>& owner() const { return owner_; }
+  explicit operator bool() const { return owner_ != nullptr; }
+
+ private:
+  const float* data_ = nullptr;
+  size_t size_ = 0;
+  std::shared_ptr<const void> owner_;
+};
+
 // The result of an asynchronous Push or Pull.
 // Copies share the call. Once the last copy of a pull's Future goes before the call completed,
 // the call is given up as by an expired WaitFor: nothing more is written into its destination,
@@ -194,8 +226,8 @@ class Client {
   using KeyBuffer = std::shared_ptr<const std::vector<Key>>;
   // (With a KeyBuffer, gradients go in a shared buffer too: a by-value form of both would make
   // brace lists of keys such as {0, 1} ambiguous.)
-  virtual Future Push(const Table& t, KeyBuffer keys, std::shared_ptr<const std::vector<float>> grads) = 0;
-  Future Push(const Table& t, std::vector<Key> keys, std::shared_ptr<const std::vector<float>> grads) {
+  virtual Future Push(const Table& t, KeyBuffer keys, SharedFloats grads) = 0;
+  Future Push(const Table& t, std::vector<Key> keys, SharedFloats grads) {
     return Push(t, std::make_shared<const std::vector<Key>>(std::move(keys)), std::move(grads));
   }
   Future Push(const Table& t, std::vector<Key> keys, std::vector<float> grads) {
@@ -229,7 +261,7 @@ class Client {
     return PullView(t, std::make_shared<const std::vector<Key>>(std::move(keys)), out);
   }
   // Whole dense table: rows * dim floats.
-  virtual Future PushDense(const Table& t, std::shared_ptr<const std::vector<float>> grads) = 0;
+  virtual Future PushDense(const Table& t, SharedFloats grads) = 0;
   Future PushDense(const Table& t, std::vector<float> grads) {
     return PushDense(t, std::make_shared<const std::vector<float>>(std::move(grads)));
   }
