@@ -414,6 +414,41 @@ TEST(MultiProcess, TheSlurmScriptRunsAJobAndEndsWithTheCodeThatSaysWhy) {
   std::filesystem::remove_all(dir);
 }
 
+// The Kubernetes manifest (deploy/kubernetes/pushpull.yaml) tells every worker where the job is,
+// as pushpull-launch does: the scheduler's Service address, the rank from the Indexed Job's
+// completion index, and counts that agree with the Jobs and the scheduler's flags. (Parsed with
+// python3's yaml module; skipped where it is missing.)
+TEST(MultiProcess, TheKubernetesManifestTellsEveryWorkerWhereTheJobIs) {
+  std::string out;
+  if (RunCommand("python3 -c 'import yaml'", 30, &out) != 0) GTEST_SKIP() << "no python3 yaml module: " << out;
+  const std::string check = ::testing::TempDir() + "/check_manifest-" + std::to_string(getpid()) + ".py";
+  std::ofstream(check)
+      << "import sys, yaml\n"
+         "docs = {d['kind'] + '/' + d['metadata']['name']: d for d in yaml.safe_load_all(open(sys.argv[1])) if d}\n"
+         "def job(name): return docs['Job/' + name]['spec']\n"
+         "def container(name): return job(name)['template']['spec']['containers'][0]\n"
+         "env = {e['name']: e.get('value', e.get('valueFrom')) for e in container('pushpull-worker')['env']}\n"
+         "sched = container('pushpull-scheduler')['args']\n"
+         "port = docs['Service/pushpull-scheduler']['spec']['ports'][0]['port']\n"
+         "assert env['PUSHPULL_SCHEDULER'] == 'tcp://pushpull-scheduler:%d' % port, env\n"
+         "assert '--port=%d' % port in sched, sched\n"
+         "assert env['PUSHPULL_RANK'] == {'fieldRef': {'fieldPath': "
+         "\"metadata.annotations['batch.kubernetes.io/job-completion-index']\"}}, env\n"
+         "for role in ('worker', 'server'):\n"
+         "  n = env['PUSHPULL_NUM_%sS' % role.upper()]\n"
+         "  spec = job('pushpull-' + role)\n"
+         "  assert spec['completionMode'] == 'Indexed', spec\n"
+         "  assert str(spec['completions']) == str(spec['parallelism']) == n, (role, n, spec['completions'])\n"
+         "  assert '--num_%ss=%s' % (role, n) in sched, (role, n, sched)\n"
+         "assert env['PUSHPULL_CONSISTENCY'] in ('bsp', 'asp') or env['PUSHPULL_CONSISTENCY'].startswith('ssp:'), env\n"
+         "print('manifest ok:', container('pushpull-worker')['command'], sorted(env))\n";
+  out.clear();
+  EXPECT_EQ(RunCommand("python3 " + check + " " + BinDir() + "/../../deploy/kubernetes/pushpull.yaml", 30, &out), 0)
+      << out;
+  EXPECT_NE(out.find("manifest ok: ['pushpull-worker']"), std::string::npos) << out;
+  std::filesystem::remove(check);
+}
+
 // Nor one whose worker misses its data: the same file is missing again (exit 2).
 TEST(MultiProcess, LauncherDoesNotRestartAJobMissingItsData) {
   std::string out;
