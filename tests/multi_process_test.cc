@@ -320,7 +320,9 @@ TEST(MultiProcess, LauncherDoesNotRestartAJobThatFailedOnItsOwn) {
 // each step's tasks on this host: a job runs to its end (exit 0), its scheduler on a free port that
 // it hands the other steps in a file; workers that cannot start (exit 2) end the job with their
 // code at once, the scheduler stopped rather than left waiting for them; a scheduler that cannot
-// listen ends it with its own (2), before any other step starts.
+// listen ends it with its own (2), before any other step starts. A command given to the script
+// runs as every worker, its arguments as given, told the job through PUSHPULL_*; one that does
+// not exist ends the job with 127 before any step starts.
 TEST(MultiProcess, TheSlurmScriptRunsAJobAndEndsWithTheCodeThatSaysWhy) {
   char tmpl[] = "/tmp/pushpull-slurm-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
@@ -333,6 +335,7 @@ TEST(MultiProcess, TheSlurmScriptRunsAJobAndEndsWithTheCodeThatSaysWhy) {
   write_exec(
       "srun",
       "#!/bin/bash\n"
+      "echo \"$@\" >>\"${0%/*}/steps\"\n"  // (the steps started, beside this file)
       "n=1\n"
       "while [[ $# -gt 0 ]]; do case \"$1\" in --ntasks=*) n=${1#--ntasks=}; shift;; -w) shift 2;; --*) shift;; "
       "*) break;; esac; done\n"
@@ -344,8 +347,9 @@ TEST(MultiProcess, TheSlurmScriptRunsAJobAndEndsWithTheCodeThatSaysWhy) {
   const std::string script = BinDir() + "/../../deploy/slurm/pushpull.sbatch";
   ASSERT_TRUE(std::filesystem::exists(script)) << script;
   auto job = [&](const std::string& extra, const std::string& app_flags, std::string* out,
-                 const std::string& latest = "") {
+                 const std::string& latest = "", const std::string& command = "") {
     std::filesystem::remove_all(dir + "/ckpt");
+    std::filesystem::remove(dir + "/steps");
     if (!latest.empty()) {  // (a checkpoint to resume from, as a requeued job finds it)
       std::filesystem::create_directories(dir + "/ckpt");
       std::ofstream(dir + "/ckpt/LATEST") << latest << "\n";
@@ -354,7 +358,7 @@ TEST(MultiProcess, TheSlurmScriptRunsAJobAndEndsWithTheCodeThatSaysWhy) {
                           ":\"$PATH\" SLURM_NTASKS=4 SLURM_JOB_ID=77 SLURM_JOB_NODELIST=localhost "
                           "SERVERS=1 BIN=" +
                           BinDir() + " CKPT=" + dir + "/ckpt " + extra + " APP_FLAGS='" + app_flags + "' bash " +
-                          script,
+                          script + " " + command,
                       90, out);
   };
   std::string out;
@@ -383,7 +387,66 @@ TEST(MultiProcess, TheSlurmScriptRunsAJobAndEndsWithTheCodeThatSaysWhy) {
   EXPECT_NE(out.find("Address already in use"), std::string::npos) << out;
   EXPECT_EQ(out.find("[worker"), std::string::npos) << out;
   close(fd);
+  out.clear();
+  // pushpull-worker given nothing but the environment, behind a shell that shows it; the first
+  // argument has two spaces and a glob in it, which must reach the command as one word. APP_FLAGS
+  // are pushpull-worker's when no command is given, and unused here.
+  EXPECT_EQ(job("CONSISTENCY=ssp:1", "--app=nosuchapp", &out, "",
+                "sh -c 'echo \"rank $PUSHPULL_RANK of $PUSHPULL_NUM_WORKERS, $PUSHPULL_NUM_SERVERS server, "
+                "$PUSHPULL_CONSISTENCY, $PUSHPULL_SCHEDULER, [$0]\"; exec \"$@\"' 'two  words *' " +
+                    BinDir() + "/pushpull-worker --app=linreg --epochs=1"),
+            0)
+      << out;
+  EXPECT_NE(out.find("job finished: 2 workers finished"), std::string::npos) << out;
+  for (const char* rank : {"rank 0 of 2, 1 server, ssp:1, tcp://localhost:", "rank 1 of 2, 1 server, ssp:1, "})
+    EXPECT_NE(out.find(rank), std::string::npos) << rank << " in " << out;
+  EXPECT_NE(out.find(", [two  words *]\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("linreg summary: worker 1 consistency=ssp:1 "), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/steps"));  // (the stand-in's record, looked for next)
+  for (const std::string& missing : {std::string("no-such-trainer --epochs=1"), dir + "/no-such-trainer"}) {
+    out.clear();
+    EXPECT_EQ(job("", "--app=linreg --epochs=1", &out, "", missing), 127) << out;
+    EXPECT_NE(out.find("pushpull.sbatch: command '" + missing.substr(0, missing.find(' ')) + "': "), std::string::npos)
+        << out;
+    EXPECT_NE(out.find("; no step started"), std::string::npos) << out;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/steps")) << out;
+  }
   std::filesystem::remove_all(dir);
+}
+
+// The Kubernetes manifest (deploy/kubernetes/pushpull.yaml) tells every worker where the job is,
+// as pushpull-launch does: the scheduler's Service address, the rank from the Indexed Job's
+// completion index, and counts that agree with the Jobs and the scheduler's flags. (Parsed with
+// python3's yaml module; skipped where it is missing.)
+TEST(MultiProcess, TheKubernetesManifestTellsEveryWorkerWhereTheJobIs) {
+  std::string out;
+  if (RunCommand("python3 -c 'import yaml'", 30, &out) != 0) GTEST_SKIP() << "no python3 yaml module: " << out;
+  const std::string check = ::testing::TempDir() + "/check_manifest-" + std::to_string(getpid()) + ".py";
+  std::ofstream(check)
+      << "import sys, yaml\n"
+         "docs = {d['kind'] + '/' + d['metadata']['name']: d for d in yaml.safe_load_all(open(sys.argv[1])) if d}\n"
+         "def job(name): return docs['Job/' + name]['spec']\n"
+         "def container(name): return job(name)['template']['spec']['containers'][0]\n"
+         "env = {e['name']: e.get('value', e.get('valueFrom')) for e in container('pushpull-worker')['env']}\n"
+         "sched = container('pushpull-scheduler')['args']\n"
+         "port = docs['Service/pushpull-scheduler']['spec']['ports'][0]['port']\n"
+         "assert env['PUSHPULL_SCHEDULER'] == 'tcp://pushpull-scheduler:%d' % port, env\n"
+         "assert '--port=%d' % port in sched, sched\n"
+         "assert env['PUSHPULL_RANK'] == {'fieldRef': {'fieldPath': "
+         "\"metadata.annotations['batch.kubernetes.io/job-completion-index']\"}}, env\n"
+         "for role in ('worker', 'server'):\n"
+         "  n = env['PUSHPULL_NUM_%sS' % role.upper()]\n"
+         "  spec = job('pushpull-' + role)\n"
+         "  assert spec['completionMode'] == 'Indexed', spec\n"
+         "  assert str(spec['completions']) == str(spec['parallelism']) == n, (role, n, spec['completions'])\n"
+         "  assert '--num_%ss=%s' % (role, n) in sched, (role, n, sched)\n"
+         "assert env['PUSHPULL_CONSISTENCY'] in ('bsp', 'asp') or env['PUSHPULL_CONSISTENCY'].startswith('ssp:'), env\n"
+         "print('manifest ok:', container('pushpull-worker')['command'], sorted(env))\n";
+  out.clear();
+  EXPECT_EQ(RunCommand("python3 " + check + " " + BinDir() + "/../../deploy/kubernetes/pushpull.yaml", 30, &out), 0)
+      << out;
+  EXPECT_NE(out.find("manifest ok: ['pushpull-worker']"), std::string::npos) << out;
+  std::filesystem::remove(check);
 }
 
 // Nor one whose worker misses its data: the same file is missing again (exit 2).
