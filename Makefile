@@ -189,7 +189,7 @@ check-public-headers:
 
 DEB_PKGS := g++ make clang clang-format libzmq3-dev cppzmq-dev libcereal-dev libeigen3-dev libgflags-dev \
             libgtest-dev zlib1g-dev pkg-config dataset-fashion-mnist gnuplot-nox \
-            python3-dev python3-pybind11 pybind11-dev python3-numpy python3-torch python3-pytest
+            python3-dev python3-pybind11 pybind11-dev python3-numpy python3-torch python3-pytest python3-yaml
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

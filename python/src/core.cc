@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "optimizers/optimizer.h"
 #include "pushpull/pushpull.h"
 
 namespace py = pybind11;
@@ -350,6 +351,9 @@ PYBIND11_MODULE(_core, m) {
           "min_lr_ratio", [](const opt::OptimizerConfig& c) { return c.schedule.min_lr_ratio; },
           [](opt::OptimizerConfig& c, float v) { c.schedule.min_lr_ratio = v; })
       .def("validate", [](const opt::OptimizerConfig& c) { Check(opt::Validate(c)); })
+      .def(
+          "scheduled_lr", [](const opt::OptimizerConfig& c, int64_t step) { return opt::ScheduledLr(c, step); },
+          "the learning rate the servers apply at the table's step `step` (0-based)")
       .def("__eq__", [](const opt::OptimizerConfig& a, const opt::OptimizerConfig& b) { return a == b; });
 
   py::class_<ClientOptions>(m, "ClientOptions")
