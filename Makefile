@@ -212,6 +212,8 @@ bench: deps
 	$(MAKE) -j$$(nproc) $(BINS)
 	@mkdir -p $(BUILD)/bench
 	$(BUILD)/bin/pushpull-bench --out=$(BUILD)/bench/results.jsonl
+	$(MAKE) python
+	$(PYTHON) apps/bench/python_bench.py $(BUILD) $(BUILD)/bench/results.jsonl
 
 experiments: deps
 	$(MAKE) -j$$(nproc) $(BINS)

@@ -67,9 +67,9 @@ def accuracy(model, images, labels):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--batch", type=int, default=64, help="minibatch per worker")
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--train_limit", type=int, default=0, help="use the first N training images (0: all)")
     ap.add_argument("--test_limit", type=int, default=0, help="evaluate on the first N test images (0: all)")
@@ -91,9 +91,13 @@ def main():
         mine_x, mine_y = train_x[rank::workers], train_y[rank::workers]
         torch.manual_seed(rank)
         model = Net()
-        opt = pushpull.torch.ServerOptimizer(model, client, pushpull.Adam(lr=args.lr), name="fmnist_cnn")
         # Every worker takes the same number of steps an epoch (BSP waits for the slowest).
         steps = len(mine_x) // args.batch
+        # The learning rate decays along a cosine over the run: the servers count a step per clock
+        # under BSP (one mean update), per push under SSP and ASP.
+        updates = args.epochs * steps * (1 if client.consistency == "bsp" else workers)
+        adam = pushpull.Adam(lr=args.lr, schedule=pushpull.cosine(total_steps=updates))
+        opt = pushpull.torch.ServerOptimizer(model, adam, name="fmnist_cnn")
         print(f"worker {rank}: {len(mine_x)} images, {steps} steps of {args.batch} an epoch, "
               f"consistency {client.consistency}", flush=True)
         acc = 0.0

@@ -42,7 +42,7 @@ from ._core import (  # noqa: F401  (re-exported)
 __version__ = _core.version()
 
 __all__ = [
-    "connect", "Client", "Table", "Future", "OptimizerConfig",
+    "connect", "default_client", "Client", "Table", "Future", "OptimizerConfig",
     "SGD", "Adam", "AdamW", "Adagrad", "FTRL", "held_buffers",
     "Error", "InvalidArgument", "NotFound", "Corruption", "Unavailable", "DeadlineExceeded",
     "FailedPrecondition", "AlreadyExists", "Aborted", "Internal", "ResourceExhausted",
@@ -313,4 +313,17 @@ def connect(scheduler=None, rank=None, consistency=None, request_timeout=None,
         o.register_timeout_ms = max(1, int(register_timeout * 1000))
     if max_unanswered_mb is not None:
         o.max_unanswered_mb = int(max_unanswered_mb)
-    return Client(_core._connect(o))
+    global _default
+    client = Client(_core._connect(o))
+    _default = client  # (returned from the local: another thread may connect at once)
+    return client
+
+
+_default = None
+
+
+def default_client():
+    """The client pushpull.connect() made last (pushpull.torch's default)."""
+    if _default is None:
+        raise FailedPrecondition("no client: call pushpull.connect() first, or pass client=")
+    return _default

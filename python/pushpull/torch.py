@@ -6,7 +6,7 @@ one machine, sharded over the servers, that a model uses as nn.EmbeddingBag.
 
     client = pushpull.connect()
     model = Net()
-    opt = pushpull.torch.ServerOptimizer(model.named_parameters(), client, pushpull.Adam(lr=1e-3))
+    opt = pushpull.torch.ServerOptimizer(model.named_parameters(), pushpull.Adam(lr=1e-3))
     for x, y in loader:
         opt.zero_grad()
         loss_fn(model(x), y).backward()
@@ -16,33 +16,35 @@ one machine, sharded over the servers, that a model uses as nn.EmbeddingBag.
 
 import torch
 
-from . import SGD, InvalidArgument, OptimizerConfig
-
-
-def _table_shape(p):
-    """A parameter as a dense table: its first dimension as rows, the rest as each row."""
-    rows = p.shape[0] if p.dim() > 0 else 1
-    return rows, max(1, p.numel() // rows)
+from . import SGD, InvalidArgument, OptimizerConfig, default_client
 
 
 class ServerOptimizer:
     """A torch.optim-style optimizer whose update runs on the servers.
 
-    Each parameter is a dense table; step() pushes every parameter's gradient, ends the step
-    (client.clock()) and pulls the new values into the parameters. Under BSP the servers apply the
-    workers' mean gradient: W workers on batches of B train as one process on batches of W * B.
+    The parameters are one dense table, sharded over the servers: step() pushes every
+    parameter's gradient in one push, ends the step (client.clock()) and pulls the new values in
+    one pull. Under BSP the servers apply the workers' mean gradient: W workers on batches of B
+    train as one process on batches of W * B. The parameters become views of one flat buffer
+    (as the pulled values land there), so keep using the model's own tensors, not copies.
 
-    All workers start from worker 0's initial values, whatever their own. A table holds the
-    parameter's change since then (added to those values here), so the optimizer's state starts
+    All workers start from worker 0's initial values, whatever their own. The table holds the
+    parameters' change since then (added to those values here), so the optimizer's state starts
     fresh on the servers while the model keeps its own initialisation. Weight decay is added to
     the gradient here (SGD, Adam, Adagrad: L2) or taken as a step of its own (AdamW: decoupled),
-    where the parameter's value is known; both give torch's update exactly.
+    where the parameters' values are known; both give torch's update exactly.
 
     params: tensors, (name, tensor) pairs (model.named_parameters()), or a model.
     optimizer: pushpull.SGD, Adam, AdamW or Adagrad (FTRL is for sparse tables).
+    consistency: the table's model ("bsp", "ssp:K", "asp"; None: the job's).
+    client: the job's client (None: the one pushpull.connect() made last). name: the tables'
+    name ("model", "model/initial", "model/decay"), which two optimizers in one job must not share.
     """
 
-    def __init__(self, params, client, optimizer, consistency=None, name="model"):
+    ROW = 1024  # floats a row of the table: rows spread the parameters over the servers
+
+    def __init__(self, params, optimizer, consistency=None, client=None, name="model"):
+        client = client or default_client()
         if hasattr(params, "named_parameters"):
             params = params.named_parameters()
         named = []
@@ -65,81 +67,99 @@ class ServerOptimizer:
         on_server.weight_decay = 0.0
         if self._decoupled:
             on_server.kind = "adam"
-        self.params, self.tables, self._base, self._grads = [], [], [], []
-        self._decay_tables = []
+        total = sum(t.numel() for _, t in named)
+        dim = min(self.ROW, total)
+        rows = -(-total // dim)
+        self.table = client.create_table(name, rows=rows, dim=dim, optimizer=on_server, consistency=consistency)
+        start = client.create_table(f"{name}/initial", rows=rows, dim=dim, optimizer=SGD(lr=1.0), consistency="asp")
+        self._decay_table = None
+        if self._decoupled:
+            self._decay_table = client.create_table(f"{name}/decay", rows=rows, dim=dim, optimizer=SGD(lr=1.0),
+                                                    consistency=consistency)
+        # One flat buffer each: the parameters (their tensors become views of it; the change is
+        # pulled into it), the gradients pushed, worker 0's values; padded to whole rows.
+        size = rows * dim
+        self._param = torch.zeros(size)
+        self._grad = torch.zeros(size)
+        self._decayed = torch.zeros(size) if self._decoupled else None
+        self.params, self.layout, offset = [], [], 0
         for n, t in named:
-            rows, dim = _table_shape(t)
-            table = client.create_table(f"{name}/{n}", rows=rows, dim=dim, optimizer=on_server, consistency=consistency)
-            start = client.create_table(f"{name}/{n}/initial", rows=rows, dim=dim, optimizer=SGD(lr=1.0),
-                                        consistency="asp")
-            if self._decoupled:
-                self._decay_tables.append(client.create_table(f"{name}/{n}/decay", rows=rows, dim=dim,
-                                                              optimizer=SGD(lr=1.0), consistency=consistency))
+            self._param[offset:offset + t.numel()].copy_(t.detach().reshape(-1))
             self.params.append(t)
-            self.tables.append((table, start))
+            self.layout.append((n, offset, tuple(t.shape)))
+            offset += t.numel()
         # Worker 0's values, as the start of every worker: its push makes them the initial
-        # tables' values (SGD with lr 1 from zeros, applied at once under ASP).
+        # table's values (SGD with rate 1 from zeros, applied at once under ASP).
         if client.rank == 0:
-            for t, (_, start) in zip(self.params, self.tables):
-                client.push(start, -t.detach().reshape(start.rows, start.dim).contiguous())
+            client.push(start, torch.neg(self._param).reshape(rows, dim))
         client.barrier()
-        for t, (_, start) in zip(self.params, self.tables):
-            base = client.pull(start).reshape(t.shape)
-            self._base.append(torch.from_numpy(base))
-            with torch.no_grad():
-                t.copy_(self._base[-1])
-            self._grads.append(torch.empty(start.rows, start.dim))
+        self._base = torch.from_numpy(client.pull(start).reshape(-1))
+        self._param.copy_(self._base)
+        for t, (_, offset, shape) in zip(self.params, self.layout):
+            t.data = self._param[offset:offset + t.numel()].view(shape)
+        self._attach_grads()
+        # NumPy views of the flat buffers, made once: step() calls the client's core directly.
+        shape = (rows, dim)
+        self._np = {k: getattr(self, k).numpy().reshape(shape) for k in ("_grad", "_param", "_decayed")
+                    if getattr(self, k) is not None}
         self.steps = 0
 
-    def zero_grad(self, set_to_none=True):
-        for p in self.params:
-            if set_to_none:
+    def _attach_grads(self):
+        # Each parameter's .grad a view of the flat gradient buffer: backward accumulates into it
+        # in place, and step() pushes it as it is (a .grad replaced since is copied in).
+        for t, (_, offset, shape) in zip(self.params, self.layout):
+            t.grad = self._grad[offset:offset + t.numel()].view(shape)
+
+    def zero_grad(self, set_to_none=False):
+        """Zeroes the gradients (set_to_none: drops them instead, as torch's optimizers may; a
+        parameter without one pushes zeros)."""
+        self._grad.zero_()
+        if set_to_none:
+            for p in self.params:
                 p.grad = None
-            elif p.grad is not None:
-                p.grad.zero_()
+        else:
+            self._attach_grads()
 
     def step(self):
         """Pushes every parameter's gradient (zeros where there is none), ends this worker's
         step, and pulls the parameters' new values."""
-        c = self.client
-        lr = self.config.scheduled_lr(self.steps)
-        futures = []
-        for i, (p, (table, _)) in enumerate(zip(self.params, self.tables)):
-            g = self._grads[i]
-            if p.grad is None:
-                g.zero_()
-            else:
-                g.copy_(p.grad.reshape(g.shape))
-            if self._decay and not self._decoupled:
-                g.add_(p.detach().reshape(g.shape), alpha=self._decay)
-            futures.append(c.push_async(table, g))
-            if self._decoupled:
-                # p <- p - lr * decay * p, the step AdamW takes before Adam's.
-                d = p.detach().reshape(g.shape) * (lr * self._decay)
-                futures.append(c.push_async(self._decay_tables[i], d))
-        # No wait for the pushes before the clock: a push refused fails the clock, and the pulls'
-        # answers come after the pushes' on each server, so the buffers are free by then.
-        c.clock()
+        c, table = self.client, self.table
+        base = self._grad.data_ptr()
+        for p, (_, offset, _) in zip(self.params, self.layout):
+            g = p.grad
+            if g is None:
+                self._grad[offset:offset + p.numel()].zero_()
+            elif g.data_ptr() != base + 4 * offset or not g.is_contiguous():
+                self._grad[offset:offset + p.numel()].copy_(g.reshape(-1))
+        if self._decay and not self._decoupled:
+            self._grad.add_(self._param, alpha=self._decay)
+        core, views = c._c, self._np
+        futures = [core._push_async(table, views["_grad"], None)]
+        if self._decoupled:
+            # p <- p - lr * decay * p, the step AdamW takes before Adam's.
+            torch.mul(self._param, self.config.scheduled_lr(self.steps) * self._decay, out=self._decayed)
+            futures.append(core._push_async(self._decay_table, views["_decayed"], None))
+        # No wait for the pushes before the clock: a push refused fails the clock, and the pull's
+        # answer comes after the pushes' on each server, so the buffers are free by then.
+        core._clock()
         self.steps += 1
-        self._pull()
+        # The change lands in the parameters' own buffer, and the start is added in place.
+        change = core._pull_async(table, None, views["_param"], False)
+        decay = core._pull_async(self._decay_table, None, views["_decayed"], False) if self._decoupled else None
+        change.wait()
+        self._param.add_(self._base)
+        if decay is not None:
+            decay.wait()
+            self._param.add_(self._decayed)
         for f in futures:
             f.wait()
 
-    def _pull(self):
-        c = self.client
-        pulls = [c.pull_async(table) for table, _ in self.tables]
-        decays = [c.pull_async(t) for t in self._decay_tables]
-        for i, p in enumerate(self.params):
-            change = torch.from_numpy(pulls[i].wait()).reshape(p.shape)
-            with torch.no_grad():
-                torch.add(self._base[i], change, out=p.data)
-                if decays:
-                    p.data.add_(torch.from_numpy(decays[i].wait()).reshape(p.shape))
-
     def state_dict(self):
-        """The tables that hold the parameters and their optimizer state, and the steps taken."""
-        return {"tables": [table.name for table, _ in self.tables], "steps": self.steps,
-                "optimizer": self.config.kind}
+        """The tables that hold the parameters and their optimizer state, each parameter's place
+        in them, and the steps taken."""
+        return {"tables": [self.table.name] + ([self._decay_table.name] if self._decay_table else []),
+                "parameters": [{"name": n, "offset": o, "shape": list(s)} for n, o, s in self.layout],
+                "steps": self.steps, "optimizer": self.config.kind}
 
 
 def _copy_config(c):
@@ -178,9 +198,10 @@ class ShardedEmbedding(torch.nn.Module):
     "zeros", "uniform", "normal", with init_scale). mode: "sum" or "mean". End each step with
     client.clock() (or a ServerOptimizer's step()), after backward."""
 
-    def __init__(self, num_embeddings, dim, client, optimizer=None, mode="mean", init="normal", init_scale=0.01,
-                 name="embedding", consistency=None, seed=1):
+    def __init__(self, num_embeddings, dim, optimizer=None, client=None, mode="mean", init="normal",
+                 init_scale=0.01, name="embedding", consistency=None, seed=1):
         super().__init__()
+        client = client or default_client()
         if mode not in ("sum", "mean"):
             raise InvalidArgument(f"mode must be 'sum' or 'mean', not {mode!r}")
         self.num_embeddings, self.dim, self.mode, self.client = int(num_embeddings), int(dim), mode, client

@@ -438,6 +438,35 @@ PYBIND11_MODULE(_core, m) {
       });
 
   m.def("_connect", &Connect, "joins the job (see pushpull.connect)");
+
+  // The baselines of the Python benchmarks (apps/bench/python_bench.py): the same calls as a
+  // Python loop makes, made from C++ with the same client, tables and arrays.
+  m.def("_bench_steps", [](PyClient& c, const std::vector<PyTable>& tables, const std::vector<py::array>& grads,
+                           const std::vector<py::array>& outs, int iterations, bool clock) {
+    if (tables.size() != grads.size() || tables.size() != outs.size())
+      Raise(Status::InvalidArgument("a table, a gradient and an out array each"));
+    std::vector<SharedFloats> g;
+    std::vector<float*> o;
+    for (size_t i = 0; i < tables.size(); ++i) {
+      py::array a = FloatArray(grads[i], "grads", false);
+      g.push_back(SharedFloats::View(static_cast<const float*>(a.data()), a.size(), Hold(a)));
+      o.push_back(static_cast<float*>(FloatArray(outs[i], "out", true).mutable_data()));
+    }
+    Status s;
+    {
+      py::gil_scoped_release unlocked;
+      std::vector<Future> f(tables.size());
+      for (int it = 0; it < iterations && s.ok(); ++it) {
+        for (size_t i = 0; i < tables.size(); ++i) c.c().PushDense(tables[i].table, g[i]);
+        if (clock) s = c.c().Clock();
+        for (size_t i = 0; i < tables.size(); ++i) f[i] = c.c().PullDense(tables[i].table, o[i]);
+        for (size_t i = 0; i < tables.size() && s.ok(); ++i) s = f[i].Wait();
+      }
+    }
+    g.clear();
+    ReleasePending();
+    Check(s);
+  });
 }
 
 }  // namespace python

@@ -43,14 +43,15 @@ def test_server_optimizer_under_bsp_matches_torch_on_the_global_batch(job_factor
         if r == 0:
             initial.update({n: p.detach().clone() for n, p in model.named_parameters()})
         with pushpull.connect(scheduler=job.scheduler, rank=r, request_timeout=60) as c:
-            opt = ptorch.ServerOptimizer(model, c, ours(), name=name)
+            opt = ptorch.ServerOptimizer(model, ours(), client=c, name=name)
             for s in range(steps):
                 opt.zero_grad()
                 half = slice(r * batch, (r + 1) * batch)
                 torch.nn.functional.mse_loss(model(xs[s, half]), ys[s, half]).backward()
                 opt.step()
             final[r] = {n: p.detach().clone() for n, p in model.named_parameters()}
-            assert opt.state_dict()["tables"][0] == f"{name}/0.weight"
+            state = opt.state_dict()
+            assert state["tables"][0] == name and state["parameters"][0]["name"] == "0.weight"
 
     run_workers(2, worker)
     reference = make_model(seed=0)
@@ -75,7 +76,7 @@ def test_sharded_embedding_matches_embedding_bag(job_factory):
     ids = [torch.randint(0, 50, (8, 5), generator=gen) * (1 << 33) for _ in range(steps)]  # ids far apart
     targets = [torch.randn(8, dim, generator=gen) for _ in range(steps)]
     with pushpull.connect(scheduler=job.scheduler, rank=0, request_timeout=60) as c:
-        emb = ptorch.ShardedEmbedding(vocab, dim, c, optimizer=pushpull.Adagrad(lr=0.1), mode="mean",
+        emb = ptorch.ShardedEmbedding(vocab, dim, optimizer=pushpull.Adagrad(lr=0.1), client=c, mode="mean",
                                       init="normal", init_scale=0.1)
         every = torch.unique(torch.cat([i.reshape(-1) for i in ids]))
         start = torch.from_numpy(c.pull(emb.table, keys=every.numpy()))  # the rows as they start
@@ -103,10 +104,10 @@ def test_server_optimizer_refuses_what_it_cannot_train(job_factory):
     job = job_factory(servers=1, workers=1)
     with pushpull.connect(scheduler=job.scheduler, rank=0, request_timeout=30) as c:
         with pytest.raises(pushpull.InvalidArgument, match="FTRL"):
-            ptorch.ServerOptimizer(make_model(0), c, pushpull.FTRL())
+            ptorch.ServerOptimizer(make_model(0), pushpull.FTRL(), client=c)
         with pytest.raises(pushpull.InvalidArgument, match="float64"):
-            ptorch.ServerOptimizer([torch.zeros(3, dtype=torch.float64)], c, pushpull.SGD(lr=0.1))
-        emb = ptorch.ShardedEmbedding(100, 2, c)
+            ptorch.ServerOptimizer([torch.zeros(3, dtype=torch.float64)], pushpull.SGD(lr=0.1))  # connect()'s
+        emb = ptorch.ShardedEmbedding(100, 2)
         with pytest.raises(pushpull.InvalidArgument, match=r"ids must be in \[0, 100\)"):
             emb(torch.tensor([[5, 100]]))
         with pytest.raises(pushpull.InvalidArgument, match="ids must be integers"):
