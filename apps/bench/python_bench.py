@@ -84,8 +84,9 @@ def push_pull(client, f):
 def server_optimizer(client, f):
     model = Net()
     opt = pushpull.torch.ServerOptimizer(model, pushpull.Adam(lr=1e-4), client=client, name="bench/cnn")
+    # Gradients where backward leaves them: in the .grad views ServerOptimizer gave the parameters.
     for p in model.parameters():
-        p.grad = torch.randn_like(p) * 1e-3
+        p.grad.copy_(torch.randn_like(p) * 1e-3)
     t = opt.table
     grads = [opt._grad.numpy().reshape(t.rows, t.dim)]
     outs = [np.empty_like(grads[0])]
