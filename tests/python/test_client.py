@@ -254,3 +254,33 @@ def test_a_killed_python_worker_ends_the_job_as_a_cpp_worker_would(tmp_path):
                           str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "worker 1 (pid" in run.stdout and "killed by signal 9" in run.stdout, run.stdout
+
+
+def test_an_expired_wait_raises_deadline_exceeded_and_the_client_goes_on(job_factory):
+    job = job_factory(servers=1, workers=1)
+    with connect(job) as c:
+        t = c.create_table("w", rows=8, dim=2)
+        for p in job.servers:
+            p.send_signal(signal.SIGSTOP)
+        try:
+            f = c.pull_async(t)
+            with pytest.raises(pushpull.DeadlineExceeded) as e:
+                f.wait(timeout=0.2)
+            assert isinstance(e.value, TimeoutError)
+        finally:
+            for p in job.servers:
+                p.send_signal(signal.SIGCONT)
+        assert c.pull(t).shape == (8, 2)
+
+
+def test_keyword_arguments_win_over_the_environment(job_factory, monkeypatch):
+    job = job_factory(servers=1, workers=1)
+    monkeypatch.setenv("PUSHPULL_SCHEDULER", "tcp://127.0.0.1:1")  # nobody there
+    monkeypatch.setenv("PUSHPULL_CONSISTENCY", "asp")
+    monkeypatch.setenv("PUSHPULL_RANK", "0")
+    with pushpull.connect(scheduler=job.scheduler, consistency="ssp:3", request_timeout=30) as c:
+        assert c.consistency == "ssp:3" and c.rank == 0
+        assert pushpull.default_client() is c
+    monkeypatch.setenv("PUSHPULL_RANK", "first")
+    with pytest.raises(pushpull.InvalidArgument, match="PUSHPULL_RANK='first'"):
+        pushpull.connect(scheduler=job.scheduler)
