@@ -356,7 +356,7 @@ TEST(ServerFailure, BspSumsOfAWorkerPushingAheadCountAgainstTheMemoryLimit) {
   EXPECT_NE(refused.message().find("--max_table_mb"), std::string::npos) << refused.ToString();
   EXPECT_LE(cluster.server(0).stats().table_bytes, uint64_t(1) << 20);
   // (The worker then stops on that setup error, and the job with it, as for a table past the
-  // limit: README, "A sparse table grows".)
+  // limit: docs/tuning.md.)
   cluster.FinishAndJoin().IgnoreError();
 }
 
