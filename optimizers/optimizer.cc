@@ -197,7 +197,7 @@ bool AllUsable(const float* x, size_t n) {
   // bound by loads, not by the latency of one dependency chain.
   // Last block first: a gradient just received was written front to back, so its end is what is
   // still in the cache, and its start is then what the check leaves there for the update that
-  // reads it next, front to back (measured: docs/PERFORMANCE.md, item 18).
+  // reads it next, front to back (measured with the transport bench).
   constexpr size_t L = simd::kLanes;
   constexpr float kUp = 295147905179352825856.0f;  // 2^68: kMaxGradient * kUp = 2^128, past FLT_MAX
   static_assert(kMaxGradient * 0.5f * kUp < std::numeric_limits<float>::max(), "2^127 is a float");

@@ -149,7 +149,7 @@ void UpdateThreads::Dispatch(Request* r) {
   }
   // While every update thread is idle, a request runs right here when it is small, or at any
   // size when there is a single update thread (nothing to run in parallel): two thread hand-offs
-  // cost more than they buy (measured: docs/PERFORMANCE.md). Busy update threads still take the
+  // cost more than they buy (measured with the transport bench). Busy update threads still take the
   // work, so receiving the next message overlaps applying this one. Safe: an idle update thread
   // touches no stripe until this thread hands it work, and its last writes are visible through
   // the acquire below.

@@ -150,8 +150,8 @@ void ReplyLoop::ReceiveFor(const FutureState& fs, int64_t ms) {
   const Deadline deadline = Deadline::In(ms);
   // One blocking receive per reply: ZeroMQ sleeps on the socket's signal and reads the reply (a
   // poll followed by a receive costs twice the system calls). No spinning: on a busy machine a
-  // spinning waiter takes the CPU from the threads that would answer it (measured:
-  // docs/PERFORMANCE.md).
+  // spinning waiter takes the CPU from the threads that would answer it (measured with the
+  // transport bench's latency cases).
   while (fs.remaining_hint.load(std::memory_order_acquire) > 0) {
     if (!ReceiveOne(deadline.RemainingMs())) return;  // slice over
     if (deadline.Expired()) return;

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
       "Benches:";
   for (const auto& b : Registry()) usage += " " + b.name;
   usage +=
-      "\nProfiling one transport case (docs/PERFORMANCE.md): PP_TRANSPORT_PROFILE=OP/SIZE/SsWw[/raw|/raw_sgd]\n"
+      "\nProfiling one transport case (docs/performance-notes.md): PP_TRANSPORT_PROFILE=OP/SIZE/SsWw[/raw|/raw_sgd]\n"
       "  (e.g. pushpull/16MB/1s1w, pull_p50/4KB/2s2w, sparse_pushpull/1MB/1s1w) runs only that case, one\n"
       "  side (raw_sgd: raw ZeroMQ whose servers apply each push with SGD, as zmq_ceiling's), for\n"
       "  PP_TRANSPORT_PROFILE_S seconds (default 5), servers with PP_TRANSPORT_PROFILE_K\n"

@@ -361,7 +361,7 @@ class TransportBench : public FigureLog {
   // A 16 MB dense pull from 2 servers against the same pull from 1: both clusters up at once and
   // their runs alternating (the shape runs above are minutes apart, and this machine's speed
   // drifts over minutes), best run of each. Twice the repetitions of the shape runs, each longer:
-  // the two differ by less than single runs scatter here (docs/PERFORMANCE.md).
+  // the two differ by less than single runs scatter here (docs/performance-notes.md).
   void RunSplitPull() {
     const size_t bytes = 16 * kMB;
     const std::string name = "pull_2s_vs_1s/16MB/1w";
