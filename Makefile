@@ -219,6 +219,14 @@ experiments: deps
 	$(MAKE) -j$$(nproc) $(BINS)
 	apps/experiments/run.sh $(BUILD)
 
+# The documentation's generated parts (docs/tools/): `make docs` writes docs/configuration.md
+# from each binary's --help and draws docs/images/timeline-*.svg.
+.PHONY: docs
+docs:
+	$(MAKE) -j$$(nproc) $(BINS)
+	$(PYTHON) docs/tools/configuration.py --build=$(BUILD) --out=docs/configuration.md
+	$(PYTHON) docs/tools/timelines.py docs/images
+
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
