@@ -203,6 +203,7 @@ test: deps
 	$(MAKE) check-public-headers
 	tests/run_tests.sh $(BUILD)
 	tests/install_test.sh $(BUILD)
+	$(MAKE) docs-check
 
 demo: deps
 	$(MAKE) -j$$(nproc) $(BINS)
@@ -218,6 +219,19 @@ bench: deps
 experiments: deps
 	$(MAKE) -j$$(nproc) $(BINS)
 	apps/experiments/run.sh $(BUILD)
+
+# The documentation's generated parts and its checks (docs/tools/). `make docs` writes
+# docs/configuration.md from each binary's --help and draws docs/images/timeline-*.svg;
+# `make docs-check` checks README.md and docs/ (sentence length, links, quoted commands and
+# flags, the generated parts, the Grafana dashboard's metrics) and names each problem.
+.PHONY: docs docs-check
+docs:
+	$(MAKE) -j$$(nproc) $(BINS)
+	$(PYTHON) docs/tools/configuration.py --build=$(BUILD) --out=docs/configuration.md
+	$(PYTHON) docs/tools/timelines.py docs/images
+docs-check:
+	$(MAKE) -j$$(nproc) $(BINS)
+	$(PYTHON) docs/tools/check.py --build=$(BUILD)
 
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
