@@ -11,6 +11,8 @@
 #   make check-threads   Clang's thread-safety analysis over every source (.ci/run runs it)
 #   make check-public-headers   the headers in include/pushpull/ compile alone and name no internal
 #   make format / make format-check   apply / check .clang-format (.ci/run checks it)
+#   make docs    regenerate docs/configuration.md (from every binary's --help) and the timelines
+#   make docs-check   the docs' rules: short sentences, live links, real commands, fresh pages
 #   make clean   remove build/
 # Switches: ASAN=1, TSAN=1, CUDA=0 (CUDA defaults to 1 when /usr/local/cuda/bin/nvcc exists),
 #           DEBUG=1 (no optimisation), BUILD=dir (another build directory),

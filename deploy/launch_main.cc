@@ -64,7 +64,7 @@ DEFINE_int64(max_table_mb, 0,
              "each server: memory its tables may hold; past it a table's growth is refused and "
              "the job ends saying so (0: no limit)");
 DEFINE_int32(metrics_port, -1,
-             "serve /metrics in the Prometheus text format (README: monitoring): the scheduler at "
+             "serve /metrics in the Prometheus text format (docs/monitoring.md): the scheduler at "
              "this port, server s at this port + 1 + s (-1: not served; 0: free ports, each logged by its daemon)");
 DEFINE_int32(grace_ms, 5000, "after the job ends or fails, how long children get to exit before SIGKILL");
 DEFINE_string(bin_dir, "", "where the pushpull binaries are (default: beside this one)");
