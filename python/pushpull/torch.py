@@ -195,16 +195,19 @@ class ShardedEmbedding(torch.nn.Module):
     servers apply the table's optimizer (pushpull.Adagrad(...), FTRL, ...).
 
     num_embeddings may be up to 2^64: the table is sparse, its rows made on first touch (init:
-    "zeros", "uniform", "normal", with init_scale). mode: "sum" or "mean". End each step with
-    client.clock() (or a ServerOptimizer's step()), after backward."""
+    "zeros", "uniform", "normal", with init_scale; None: "normal", or "zeros" under FTRL, whose
+    rows must start there). mode: "sum" or "mean". End each step with client.clock() (or a
+    ServerOptimizer's step()), after backward."""
 
-    def __init__(self, num_embeddings, dim, optimizer=None, client=None, mode="mean", init="normal",
+    def __init__(self, num_embeddings, dim, optimizer=None, client=None, mode="mean", init=None,
                  init_scale=0.01, name="embedding", consistency=None, seed=1):
         super().__init__()
         client = client or default_client()
         if mode not in ("sum", "mean"):
             raise InvalidArgument(f"mode must be 'sum' or 'mean', not {mode!r}")
         self.num_embeddings, self.dim, self.mode, self.client = int(num_embeddings), int(dim), mode, client
+        if init is None:
+            init = "zeros" if optimizer is not None and optimizer.kind == "ftrl" else "normal"
         self.table = client.create_table(name, dim=dim, sparse=True, optimizer=optimizer, consistency=consistency,
                                          init=init, init_scale=init_scale, seed=seed)
         self._pending = []
