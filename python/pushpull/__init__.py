@@ -191,6 +191,22 @@ class Client:
         """This worker's clock: the steps it has ended with clock()."""
         return self._c.current_clock
 
+    @property
+    def replacement(self):
+        """Whether this worker took a dead one's place mid-job (--on_worker_death=wait): its
+        clock then starts where that worker's was."""
+        return self._c.replacement
+
+    @property
+    def checkpoints_enabled(self):
+        """Whether the scheduler has a checkpoint directory (checkpoint() fails without one)."""
+        return self._c.checkpoints_enabled
+
+    @property
+    def restored_run(self):
+        """In a job restored from a checkpoint, the run text given to checkpoint(run); else ""."""
+        return self._c.restored_run
+
     def create_table(self, name, rows=0, dim=1, sparse=False, optimizer=None, consistency=None,
                      init="zeros", init_scale=0.01, seed=1):
         """Creates the table, or returns it when it exists with the same settings (every worker

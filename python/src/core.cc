@@ -392,6 +392,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("consistency", [](const PyClient& c) { return ModelName(c.c().consistency()); })
       .def_property_readonly("current_clock", [](const PyClient& c) { return c.c().clock(); })
       .def_property_readonly("replacement", [](const PyClient& c) { return c.c().replacement(); })
+      .def_property_readonly("checkpoints_enabled", [](const PyClient& c) { return c.c().checkpoints_enabled(); })
+      .def_property_readonly("restored_run", [](const PyClient& c) { return c.c().restored_run(); })
       .def("_create_table",
            [](PyClient& c, const std::string& name, uint64_t rows, uint32_t dim, bool sparse,
               const opt::OptimizerConfig& optimizer, const std::string& consistency, const std::string& init,

@@ -20,14 +20,15 @@ sys.path.insert(0, os.path.join(BUILD, "python"))
 class Job:
     """A scheduler and `servers` servers waiting for `workers` workers; .scheduler is its address."""
 
-    def __init__(self, servers, workers, on_worker_death="abort"):
+    def __init__(self, servers, workers, on_worker_death="abort", scheduler_flags=()):
         self.dir = tempfile.mkdtemp(prefix="pushpull-pytest-")
         self.log = open(os.path.join(self.dir, "job.log"), "w+")
         endpoint = os.path.join(self.dir, "scheduler")
         self.procs = [subprocess.Popen(
             [os.path.join(BIN, "pushpull-scheduler"), "--port=0", "--bind_host=127.0.0.1",
              f"--endpoint_file={endpoint}", f"--num_servers={servers}", f"--num_workers={workers}",
-             "--heartbeat_timeout_ms=3000", f"--on_worker_death={on_worker_death}", "--register_timeout_ms=30000"],
+             "--heartbeat_timeout_ms=3000", f"--on_worker_death={on_worker_death}", "--register_timeout_ms=30000",
+             *scheduler_flags],
             stdout=self.log, stderr=subprocess.STDOUT)]
         deadline = time.time() + 20
         while not (os.path.exists(endpoint) and open(endpoint).read().strip()):

@@ -284,3 +284,32 @@ def test_keyword_arguments_win_over_the_environment(job_factory, monkeypatch):
     monkeypatch.setenv("PUSHPULL_RANK", "first")
     with pytest.raises(pushpull.InvalidArgument, match="PUSHPULL_RANK='first'"):
         pushpull.connect(scheduler=job.scheduler)
+
+
+def test_the_job_state_a_program_checks_before_resuming(job_factory):
+    job = job_factory(servers=1, workers=1)
+    with connect(job) as c:
+        assert c.replacement is False
+        assert c.checkpoints_enabled is False  # the job's scheduler has no --checkpoint_dir
+        assert c.restored_run == ""
+        with pytest.raises(pushpull.FailedPrecondition):
+            c.checkpoint("one line")
+
+
+def test_a_checkpoint_taken_from_python_restores_tables_clock_and_run(job_factory, tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    job = job_factory(servers=2, workers=1, scheduler_flags=[f"--checkpoint_dir={ckpt}"])
+    with connect(job) as c:
+        assert c.checkpoints_enabled
+        t = c.create_table("w", rows=6, dim=2, optimizer=pushpull.Adam(lr=0.1))
+        for _ in range(3):
+            c.push(t, np.ones((6, 2), np.float32))
+            c.clock()
+        c.checkpoint("batch 8, 3 clocks")
+        saved = c.pull(t)
+    assert job.wait_scheduler() == 0, job.output()
+    again = job_factory(servers=2, workers=1, scheduler_flags=[f"--restore_from={ckpt}"])
+    with connect(again) as c:
+        assert c.restored_run == "batch 8, 3 clocks" and c.current_clock == 3
+        t = c.create_table("w", rows=6, dim=2, optimizer=pushpull.Adam(lr=0.1))
+        assert np.array_equal(c.pull(t), saved)
