@@ -133,11 +133,18 @@ $(BUILD)/lib/%.a:
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/obj/%.o: %.cc
+# The compile flags a build directory was made with: objects depend on this file, which changes
+# only when the flags do, so that a switch (ASAN=1, ARCH=..., a new default such as -fPIC) rebuilds
+# what it changes instead of linking objects made otherwise.
+FLAGS_STAMP := $(BUILD)/compile-flags
+FLAGS_NOW := $(CXX) $(CPPFLAGS) $(CXXFLAGS) | $(NVCC) $(NVCCFLAGS)
+$(shell mkdir -p $(BUILD) && (printf '%s\n' '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || printf '%s\n' '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
+
+$(BUILD)/obj/%.o: %.cc $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.cu.o: %.cu
+$(BUILD)/obj/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DPUSHPULL_CUDA=1 -c $< -o $@
 
