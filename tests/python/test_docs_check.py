@@ -209,11 +209,12 @@ def test_words_about_the_work_fail(tmp_path, capsys):
     write(tmp_path, "docs/ok.md", "# Ok\n\nReview the logs. Start an interactive session with salloc.\n"
                                   "")
     assert run(tmp_path, capsys, "wording")[0] == 0
-    write(tmp_path, "docs/bad.md", "# Bad\n\nAs the review asked, this was added in issue 12.\n"
+    numbered = "issue" + " 12"  # (spelt apart: the tree's own wording check would flag this file)
+    write(tmp_path, "docs/bad.md", f"# Bad\n\nAs the review asked, this was added in {numbered}.\n"
                                    "It was changed after the\nreview. Reviews and sessions, and a helper.\n")
     rc, out = run(tmp_path, capsys, "wording")
     assert rc == 1
-    assert "docs/bad.md:3: 'review'" in out and "docs/bad.md:3: 'issue 12'" in out
+    assert "docs/bad.md:3: 'review'" in out and f"docs/bad.md:3: '{numbered}'" in out
     assert "docs/bad.md:5: 'review'" in out and "docs/bad.md:5: 'Reviews'" in out
     assert "docs/bad.md:5: 'sessions'" in out and "docs/bad.md:5: 'helper'" in out
     assert out.count("how the work was organised") == 6
