@@ -94,26 +94,15 @@ TEST(LaunchCommand, ACommandThatExitsZeroWithoutFinishingIsTakenForDead) {
 // --on_worker_death=wait: the killed command is started again in its place, with the same
 // environment (its rank among it), and the job finishes.
 TEST(LaunchCommand, AKilledCommandIsStartedAgainInItsPlace) {
-  std::string out;
-  pid_t pid = -1;
-  bool killed = false;
-  const int rc =
-      RunCommandLines(Launch() + "--servers=1 --workers=2 --on_worker_death=wait -- " + BinDir() +
-                          "/pushpull-worker --app=linreg --epochs=6 --examples=2000 --progress_s=0 --straggler=1:10",
-                      120, &out, [&](const std::string& line) {
-                        const std::string tag = "started worker 1 (pid ";
-                        const size_t at = line.find(tag);
-                        if (at != std::string::npos && pid < 0) pid = std::stoi(line.substr(at + tag.size()));
-                        if (!killed && pid > 0 && line.find("[worker 1] linreg epoch 2/") != std::string::npos) {
-                          kill(pid, SIGKILL);
-                          killed = true;
-                        }
-                      });
-  ASSERT_TRUE(killed) << out;
-  EXPECT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("worker 1 died; starting a new one in its place"), std::string::npos) << out;
-  EXPECT_NE(out.find("takes a dead worker's place"), std::string::npos) << out;
-  EXPECT_NE(out.find("job succeeded"), std::string::npos) << out;
+  KillRun r =
+      LaunchAndKill("--servers=1 --workers=2 --on_worker_death=wait -- " + BinDir() +
+                        "/pushpull-worker --app=linreg --epochs=6 --examples=2000 --progress_s=0 --straggler=1:10",
+                    "worker 1", "[worker 1] linreg epoch 2/");
+  ASSERT_TRUE(r.killed) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("worker 1 died; starting a new one in its place"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("takes a dead worker's place"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("job succeeded"), std::string::npos) << r.output;
 }
 
 // A Ctrl-C stops a job of commands as it stops pushpull-workers: each gets one SIGTERM.

@@ -79,30 +79,6 @@ TEST(MultiProcess, TheCeilingBenchReportsEveryFigureWithItsBaseline) {
   EXPECT_NE(line.find("\"note\": \"ops "), std::string::npos) << line;
 }
 
-// Real processes through pushpull-launch: SIGKILL worker `victim` (or a server) mid-run.
-struct KillRun {
-  int exit_code = -1;
-  std::string output;
-  bool killed = false;
-};
-
-KillRun LaunchAndKill(const std::string& flags, const std::string& victim, const std::string& when = "linreg epoch 2/",
-                      int sig = SIGKILL) {
-  KillRun r;
-  pid_t pid = -1;
-  std::string cmd = BinDir() + "/pushpull-launch --heartbeat_timeout_ms=1500 --heartbeat_interval_ms=200 " + flags;
-  r.exit_code = RunCommandLines(cmd, 90, &r.output, [&](const std::string& line) {
-    std::string tag = "started " + victim + " (pid ";
-    auto at = line.find(tag);
-    if (at != std::string::npos) pid = std::stoi(line.substr(at + tag.size()));
-    if (!r.killed && pid > 0 && line.find(when) != std::string::npos) {
-      kill(pid, sig);
-      r.killed = true;
-    }
-  });
-  return r;
-}
-
 // A worker stopped by SIGTERM says so as it goes: the job ends at once naming it (here with a
 // heartbeat timeout of a minute, which the test's 90 s would not see twice), exit 1.
 TEST(MultiProcess, ASigtermedWorkerSaysSoAndTheJobEndsAtOnce) {

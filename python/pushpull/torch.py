@@ -16,7 +16,7 @@ one machine, sharded over the servers, that a model uses as nn.EmbeddingBag.
 
 import torch
 
-from . import SGD, InvalidArgument, OptimizerConfig, default_client
+from . import SGD, InvalidArgument, default_client
 
 
 class ServerOptimizer:
@@ -63,7 +63,7 @@ class ServerOptimizer:
         self._decay = optimizer.weight_decay
         self._decoupled = optimizer.kind == "adamw"
         # The servers run the optimizer without weight decay: it is applied here (see above).
-        on_server = _copy_config(optimizer)
+        on_server = optimizer.copy()
         on_server.weight_decay = 0.0
         if self._decoupled:
             on_server.kind = "adam"
@@ -160,16 +160,6 @@ class ServerOptimizer:
         return {"tables": [self.table.name] + ([self._decay_table.name] if self._decay_table else []),
                 "parameters": [{"name": n, "offset": o, "shape": list(s)} for n, o, s in self.layout],
                 "steps": self.steps, "optimizer": self.config.kind}
-
-
-def _copy_config(c):
-    d = OptimizerConfig()
-    for field in ("kind", "lr", "momentum", "nesterov", "weight_decay", "beta1", "beta2", "epsilon", "amsgrad",
-                  "initial_accumulator", "ftrl_alpha", "ftrl_beta", "ftrl_l1", "ftrl_l2", "clip_norm",
-                  "staleness_aware", "schedule", "warmup_steps", "step_size", "gamma", "total_steps",
-                  "min_lr_ratio"):
-        setattr(d, field, getattr(c, field))
-    return d
 
 
 class _PullRows(torch.autograd.Function):

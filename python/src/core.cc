@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -304,8 +305,23 @@ PYBIND11_MODULE(_core, m) {
       "held_buffers", [] { return g_held.load(); },
       "arrays the library holds now for pushes in flight (each sent without a copy)");
 
-  py::class_<opt::OptimizerConfig>(m, "OptimizerConfig", "a table's optimizer; made by pushpull.SGD, Adam, ...")
-      .def(py::init<>())
+  py::class_<opt::OptimizerConfig> optimizer(m, "OptimizerConfig",
+                                             "a table's optimizer; made by pushpull.SGD, Adam, ...");
+  // The schedule's settings, as attributes of the optimizer's (its kind is `schedule`, below).
+  auto schedule_field = [&optimizer](const char* name, auto opt::ScheduleConfig::*field) {
+    using T = std::remove_reference_t<decltype(std::declval<opt::ScheduleConfig>().*field)>;
+    optimizer.def_property(
+        name, [field](const opt::OptimizerConfig& c) { return c.schedule.*field; },
+        [field](opt::OptimizerConfig& c, T v) { c.schedule.*field = v; });
+  };
+  schedule_field("warmup_steps", &opt::ScheduleConfig::warmup_steps);
+  schedule_field("step_size", &opt::ScheduleConfig::step_size);
+  schedule_field("gamma", &opt::ScheduleConfig::gamma);
+  schedule_field("total_steps", &opt::ScheduleConfig::total_steps);
+  schedule_field("min_lr_ratio", &opt::ScheduleConfig::min_lr_ratio);
+  optimizer.def(py::init<>())
+      .def(
+          "copy", [](const opt::OptimizerConfig& c) { return c; }, "an independent copy")
       .def_property(
           "kind", [](const opt::OptimizerConfig& c) { return std::string(opt::KindName(c.kind)); },
           [](opt::OptimizerConfig& c, const std::string& k) {
@@ -335,21 +351,6 @@ PYBIND11_MODULE(_core, m) {
             if (!kind.ok()) Raise(kind.status());
             c.schedule.kind = *kind;
           })
-      .def_property(
-          "warmup_steps", [](const opt::OptimizerConfig& c) { return c.schedule.warmup_steps; },
-          [](opt::OptimizerConfig& c, int64_t v) { c.schedule.warmup_steps = v; })
-      .def_property(
-          "step_size", [](const opt::OptimizerConfig& c) { return c.schedule.step_size; },
-          [](opt::OptimizerConfig& c, int64_t v) { c.schedule.step_size = v; })
-      .def_property(
-          "gamma", [](const opt::OptimizerConfig& c) { return c.schedule.gamma; },
-          [](opt::OptimizerConfig& c, float v) { c.schedule.gamma = v; })
-      .def_property(
-          "total_steps", [](const opt::OptimizerConfig& c) { return c.schedule.total_steps; },
-          [](opt::OptimizerConfig& c, int64_t v) { c.schedule.total_steps = v; })
-      .def_property(
-          "min_lr_ratio", [](const opt::OptimizerConfig& c) { return c.schedule.min_lr_ratio; },
-          [](opt::OptimizerConfig& c, float v) { c.schedule.min_lr_ratio = v; })
       .def("validate", [](const opt::OptimizerConfig& c) { Check(opt::Validate(c)); })
       .def(
           "scheduled_lr", [](const opt::OptimizerConfig& c, int64_t step) { return opt::ScheduledLr(c, step); },

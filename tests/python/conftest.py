@@ -2,6 +2,7 @@
 the workers as clients (threads) of the test's own process. PUSHPULL_BUILD names the build
 directory (default: build)."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -51,6 +52,17 @@ class Job:
         self.log.flush()
         self.log.seek(0)
         return self.log.read()
+
+    @contextlib.contextmanager
+    def servers_stopped(self):
+        """The servers stopped (SIGSTOP) for the block: requests to them stay unanswered."""
+        for p in self.servers:
+            p.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for p in self.servers:
+                p.send_signal(signal.SIGCONT)
 
     def wait_scheduler(self, timeout=30):
         """The scheduler's exit status once the job ended."""

@@ -3,7 +3,6 @@ tensors without copies, futures, errors by status code, bad input refused withou
 context manager, and BSP's mean update matching torch's optimizer on the mean gradient."""
 
 import os
-import signal
 import subprocess
 import sys
 
@@ -81,16 +80,11 @@ def test_a_push_sends_the_callers_array_without_a_copy(job_factory):
         grads = np.ones((1 << 16, 16), np.float32)
         refs = sys.getrefcount(grads)
         sent = c.stats()["bytes_sent"]
-        for p in job.servers:
-            p.send_signal(signal.SIGSTOP)
-        try:
+        with job.servers_stopped():
             f = c.push_async(t, grads)
             assert pushpull.held_buffers() == 1
             assert sys.getrefcount(grads) == refs + 1
             assert not f.done()
-        finally:
-            for p in job.servers:
-                p.send_signal(signal.SIGCONT)
         assert f.wait() is None
         c.clock()
         assert c.stats()["bytes_sent"] - sent >= grads.nbytes
@@ -260,16 +254,11 @@ def test_an_expired_wait_raises_deadline_exceeded_and_the_client_goes_on(job_fac
     job = job_factory(servers=1, workers=1)
     with connect(job) as c:
         t = c.create_table("w", rows=8, dim=2)
-        for p in job.servers:
-            p.send_signal(signal.SIGSTOP)
-        try:
+        with job.servers_stopped():
             f = c.pull_async(t)
             with pytest.raises(pushpull.DeadlineExceeded) as e:
                 f.wait(timeout=0.2)
             assert isinstance(e.value, TimeoutError)
-        finally:
-            for p in job.servers:
-                p.send_signal(signal.SIGCONT)
         assert c.pull(t).shape == (8, 2)
 
 

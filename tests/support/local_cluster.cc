@@ -162,4 +162,20 @@ int RunCommandLines(const std::string& cmd, int timeout_s, std::string* output,
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+KillRun LaunchAndKill(const std::string& flags, const std::string& victim, const std::string& when, int sig) {
+  KillRun r;
+  pid_t pid = -1;
+  std::string cmd = BinDir() + "/pushpull-launch --heartbeat_timeout_ms=1500 --heartbeat_interval_ms=200 " + flags;
+  r.exit_code = RunCommandLines(cmd, 90, &r.output, [&](const std::string& line) {
+    std::string tag = "started " + victim + " (pid ";
+    auto at = line.find(tag);
+    if (at != std::string::npos) pid = std::stoi(line.substr(at + tag.size()));
+    if (!r.killed && pid > 0 && line.find(when) != std::string::npos) {
+      kill(pid, sig);
+      r.killed = true;
+    }
+  });
+  return r;
+}
+
 }  // namespace pushpull

@@ -2,6 +2,8 @@
 // with ephemeral ports: a scheduler, S servers and W connected clients.
 #pragma once
 
+#include <signal.h>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -104,5 +106,16 @@ int RunCommand(const std::string& cmd, int timeout_s, std::string* output);
 // Same, calling on_line(line) for each line of output as it arrives.
 int RunCommandLines(const std::string& cmd, int timeout_s, std::string* output,
                     const std::function<void(const std::string&)>& on_line);
+
+// A job through pushpull-launch (heartbeat timeout 1.5 s, interval 0.2 s, then `flags`, at most
+// 90 s) whose process `victim` ("worker 1", "server 0") is sent `sig` once a line of output
+// contains `when`.
+struct KillRun {
+  int exit_code = -1;
+  std::string output;
+  bool killed = false;
+};
+KillRun LaunchAndKill(const std::string& flags, const std::string& victim, const std::string& when = "linreg epoch 2/",
+                      int sig = SIGKILL);
 
 }  // namespace pushpull
