@@ -303,7 +303,7 @@ void LoadBody(cereal::BinaryInputArchive& ar, const FrameBuf& buf, Header& h, ui
 
 bool KnownType(MsgType t) {
   uint8_t v = static_cast<uint8_t>(t);
-  return (v >= 1 && v <= 13) || (v >= 20 && v <= 27);
+  return (v >= 1 && v <= 14) || (v >= 20 && v <= 27);
 }
 
 }  // namespace
@@ -323,6 +323,7 @@ const char* MsgTypeName(MsgType t) {
     case MsgType::kCheckpoint: return "Checkpoint";
     case MsgType::kCheckpointReply: return "CheckpointReply";
     case MsgType::kWorkerClocks: return "WorkerClocks";
+    case MsgType::kNodeExited: return "NodeExited";
     case MsgType::kPush: return "Push";
     case MsgType::kPushReply: return "PushReply";
     case MsgType::kPull: return "Pull";

@@ -24,7 +24,7 @@ namespace pushpull {
 
 constexpr uint32_t kWireMagic = 0x50505348;  // "PPSH"
 // Peers must speak this version exactly; docs/WIRE.md lists what each version added.
-constexpr uint16_t kWireVersion = 10;
+constexpr uint16_t kWireVersion = 11;
 // A RegisterReply lists every server's address (up to kMaxNodes of at most 256 bytes): 1.1 MB
 // at most; data-message headers are a few dozen bytes.
 constexpr uint32_t kMaxNodes = 4096;
@@ -58,6 +58,10 @@ enum class MsgType : uint8_t {
   // worker_clocks, worker_settled: this server's clock of each worker, and whether the Clock that
   // brought it was settled (kFlagSettled).
   kWorkerClocks = 13,
+  // launcher -> scheduler: a node it started exited. sender_role, sender_rank: the node's; status,
+  // error: what it died of (its exit status or signal, as the launcher saw it); clock: 1 when the
+  // launcher starts another process in its place (--on_worker_death=wait), else 0. Unanswered.
+  kNodeExited = 14,
   // data plane
   kPush = 20,  // keys (or a row range) + gradients, tagged with the worker's clock
   kPushReply = 21,

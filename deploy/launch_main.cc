@@ -26,6 +26,8 @@
 
 #include "common/cluster.h"
 #include "common/flags.h"
+#include "common/transport.h"
+#include "common/wire.h"
 #include "worker/job_environment.h"
 
 DEFINE_int32(servers, 1, "servers to start");
@@ -106,6 +108,7 @@ struct Command {
 struct Child {
   std::string name;  // "server 1"
   std::string role;
+  int rank = -1;    // a server's or a worker's
   Command command;  // as started (a worker started again in a dead one's place)
   pid_t pid = -1;
   int fd = -1;  // merged stdout/stderr
@@ -261,6 +264,62 @@ std::string Describe(int status) {
 
 bool Failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
 
+// What an exit status means for the job, as the binaries' own exit codes say it (ExitCodeOf).
+pushpull::Code CodeOfExit(int status) {
+  if (!WIFEXITED(status)) return pushpull::Code::kUnavailable;
+  switch (WEXITSTATUS(status)) {
+    case 2: return pushpull::Code::kInvalidArgument;
+    case 3: return pushpull::Code::kTargetMissed;
+    case 4: return pushpull::Code::kDiverged;
+    case 127: return pushpull::Code::kNotFound;
+    default: return pushpull::Code::kUnavailable;
+  }
+}
+
+// Tells the scheduler which process it counts exited, and of what (kNodeExited): the job's
+// verdict then names it at once, not a heartbeat timeout later, nor a process stopped because
+// of it. Best effort: a scheduler that is gone is the launcher's own verdict.
+class ExitReporter {
+ public:
+  void Connect(const std::string& scheduler) {
+    pushpull::SocketOptions o;
+    o.linger_ms = 1000;  // (the last report goes out before the launcher exits)
+    auto sock = transport_->MakeSocket(pushpull::SocketKind::kDealer, o);
+    if (sock.ok() && (*sock)->Connect(scheduler).ok()) sock_ = std::move(*sock);
+  }
+  void Report(const Child& c, const std::string& what, pushpull::Code code, bool replaced) {
+    if (!sock_ || c.rank < 0) return;
+    pushpull::Header h;
+    h.type = pushpull::MsgType::kNodeExited;
+    h.sender_role = c.role == "server" ? pushpull::Role::kServer : pushpull::Role::kWorker;
+    h.sender_rank = c.rank;
+    h.clock = replaced ? 1 : 0;
+    h.SetStatus(pushpull::Status(code, what));
+    pushpull::SendMessage(*sock_, nullptr, h).IgnoreError();
+  }
+
+ private:
+  std::shared_ptr<pushpull::Transport> transport_ = pushpull::NewZmqTransport();
+  std::unique_ptr<pushpull::Socket> sock_;
+};
+
+// The scheduler's word on how the job ended (its --verdict_file): exit status and first cause.
+struct Verdict {
+  int code = -1;  // -1: none written (the scheduler was killed, or is not done)
+  std::string cause;
+};
+Verdict ReadVerdict(const std::string& path) {
+  Verdict v;
+  std::ifstream f(path);
+  std::string line;
+  if (!std::getline(f, line)) return v;
+  const size_t tab = line.find('\t');
+  if (tab == std::string::npos) return v;
+  v.code = std::atoi(line.substr(0, tab).c_str());
+  v.cause = line.substr(tab + 1);
+  return v;
+}
+
 int RunJob(const std::string& dir, const Command& worker, const std::string& restore_from, bool* crashed);
 
 // pushpull-worker's flags after "--": refused (exit 2) where they would undo what the launcher
@@ -335,26 +394,37 @@ pushpull::Result<std::string> FindCommand(const std::string& command) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  pushpull::ParseFlagsOrHelp(
-      &argc, &argv,
+constexpr char kUsage[] =
+    "runs a pushpull job on this machine: a scheduler, the servers, and the workers, each\n"
+    "of which runs your command (or pushpull-worker with the flags after \"--\").\n"
+    "usage: pushpull-launch [--servers=S] [--workers=W] [--consistency=bsp|ssp:K|asp]\n"
+    "       [--checkpoint_dir=DIR] [--restore_from=DIR] [--max_restarts=N] -- CMD [ARGS...]\n"
+    "   or: pushpull-launch [flags] -- <pushpull-worker flags>\n"
+    "Every worker finds the job in its environment: PUSHPULL_SCHEDULER, PUSHPULL_RANK,\n"
+    "PUSHPULL_NUM_WORKERS, PUSHPULL_NUM_SERVERS, PUSHPULL_CONSISTENCY,\n"
+    "PUSHPULL_HEARTBEAT_INTERVAL_MS, PUSHPULL_HEARTBEAT_TIMEOUT_MS, PUSHPULL_REGISTER_TIMEOUT_MS\n"
+    "(pushpull::ClientOptions reads them). A worker that exits 0 without Client::Finish()\n"
+    "is taken for dead. The last line names the job's first cause. Exit status: 0 the job\n"
+    "finished; 1 a process died; 2 bad flags or setup; 3 a missed target; 4 the training\n"
+    "diverged (NaN or Inf); 127 CMD not found; 128+N signal N.\n"
+    "examples: pushpull-launch --servers=2 --workers=2 -- ./my_trainer --epochs=3\n"
+    "          pushpull-launch --servers=2 --workers=3 --consistency=ssp:1 -- --app=linreg";
 
-      "runs a pushpull job on this machine: a scheduler, the servers, and the workers, each\n"
-      "of which runs your command (or pushpull-worker with the flags after \"--\").\n"
-      "usage: pushpull-launch [--servers=S] [--workers=W] [--consistency=bsp|ssp:K|asp]\n"
-      "       [--checkpoint_dir=DIR] [--restore_from=DIR] [--max_restarts=N] -- CMD [ARGS...]\n"
-      "   or: pushpull-launch [flags] -- <pushpull-worker flags>\n"
-      "Every worker finds the job in its environment: PUSHPULL_SCHEDULER, PUSHPULL_RANK,\n"
-      "PUSHPULL_NUM_WORKERS, PUSHPULL_NUM_SERVERS, PUSHPULL_CONSISTENCY,\n"
-      "PUSHPULL_HEARTBEAT_INTERVAL_MS, PUSHPULL_HEARTBEAT_TIMEOUT_MS, PUSHPULL_REGISTER_TIMEOUT_MS\n"
-      "(pushpull::ClientOptions reads them). A worker that exits 0 without Client::Finish()\n"
-      "is taken for dead. Exit status: 0 the job finished; a worker's own status (3: it missed\n"
-      "its target); 1 a process died; 2 bad flags or setup; 127 CMD not found; 128+N a signal.\n"
-      "examples: pushpull-launch --servers=2 --workers=2 -- ./my_trainer --epochs=3\n"
-      "          pushpull-launch --servers=2 --workers=3 --consistency=ssp:1 -- --app=linreg",
-      "launch_main", true,  // leaves what follows "--" in argv
+int main(int argc, char** argv) {
+  // -h, as most commands take it, before "--" (after it, it is the workers').
+  for (int i = 1; i < argc && std::strcmp(argv[i], "--") != 0; ++i)
+    if (std::strcmp(argv[i], "-h") == 0) argv[i] = const_cast<char*>("--help");
+  pushpull::ParseFlagsOrHelp(
+      &argc, &argv, kUsage, "launch_main", true,  // leaves what follows "--" in argv
       "your command, or the flags for pushpull-worker (--app=..., see its --help), go after \"--\"");
   const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {  // nothing to run: the usage, not a job that fails for want of --app
+    std::fprintf(stderr,
+                 "%s\n\npushpull-launch: nothing to run: give your command, or pushpull-worker flags, after "
+                 "\"--\" (--help lists every flag)\n",
+                 kUsage);
+    return 2;
+  }
   // After "--": a command (its first word does not begin with "-"), which every worker runs, told
   // where the job is through its environment; or flags for pushpull-worker, which every worker
   // runs with them.
@@ -469,25 +539,27 @@ int RunJob(const std::string& dir, const Command& worker, const std::string& res
     return 1;
   }
   const std::string endpoint_file = std::string(tmpl) + "/scheduler";
+  const std::string verdict_file = std::string(tmpl) + "/verdict";
   const std::string hb = std::to_string(FLAGS_heartbeat_interval_ms);
   std::vector<Child> children;
-  children.push_back(Spawn(
-      "scheduler", "scheduler",
-      Command{{dir + "/pushpull-scheduler", "--port=0", "--bind_host=127.0.0.1", "--endpoint_file=" + endpoint_file,
-               "--num_servers=" + std::to_string(FLAGS_servers), "--num_workers=" + std::to_string(FLAGS_workers),
-               "--heartbeat_timeout_ms=" + std::to_string(FLAGS_heartbeat_timeout_ms),
-               "--on_worker_death=" + FLAGS_on_worker_death,
-               "--replacement_timeout_s=" + std::to_string(FLAGS_replacement_timeout_s),
-               "--checkpoint_dir=" + FLAGS_checkpoint_dir, "--restore_from=" + restore_from,
-               std::string("--verify_restore=") + (FLAGS_verify_restore ? "true" : "false"),
-               "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms),
-               "--table_timeout_ms=" + std::to_string(FLAGS_table_timeout_ms),
-               "--checkpoint_keep=" + std::to_string(FLAGS_checkpoint_keep),
-               "--checkpoint_timeout_s=" + std::to_string(FLAGS_checkpoint_timeout_s),
-               "--metrics_port=" + std::to_string(FLAGS_metrics_port)}}));
+  children.push_back(
+      Spawn("scheduler", "scheduler",
+            Command{{dir + "/pushpull-scheduler", "--port=0", "--bind_host=127.0.0.1",
+                     "--endpoint_file=" + endpoint_file, "--verdict_file=" + verdict_file,
+                     "--num_servers=" + std::to_string(FLAGS_servers), "--num_workers=" + std::to_string(FLAGS_workers),
+                     "--heartbeat_timeout_ms=" + std::to_string(FLAGS_heartbeat_timeout_ms),
+                     "--on_worker_death=" + FLAGS_on_worker_death,
+                     "--replacement_timeout_s=" + std::to_string(FLAGS_replacement_timeout_s),
+                     "--checkpoint_dir=" + FLAGS_checkpoint_dir, "--restore_from=" + restore_from,
+                     std::string("--verify_restore=") + (FLAGS_verify_restore ? "true" : "false"),
+                     "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms),
+                     "--table_timeout_ms=" + std::to_string(FLAGS_table_timeout_ms),
+                     "--checkpoint_keep=" + std::to_string(FLAGS_checkpoint_keep),
+                     "--checkpoint_timeout_s=" + std::to_string(FLAGS_checkpoint_timeout_s),
+                     "--metrics_port=" + std::to_string(FLAGS_metrics_port)}}));
   if (children[0].pid < 0) {
     Say("cannot start the scheduler (fork failed)");
-    rmdir(tmpl);
+    rmdir(tmpl);  // (the scheduler wrote nothing there)
     return 1;
   }
   // The scheduler picks its port; wait for it to say which.
@@ -508,17 +580,23 @@ int RunJob(const std::string& dir, const Command& worker, const std::string& res
         kill(children[0].pid, SIGKILL);
         waitpid(children[0].pid, &st, 0);
       }
+      const Verdict v = ReadVerdict(verdict_file);
       unlink(endpoint_file.c_str());
+      unlink(verdict_file.c_str());
       rmdir(tmpl);
       if (g_interrupted) return 128 + g_interrupted;
-      return exited && WIFEXITED(st) && WEXITSTATUS(st) != 0 ? WEXITSTATUS(st) : 1;  // 2: bad flags
+      const int code = exited && WIFEXITED(st) && WEXITSTATUS(st) != 0 ? WEXITSTATUS(st) : 1;  // 2: bad flags
+      Say("job failed (exit " + std::to_string(code) + "): " +
+          (v.code > 0 ? v.cause
+           : exited   ? "the scheduler (pid " + std::to_string(children[0].pid) + ") " + Describe(st)
+                      : std::string("the scheduler did not start")));
+      return code;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   unlink(endpoint_file.c_str());
-  rmdir(tmpl);
   Say("scheduler at " + scheduler);
-  for (int s = 0; s < FLAGS_servers; ++s)
+  for (int s = 0; s < FLAGS_servers; ++s) {
     children.push_back(
         Spawn("server " + std::to_string(s), "server",
               Command{{dir + "/pushpull-server", "--scheduler=" + scheduler, "--bind_host=127.0.0.1",
@@ -529,6 +607,8 @@ int RunJob(const std::string& dir, const Command& worker, const std::string& res
                        "--metrics_port=" +
                            std::to_string(FLAGS_metrics_port <= 0 ? FLAGS_metrics_port : FLAGS_metrics_port + 1 + s),
                        "--register_timeout_ms=" + std::to_string(FLAGS_register_timeout_ms)}}));
+    children.back().rank = s;
+  }
   // Every worker is told where the job is through its environment; pushpull-worker also by its
   // flags, given before the user's (which may not override them: RefuseWorkerFlags).
   const bool pushpull_worker = worker.exe.empty();
@@ -550,6 +630,7 @@ int RunJob(const std::string& dir, const Command& worker, const std::string& res
              std::string(env::kEnvHeartbeatTimeoutMs) + "=" + std::to_string(FLAGS_heartbeat_timeout_ms),
              std::string(env::kEnvRegisterTimeoutMs) + "=" + std::to_string(FLAGS_register_timeout_ms)};
     children.push_back(Spawn("worker " + std::to_string(w), "worker", c));
+    children.back().rank = w;
   }
 
   for (const Child& c : children) {
@@ -562,20 +643,24 @@ int RunJob(const std::string& dir, const Command& worker, const std::string& res
     return 1;
   }
   int exit_code = 0;
+  std::string cause;        // the first real cause of the job's failure, for the last line
   int worker_restarts = 0;  // --on_worker_death=wait
   bool stopping = false;
   bool job_finished = false;  // the scheduler exited 0: it ended the job as finished
   sig_atomic_t signals_seen = 0;
   std::chrono::steady_clock::time_point kill_at;
-  // A server that died: the scheduler ends the job naming it once it misses its heartbeats. Until
-  // then the others are left running (stopped at once, each worker would tell the job it stopped
-  // on a signal, and the job's end would blame the first of them).
-  std::string server_died;
-  std::chrono::steady_clock::time_point server_died_until;
+  ExitReporter reporter;
+  reporter.Connect(scheduler);
+  // A process died and the scheduler was told: it ends the job (or goes on, by its policy) naming
+  // the first death. Until then the others are left running: stopped now, each would tell the job
+  // it stopped on a signal, and the job's end could blame one of them.
+  std::string death;
+  std::chrono::steady_clock::time_point death_until;
   auto stop_all = [&](const std::string& why, int code) {
     if (stopping) return;
     stopping = true;
     if (exit_code == 0) exit_code = code;
+    if (cause.empty()) cause = why;
     Say(why + "; stopping every process");
     for (auto& c : children)
       if (!c.exited) kill(c.pid, SIGTERM);
@@ -609,6 +694,7 @@ int RunJob(const std::string& dir, const Command& worker, const std::string& res
             c.restart_pending = false;
             stop_all("cannot start " + c.name + " again (fork failed)", 1);
           } else {
+            fresh.rank = c.rank;
             c = std::move(fresh);
           }
         }
@@ -627,105 +713,100 @@ int RunJob(const std::string& dir, const Command& worker, const std::string& res
         close(c.status_fd);
         c.status_fd = -1;
       }
+      const std::string pid = "pid " + std::to_string(c.pid);
+      std::string what = pid + " " + Describe(st);  // (as the scheduler is told it)
       // A worker that exited 0 without finishing (its program returned before Client::Finish(),
       // or never joined) left the job early: that is its death, as an exit 1, for the job.
-      const bool left_early = c.role == "worker" && !stopping && !job_finished && WIFEXITED(st) &&
-                              WEXITSTATUS(st) == 0 && c.said.find("finished") == std::string::npos;
-      if (left_early) {
-        Say(c.name + " (pid " + std::to_string(c.pid) +
-            ") exited 0 but never finished (no successful Client::Finish()); the job takes it for dead, as an exit 1");
+      if (c.role == "worker" && !stopping && !job_finished && WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
+          c.said.find("finished") == std::string::npos) {
+        what = pid + " exited 0 but never finished (no successful Client::Finish())";
         st = W_EXITCODE(1, 0);
       }
       c.status = st;
       const bool failed = Failed(st);
-      if (stopping && WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM)  // (ours, before it could heed it: just started)
-        Say(c.name + " (pid " + std::to_string(c.pid) + ") stopped by the launcher's SIGTERM");
-      else if ((failed && !left_early) || c.role == "scheduler")
-        Say(c.name + " (pid " + std::to_string(c.pid) + ") " + Describe(st));
-      if (WIFEXITED(st) && WEXITSTATUS(st) == 2) {
-        // Bad flags or setup: it fails the same way again, whoever noticed first (a worker that
-        // stops tells the scheduler why, which may end the job, and exit 1, before the worker
-        // has exited; a server's setup error, another worker's exit 1 first). So a server's or
-        // the scheduler's 2 counts even after the stop began: such a job is not restarted.
-        *crashed = false;
-        if (stopping) exit_code = 2;
+      if (stopping && WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM) {  // (ours, before it could heed it: just started)
+        Say(c.name + " (" + pid + ") stopped by the launcher's SIGTERM");
+        continue;
       }
-      if (stopping) continue;
+      if (failed || c.role == "scheduler") Say(c.name + " (" + pid + ")" + what.substr(pid.size()));
       if (c.role == "scheduler") {
-        if (failed && WIFEXITED(st) && WEXITSTATUS(st) == 2) {
-          // It ended the job on a worker's bad flags or setup: that fails again, not restarted.
-          stop_all(
-              "the scheduler reports the job failed on bad flags or setup (a node's, or the checkpoint to "
-              "restore; its message is above)",
-              2);
-        } else if (failed) {
-          *crashed = true;  // it ended the job: a node died
-          stop_all("the scheduler reports the job failed", 1);
-        } else {
+        // Its verdict names the first cause, with that cause's exit code.
+        const Verdict v = ReadVerdict(verdict_file);
+        if (!failed) {
           job_finished = true;
-          server_died.clear();  // (it finished all the same)
+          death.clear();  // (it finished all the same)
           kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(FLAGS_grace_ms);
+        } else if (v.code > 0) {
+          if (!stopping) {  // (the scheduler's word over the launcher's own guess)
+            exit_code = v.code;
+            cause = v.cause;
+          }
+          stop_all("the scheduler ended the job: " + v.cause, v.code);
+        } else {
+          stop_all("the scheduler (" + pid + ")" + what.substr(pid.size()) + "; the job cannot go on without it", 1);
         }
-      } else if (failed && job_finished && (c.role == "server" || WIFSIGNALED(st))) {
+        continue;
+      }
+      if (stopping || !failed) continue;
+      if (job_finished) {
         // The job finished; a server that then missed the scheduler's last word and gave up on it,
         // or a process killed from outside meanwhile, is no failure of the job (and nothing to
-        // restart: a worker killed then would otherwise restart a finished job).
-        Say(c.name + " ended after the job finished; the job is not failed for it");
-      } else if (failed && !server_died.empty() && c.role == "worker" &&
-                 (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1))) {
-        // Its calls failed with the job the dead server ends: not a death of its own to replace
-        // under --on_worker_death=wait, nor to blame for the job's end.
-        Say(c.name + " stopped after " + server_died + " died");
-      } else if (failed) {
-        if (c.role == "worker" && FLAGS_on_worker_death == "continue" &&
-            (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1))) {
-          // (Exit 1: its calls failed, or it was stopped by SIGTERM and told the scheduler so; the
-          // scheduler goes on without it the same way, and ends the job itself if a server died.)
-          Say(c.name + " died; the job goes on without it (--on_worker_death=continue)");
-          c.tolerated = true;  // (not the job's failure when it finishes)
-        } else if (c.role == "worker" && FLAGS_on_worker_death == "wait" && !job_finished &&
-                   (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1)) &&
-                   worker_restarts < FLAGS_max_worker_restarts) {
-          // Its rank waits for a new worker (the scheduler's --on_worker_death=wait): one is
-          // started with the same flags, --rank among them, once the dead one can be declared dead.
-          // (One started before the scheduler has declared the dead one dead is told "not yet" and
-          // asks again until its registration deadline.)
-          // (At most half the scheduler's --replacement_timeout_s: a longer --restart_delay_ms, fit for
-          // whole-job restarts, would start every replacement after the job had given up on it. No
-          // floor of a heartbeat timeout: with --heartbeat_timeout_ms=30000 --replacement_timeout_s=30
-          // every replacement would come late.)
-          const int64_t delay_ms =
-              std::min<int64_t>({int64_t(FLAGS_restart_delay_ms) << std::min(worker_restarts, 16),
-                                 std::max(60000, FLAGS_restart_delay_ms), int64_t(FLAGS_replacement_timeout_s) * 500});
-          ++worker_restarts;
-          Say(c.name + " died; starting a new one in its place in " + std::to_string(delay_ms) + " ms (" +
-              std::to_string(worker_restarts) + " of " + std::to_string(FLAGS_max_worker_restarts) +
-              ", --on_worker_death=wait)");
-          c.restart_pending = true;
-          c.restart_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
-        } else if (c.role == "server" && !children[0].exited && server_died.empty() &&
-                   (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1))) {
-          *crashed = true;
-          server_died = c.name;
-          server_died_until =
-              std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(FLAGS_heartbeat_timeout_ms) + 2000);
-          Say("waiting up to " + std::to_string((FLAGS_heartbeat_timeout_ms + 2000) / 1000) +
-              " s for the scheduler to declare " + c.name + " dead and end the job");
-        } else {
-          // Killed from outside, or exit 1: a worker's calls fail that way when a node dies, and
-          // it may notice before the scheduler declares the node dead. Not exit 2 (bad flags)
-          // nor 3 (a missed target): those would fail again.
-          if (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1)) *crashed = true;
-          // A worker's own exit status says why (3: it missed its target); any node's 2 is bad
-          // flags or setup, and 127 a binary that could not be started.
-          const bool told = WIFEXITED(st) && (c.role == "worker" || WEXITSTATUS(st) == 2 || WEXITSTATUS(st) == 127);
-          stop_all(c.name + " failed", told ? WEXITSTATUS(st) : 1);
+        // restart: a worker killed then would otherwise restart a finished job). A worker's own
+        // exit status after it finished counts (a program that checks its result after Finish).
+        if (c.role == "server" || WIFSIGNALED(st))
+          Say(c.name + " ended after the job finished; the job is not failed for it");
+        else if (cause.empty())
+          cause = c.name + " (" + what + ") after the job finished";
+        continue;
+      }
+      const bool died = WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 1);  // not a setup error, 2
+      if (c.role == "worker" && died && FLAGS_on_worker_death == "continue") {
+        // The scheduler goes on without it the same way, and ends the job itself if that was the
+        // last worker or a server died.
+        reporter.Report(c, what, CodeOfExit(st), false);
+        Say(c.name + " died; the job goes on without it (--on_worker_death=continue)");
+        c.tolerated = true;  // (not the job's failure when it finishes)
+      } else if (c.role == "worker" && died && FLAGS_on_worker_death == "wait" && death.empty() &&
+                 worker_restarts < FLAGS_max_worker_restarts) {
+        // Its rank waits for a new worker (the scheduler's --on_worker_death=wait): one is
+        // started with the same flags, --rank among them, once the dead one can be declared dead.
+        // (At most half the scheduler's --replacement_timeout_s: a longer --restart_delay_ms, fit for
+        // whole-job restarts, would start every replacement after the job had given up on it.)
+        reporter.Report(c, what, CodeOfExit(st), true);
+        const int64_t delay_ms =
+            std::min<int64_t>({int64_t(FLAGS_restart_delay_ms) << std::min(worker_restarts, 16),
+                               std::max(60000, FLAGS_restart_delay_ms), int64_t(FLAGS_replacement_timeout_s) * 500});
+        ++worker_restarts;
+        Say(c.name + " died; starting a new one in its place in " + std::to_string(delay_ms) + " ms (" +
+            std::to_string(worker_restarts) + " of " + std::to_string(FLAGS_max_worker_restarts) +
+            ", --on_worker_death=wait)");
+        c.restart_pending = true;
+        c.restart_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
+      } else {
+        reporter.Report(c, what, CodeOfExit(st), false);
+        if (!death.empty()) {
+          // Its calls failed with the job the first death ends: not a death of its own to blame.
+          Say(c.name + " stopped after " + death + " died");
+          continue;
         }
+        death = c.name;
+        cause = c.name + " (" + what + ")";
+        exit_code = pushpull::ExitCodeOf(CodeOfExit(st));  // (until the scheduler's verdict says)
+        if (WEXITSTATUS(st) == 127 && WIFEXITED(st)) exit_code = 127;
+        // The scheduler ends the job at its next pass; a heartbeat timeout and more is a scheduler
+        // that did not hear (the report lost with its connection).
+        death_until =
+            std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(FLAGS_heartbeat_timeout_ms) + 2000);
+        Say("told the scheduler; waiting up to " + std::to_string((FLAGS_heartbeat_timeout_ms + 2000) / 1000) +
+            " s for it to end the job");
       }
     }
     if (all_exited) break;
-    if (!server_died.empty() && !stopping && !job_finished && std::chrono::steady_clock::now() > server_died_until)
-      stop_all(server_died + " failed (the scheduler did not end the job)", 1);
+    if (!death.empty() && !stopping && !job_finished && std::chrono::steady_clock::now() > death_until) {
+      const std::string why = cause;
+      stop_all(death + " failed (the scheduler did not end the job)", exit_code == 0 ? 1 : exit_code);
+      cause = why;
+    }
     // After the scheduler ended the job (or we are stopping), children get a grace period.
     bool sched_done = children[0].exited;
     if ((stopping || sched_done) && kill_at.time_since_epoch().count() != 0 &&
@@ -739,16 +820,24 @@ int RunJob(const std::string& dir, const Command& worker, const std::string& res
       kill_at = std::chrono::steady_clock::now() + std::chrono::hours(1);
     }
   }
+  unlink(verdict_file.c_str());
+  rmdir(tmpl);
   if (exit_code == 0) {
     for (auto& c : children) {
       // After the scheduler finished the job, only the workers' own exit codes count (3: a missed
       // target), not servers nor what the grace period's kill ended.
       if (job_finished && (c.role == "server" || WIFSIGNALED(c.status))) continue;
-      if (Failed(c.status) && !c.tolerated)
+      if (Failed(c.status) && !c.tolerated) {
         exit_code = c.role == "worker" && WIFEXITED(c.status) ? WEXITSTATUS(c.status) : 1;
+        if (cause.empty()) cause = c.name + " (pid " + std::to_string(c.pid) + ") " + Describe(c.status);
+        break;
+      }
     }
   }
-  Say(exit_code == 0 ? "job succeeded" : "job failed (exit " + std::to_string(exit_code) + ")");
+  // A restart may get past a death (exit 1), not bad flags, a missed target, a diverged model, nor
+  // an interrupt.
+  *crashed = exit_code == 1;
+  Say(exit_code == 0 ? "job succeeded" : "job failed (exit " + std::to_string(exit_code) + "): " + cause);
   return exit_code;
 }
 

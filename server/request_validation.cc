@@ -77,9 +77,10 @@ Status RequestValidator::Validate(const Message& m, TableShard** shard, bool aga
   }
   if (h.type == MsgType::kPush) {
     if (!opt::AllUsable(m.value_data(), h.row_count() * h.dim))
-      return Status::InvalidArgument("gradient for '" + spec.name +
-                                     "' holds NaN, Inf or a value of 2^60 or more (its square would overflow "
-                                     "the optimizer's state); push refused");
+      return Status(Code::kDiverged, "the job diverged: worker " + std::to_string(h.sender_rank) +
+                                         "'s push to table '" + spec.name + "' at clock " + std::to_string(h.clock) +
+                                         " holds NaN, Inf or a value of 2^60 or more (its square would overflow the "
+                                         "optimizer's state), refused; lower the learning rate or clip gradients");
   }
   *shard = t;
   return Status::OK();

@@ -214,6 +214,10 @@ Status SchedulerImpl::Run() {
 }
 
 void SchedulerImpl::Handle(const std::string& identity, const Header& h) {
+  if (h.type == MsgType::kNodeExited) {  // (from the launcher, which registers as no node)
+    liveness_.HandleNodeExited(h);
+    return;
+  }
   if (h.type == MsgType::kRegister) {
     registration_.HandleRegister(identity, h);
     return;

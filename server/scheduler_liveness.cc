@@ -17,14 +17,27 @@ void Liveness::ForgiveStall(int64_t now, int64_t stalled) {
 void Liveness::Check(int64_t now) {
   Membership& membership = state_.membership;
   bool changed = false;
+  // Judged in the order they died (a silent node when it was last heard): the first death is the
+  // job's cause. Others stop because of it (their calls fail, a launcher stops them), and may be
+  // heard of first: a killed worker is only silent, while the one its death stalls says why it stops.
+  std::vector<Node*> gone;
   for (auto& [id, n] : state_.nodes) {
     const bool left = !n.left.ok();
     if (!n.alive || n.done || (!left && now - n.last_seen_ms <= options_.heartbeat_timeout_ms)) continue;
+    gone.push_back(&n);
+  }
+  std::stable_sort(gone.begin(), gone.end(), [](const Node* a, const Node* b) {
+    return (a->left.ok() ? a->last_seen_ms : a->left_ms) < (b->left.ok() ? b->last_seen_ms : b->left_ms);
+  });
+  for (Node* node : gone) {
+    Node& n = *node;
+    const bool left = !n.left.ok();
     n.alive = false;
     changed = true;
-    std::string why = left ? NodeName(n) + " stopped: " + n.left.ToString()
-                           : NodeName(n) + " sent no heartbeat for " + std::to_string(now - n.last_seen_ms) +
-                                 " ms (timeout " + std::to_string(options_.heartbeat_timeout_ms) + " ms)";
+    std::string why = n.exited ? NodeName(n) + " died: " + n.left.message()
+                      : left   ? NodeName(n) + " stopped: " + n.left.ToString()
+                               : NodeName(n) + " sent no heartbeat for " + std::to_string(now - n.last_seen_ms) +
+                                   " ms (timeout " + std::to_string(options_.heartbeat_timeout_ms) + " ms)";
     n.death = why;
     PP_LOG(Error) << why << ": declared dead";
     if (n.role == Role::kServer) {
@@ -38,13 +51,16 @@ void Liveness::Check(int64_t now) {
       events_.End(Membership::kAborted, why + "; a job cannot go on without a server");
       return;
     }
-    if (IsSetupError(n.left.code())) {
-      // A worker's bad flags or setup (a missing file, a full table) end the job whatever
-      // --on_worker_death: a worker in its place, started with the same flags, or the others,
-      // would stop the same way. Run() says so in its code, and pushpull-scheduler exits 2.
+    if (IsSetupError(n.left.code()) || n.left.code() == Code::kDiverged || n.left.code() == Code::kTargetMissed) {
+      // A worker's bad flags or setup (a missing file, a full table), a diverged model or a missed
+      // target end the job whatever --on_worker_death: a worker in its place, started with the
+      // same flags, or the others, would stop the same way. Run() says so in its code, which
+      // pushpull-scheduler exits with (ExitCodeOf: 2, 4 or 3).
       membership.worker_alive[n.rank] = Membership::kWorkerDead;
       state_.end_code = n.left.code();
-      events_.End(Membership::kAborted, why + " (a setup error: the job ends whatever --on_worker_death)");
+      events_.End(Membership::kAborted, IsSetupError(n.left.code())
+                                            ? why + " (a setup error: the job ends whatever --on_worker_death)"
+                                            : why);
       return;
     }
     // Its barrier wait and its ask for a checkpoint go with it: a replacement in its place is
@@ -182,6 +198,7 @@ void Liveness::HandleDone(Node& n, const Header& h) {
     // gives rather than a heartbeat timeout later. (Asked again: answered again.)
     if (n.alive && n.left.ok()) {
       n.left = h.status_obj();
+      n.left_ms = NowMs();
       PP_LOG(Error) << NodeName(n) << " is stopping: " << n.left.ToString();
     }
     state_.ReplyTo(waiter, MsgType::kDoneReply, Status::OK());
@@ -207,6 +224,35 @@ void Liveness::HandleDone(Node& n, const Header& h) {
     // Again (a retried Finish whose first answer was lost): done already.
     state_.ReplyTo(waiter, MsgType::kDoneReply, Status::OK());
   }
+}
+
+void Liveness::HandleNodeExited(const Header& h) {
+  if (state_.membership.job_state != Membership::kRunning) return;
+  const bool server = h.sender_role == Role::kServer;
+  const std::string name = std::string(server ? "server " : "worker ") + std::to_string(h.sender_rank);
+  // The launcher's code for what it saw (an exit status of 2, 3 or 4 keeps its meaning).
+  const Status why(h.status == Code::kOk ? Code::kAborted : h.status, h.error);
+  if (!state_.registered) {
+    if (h.clock == 1) {
+      PP_LOG(Warning) << name << " " << why.message() << " before the job started; the launcher starts another";
+      return;
+    }
+    if (ExitCodeOf(why.code()) != 1) state_.end_code = why.code();
+    events_.End(Membership::kAborted, name + " died before the job started: " + why.message());
+    return;
+  }
+  const std::vector<Node*>& nodes = server ? state_.servers : state_.workers;
+  if (h.sender_rank < 0 || static_cast<size_t>(h.sender_rank) >= nodes.size() || h.sender_role == Role::kScheduler) {
+    PP_LOG(Warning) << "ignoring a report that " << name << " exited: the job has no such node";
+    return;
+  }
+  Node& n = *nodes[h.sender_rank];
+  // Declared dead already, finished, or stopping for a reason it gave: that says more.
+  if (!n.alive || n.done || !n.left.ok()) return;
+  n.left = why;
+  n.left_ms = NowMs();
+  n.exited = true;
+  PP_LOG(Error) << NodeName(n) << " died: " << why.message();
 }
 
 void Liveness::AnswerDeadNode(const Node& n) {

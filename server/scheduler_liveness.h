@@ -39,6 +39,11 @@ class Liveness {
   void HandleWorkerClocks(const Node& server, const Header& h);
   // kDone: a worker finished, or a node is stopping early (declared dead at the next Check()).
   void HandleDone(Node& n, const Header& h);
+  // kNodeExited: the launcher saw a node it started exit. A node of the running job is declared
+  // dead for it at the next Check(), as if it had said it stops; before the job started, the job
+  // ends (nothing would take its place before the registration deadline), unless the launcher
+  // starts another in its place.
+  void HandleNodeExited(const Header& h);
   // A node declared dead that still speaks is told so, that it stops.
   void AnswerDeadNode(const Node& n);
 

@@ -51,7 +51,25 @@ DEFINE_bool(verify_restore, true,
 DEFINE_int32(metrics_port, -1,
              "serve the job's state (workers live, dying, dead, finished; servers; tables; the last checkpoint) at "
              "http://BIND_HOST:PORT/metrics in the Prometheus text format (-1: not served; 0: any free port, logged)");
+DEFINE_string(verdict_file, "",
+              "if set, write how the job ended here as this process exits: its exit status, a tab, and the "
+              "first cause (read by pushpull-launch, so that both name the same one)");
 DEFINE_bool(verbose, false, "debug logging");
+
+namespace {
+
+// The job's end for whoever started this scheduler: "CODE\tCAUSE\n", written whole or not at all.
+void WriteVerdict(int code, const std::string& cause) {
+  if (FLAGS_verdict_file.empty()) return;
+  const std::string tmp = FLAGS_verdict_file + ".tmp";
+  std::ofstream f(tmp);
+  f << code << "\t" << cause << "\n";
+  f.close();
+  if (!f || std::rename(tmp.c_str(), FLAGS_verdict_file.c_str()) != 0)
+    PP_LOG(Warning) << "cannot write --verdict_file " << FLAGS_verdict_file << ": " << std::strerror(errno);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   pushpull::ParseFlagsOrHelp(&argc, &argv,
@@ -107,6 +125,7 @@ int main(int argc, char** argv) {
   auto s = pushpull::Scheduler::Create(o);
   if (!s.ok()) {
     PP_LOG(Error) << s.status().ToString();
+    WriteVerdict(2, s.status().message());
     return 2;
   }
   if ((*s)->metrics_port() >= 0)
@@ -126,12 +145,14 @@ int main(int argc, char** argv) {
   // for the scheduler meanwhile.
   if (pushpull::Status restore = (*s)->PrepareRestore(); !restore.ok()) {
     PP_LOG(Error) << restore.ToString();
+    WriteVerdict(2, restore.message());
     return 2;
   }
   auto on_stop = pushpull::CallOnStopSignal([&] { (*s)->Stop(); });
   pushpull::Status st = (*s)->Run();
-  // 2: the job ended on a worker's bad flags or setup (Run() keeps its error's code), which a
-  // restart would meet again.
-  if (pushpull::IsSetupError(st.code())) return 2;
-  return st.ok() ? 0 : 1;
+  // Run() keeps the cause's code: 2 for a worker's bad flags or setup, which a restart would meet
+  // again; 3 a missed target; 4 a diverged model; else 1.
+  const int code = pushpull::ExitCodeOf(st.code());
+  WriteVerdict(code, st.ok() ? "the job finished" : st.message());
+  return code;
 }

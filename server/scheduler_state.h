@@ -34,6 +34,9 @@ struct Node {
   bool alive = true;
   bool done = false;
   Status left;             // why it stopped early, as it said (Client::Leave; a server stopped mid-job)
+                           // or as the launcher that started it saw it exit (kNodeExited)
+  int64_t left_ms = 0;     // when `left` was heard: the first death is the job's cause
+  bool exited = false;     // `left` came from the launcher: the process is gone
   std::string death;       // why it was declared dead (alive false)
   bool told_end = false;   // has been sent the final membership
   bool end_heard = false;  // told_end only once it heartbeats that it holds the final membership

@@ -25,6 +25,10 @@ DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this s
 DEFINE_int32(scheduler_timeout_ms, 15000, "exit when the scheduler is silent this long, once registered");
 DEFINE_int32(register_timeout_ms, 120000,
              "how long to wait for the whole job to register, a scheduler not (yet) listening included");
+DEFINE_int32(connect_timeout_ms, 10000,
+             "a scheduler address that does not resolve, or whose port refuses connections, this long fails "
+             "registration at once with the reason (raise it where the scheduler may start later, as a pod's "
+             "DNS name resolves late); a scheduler that answers is waited for within --register_timeout_ms");
 DEFINE_int32(max_message_mb, 2048, "larger messages are dropped (0 or less: no limit)");
 DEFINE_int32(rank, -1, "ask the scheduler for this rank (-1: any free one)");
 DEFINE_int32(stats_every_s, 30,
@@ -76,6 +80,7 @@ int main(int argc, char** argv) {
   o.control.heartbeat_interval_ms = FLAGS_heartbeat_interval_ms;
   o.control.scheduler_timeout_ms = FLAGS_scheduler_timeout_ms;
   o.control.register_timeout_ms = FLAGS_register_timeout_ms;
+  o.control.connect_timeout_ms = FLAGS_connect_timeout_ms;
   o.control.requested_rank = FLAGS_rank;
   o.bind_host = FLAGS_bind_host;
   o.advertise_host = FLAGS_advertise_host;

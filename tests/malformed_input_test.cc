@@ -106,8 +106,8 @@ TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
     h.num_keys = uint64_t(1) << 40;
     expect_error(h, {}, {}, Code::kCorruption, "claimed length 2^40");
   }
-  expect_error(push, key, {-1, std::nanf(""), -1, -1}, Code::kInvalidArgument, "NaN gradient");
-  expect_error(push, key, {-1, -1, std::numeric_limits<float>::infinity(), -1}, Code::kInvalidArgument, "Inf gradient");
+  expect_error(push, key, {-1, std::nanf(""), -1, -1}, Code::kDiverged, "NaN gradient");
+  expect_error(push, key, {-1, -1, std::numeric_limits<float>::infinity(), -1}, Code::kDiverged, "Inf gradient");
   {
     Header h;
     h.type = MsgType::kClock;
@@ -159,10 +159,10 @@ TEST(MalformedInput, LiveServerRefusesBadMessagesAndKeepsServing) {
     nan.request_id = ++id;
     const std::vector<float> bad = {std::nanf(""), -1, -1, -1};
     peer.Send(nan, key, bad);
-    EXPECT_EQ(peer.Reply().status, Code::kInvalidArgument);
+    EXPECT_EQ(peer.Reply().status, Code::kDiverged);
     peer.Send(nan, key, bad);
     Header again = peer.Reply();
-    EXPECT_EQ(again.status, Code::kInvalidArgument);
+    EXPECT_EQ(again.status, Code::kDiverged);
     EXPECT_NE(again.error.find("NaN"), std::string::npos) << again.error;
     EXPECT_EQ(stats.duplicates.load(), 3u);
   }

@@ -21,7 +21,9 @@ enum class Code : uint8_t {
   kAborted = 8,             // the job is shutting down
   kInternal = 9,            // a bug: a local invariant does not hold
   kResourceExhausted = 10,  // out of memory, or past a configured limit (a server's --max_table_mb)
-  kLastCode = kResourceExhausted,
+  kDiverged = 11,           // a push held NaN or Inf: the training diverged
+  kTargetMissed = 12,       // the job ran to its end but missed the quality it was to reach
+  kLastCode = kTargetMissed,
 };
 
 const char* CodeName(Code c);
@@ -69,6 +71,8 @@ inline const char* CodeName(Code c) {
     case Code::kAborted: return "Aborted";
     case Code::kInternal: return "Internal";
     case Code::kResourceExhausted: return "ResourceExhausted";
+    case Code::kDiverged: return "Diverged";
+    case Code::kTargetMissed: return "TargetMissed";
   }
   return "Unknown";
 }
@@ -78,6 +82,17 @@ inline const char* CodeName(Code c) {
 // with them, and pushpull-launch does not restart it.
 inline bool IsSetupError(Code c) {
   return c == Code::kInvalidArgument || c == Code::kNotFound || c == Code::kResourceExhausted;
+}
+
+// The exit status a process ends with for a job that ended with `c`, the same in every binary
+// (docs/fault-tolerance.md, "Exit codes"): 0 finished, 1 a process died or a call failed, 2 bad
+// flags or setup, 3 a missed target, 4 the training diverged.
+inline int ExitCodeOf(Code c) {
+  if (c == Code::kOk) return 0;
+  if (IsSetupError(c)) return 2;
+  if (c == Code::kTargetMissed) return 3;
+  if (c == Code::kDiverged) return 4;
+  return 1;
 }
 
 inline std::string Status::ToString() const {
