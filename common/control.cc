@@ -1,5 +1,9 @@
 #include "common/control.h"
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 #include "common/address.h"
 #include "common/log.h"
 #include "common/signals.h"
@@ -18,6 +22,8 @@ Status ControlOptions::Validate() const {
   if (register_timeout_ms < 1)
     return Status::InvalidArgument("register_timeout_ms must be at least 1, not " +
                                    std::to_string(register_timeout_ms));
+  if (connect_timeout_ms < 1)
+    return Status::InvalidArgument("connect_timeout_ms must be at least 1, not " + std::to_string(connect_timeout_ms));
   return Status::OK();
 }
 
@@ -49,6 +55,8 @@ Status ControlChannel::Register(const std::string& address) {
   if (Status st = sock_->Connect(options_.scheduler); !st.ok())
     return Status::InvalidArgument("scheduler address '" + options_.scheduler + "': " + st.message() +
                                    " (expected tcp://HOST:PORT)");
+  const Deadline deadline = Deadline::In(options_.register_timeout_ms);
+  PP_RETURN_IF_ERROR(WaitUntilReachable(deadline));
   Header h;
   h.type = MsgType::kRegister;
   h.address = address;
@@ -59,7 +67,6 @@ Status ControlChannel::Register(const std::string& address) {
   // would hold its heartbeats back past the scheduler's timeout.
   const std::string unresolved_note = UnresolvedHostNote(options_.scheduler);
   PP_RETURN_IF_ERROR(SendMessage(*sock_, nullptr, h));
-  Deadline deadline = Deadline::In(options_.register_timeout_ms);
   PP_LOG(Info) << "registering with the scheduler at " << options_.scheduler << " (waiting up to "
                << options_.register_timeout_ms / 1000.0 << " s for it and for the job's other nodes)";
   int64_t next_note = NowMs() + 10000;
@@ -72,7 +79,7 @@ Status ControlChannel::Register(const std::string& address) {
   while (!deadline.Expired()) {
     // Stopped meanwhile (a SIGINT or SIGTERM to a daemon, its owner's Stop()): not after the
     // registration deadline (found: a server waiting for a scheduler ignored SIGTERM for 120 s).
-    if (StopRequested() || (stop_ && stop_->load()))
+    if (StopAsked())
       return Status::Aborted("stopped while waiting for the scheduler at " + options_.scheduler +
                              " to answer registration");
     if (NowMs() >= ask_again_ms) {
@@ -147,6 +154,44 @@ Status ControlChannel::Register(const std::string& address) {
       "waited " + std::to_string(options_.register_timeout_ms) + " ms for the scheduler at " + options_.scheduler +
       " to answer registration (" +
       (unresolved.empty() ? "is it running, and have all nodes started?" : unresolved.substr(2)) + ")");
+}
+
+bool ControlChannel::StopAsked() const { return StopRequested() || (stop_ && stop_->load()); }
+
+Status ControlChannel::WaitUntilReachable(const Deadline& deadline) {
+  TcpAddress tcp;
+  if (!ParseTcpAddress(options_.scheduler, &tcp)) return Status::OK();  // (ipc://, inproc://: no probe)
+  // A scheduler that answers but waits for other nodes is waited for up to register_timeout_ms;
+  // one that cannot be reached at all (a typo in its name, a wrong port) is news at once.
+  const Deadline reach = Deadline::In(options_.connect_timeout_ms);
+  const Deadline& first = reach.at_ms() < deadline.at_ms() ? reach : deadline;
+  std::string why;
+  bool said = false;
+  while (true) {
+    if (StopAsked()) return Status::Aborted("stopped while trying to reach the scheduler at " + options_.scheduler);
+    // (A connection attempt waits at most 1 s: a scheduler that starts meanwhile is then found soon.)
+    why = ProbeTcp(tcp, std::max<int64_t>(1, std::min<int64_t>(first.RemainingMs(), 1000)));
+    if (why.empty()) {
+      if (said) PP_LOG(Info) << "reached the scheduler at " << options_.scheduler;
+      return Status::OK();
+    }
+    if (first.Expired()) break;
+    if (!said)
+      PP_LOG(Warning) << "cannot reach the scheduler at " << options_.scheduler << " (" << why
+                      << "); trying again for up to " << first.RemainingMs() / 1000.0 << " s";
+    said = true;
+    // Asked again every 200 ms: a name that resolves late (a pod's) or a scheduler that starts late.
+    const int64_t until = NowMs() + std::min<int64_t>(200, first.RemainingMs());
+    while (NowMs() < until && !StopAsked()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (&first == &reach)
+    return Status::Unavailable("cannot reach the scheduler at " + options_.scheduler + " for " +
+                               std::to_string(options_.connect_timeout_ms) + " ms: " + why);
+  // The registration's own deadline came first: its error, with the reason.
+  const std::string unresolved = UnresolvedHostNote(options_.scheduler);
+  return Status::DeadlineExceeded("waited " + std::to_string(options_.register_timeout_ms) +
+                                  " ms for the scheduler at " + options_.scheduler + " to answer registration (" +
+                                  (unresolved.empty() ? "cannot reach it: " + why : unresolved.substr(2)) + ")");
 }
 
 std::string ControlChannel::MembershipMismatch(const Membership& m) const {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/cluster.h"
+#include "common/time.h"
 #include "common/transport.h"
 #include "common/wire.h"
 #include "pushpull/status.h"
@@ -20,9 +21,13 @@ struct ControlOptions {
   int scheduler_timeout_ms = 15000;  // the scheduler silent this long: the job is lost
   int register_timeout_ms = 120000;  // how long to wait for every node to register
   int requested_rank = -1;           // >= 0: ask the scheduler for this rank (if free)
+  // A scheduler address whose host does not resolve, or whose port refuses connections, this
+  // long fails the registration at once (Unavailable, saying which), rather than after
+  // register_timeout_ms. Once the scheduler is reached, register_timeout_ms alone applies.
+  int connect_timeout_ms = 10000;
 
   // InvalidArgument naming the flag for a value no job can run with (a heartbeat interval under
-  // 1 ms, a scheduler timeout not above it, a registration deadline under 1 ms).
+  // 1 ms, a scheduler timeout not above it, a registration or connection deadline under 1 ms).
   Status Validate() const;
 };
 
@@ -32,8 +37,10 @@ class ControlChannel {
   ControlChannel(Transport& transport, Role role, ControlOptions options);
 
   // Sends Register and waits (deadline: register_timeout_ms) for the scheduler's reply, which
-  // comes once every expected node has registered. Aborted as soon as the process was asked to
-  // stop (common/signals.h) or *stop (SetStop) is set.
+  // comes once every expected node has registered. Before that, the scheduler's tcp address must
+  // resolve and take a connection within connect_timeout_ms (asked again meanwhile: a name that
+  // resolves late, a scheduler that starts late), else Unavailable names the address and why.
+  // Aborted as soon as the process was asked to stop (common/signals.h) or *stop (SetStop) is set.
   Status Register(const std::string& address);
   void SetStop(const std::atomic<bool>* stop) { stop_ = stop; }
 
@@ -62,6 +69,11 @@ class ControlChannel {
   Status Send(Header h);
 
  private:
+  // Until the scheduler's address takes a TCP connection (see Register), within `deadline` (the
+  // registration's) and connect_timeout_ms. Addresses other than tcp:// are not looked at.
+  Status WaitUntilReachable(const Deadline& deadline);
+  // The process was asked to stop (a signal), or the owner was (SetStop).
+  bool StopAsked() const;
   bool ApplyMembership(const Membership& m);
   // A membership whose lists do not match the job's node counts: what is wrong ("" when none).
   std::string MembershipMismatch(const Membership& m) const;

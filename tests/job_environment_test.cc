@@ -21,9 +21,9 @@ using internal::ResolveOptions;
 class JobEnvironment : public ::testing::Test {
  protected:
   void TearDown() override {
-    for (const char* v :
-         {internal::kEnvScheduler, internal::kEnvRank, internal::kEnvConsistency, internal::kEnvHeartbeatIntervalMs,
-          internal::kEnvSchedulerTimeoutMs, internal::kEnvRegisterTimeoutMs, internal::kEnvStatusFd})
+    for (const char* v : {internal::kEnvScheduler, internal::kEnvRank, internal::kEnvConsistency,
+                          internal::kEnvHeartbeatIntervalMs, internal::kEnvSchedulerTimeoutMs,
+                          internal::kEnvRegisterTimeoutMs, internal::kEnvConnectTimeoutMs, internal::kEnvStatusFd})
       unsetenv(v);
   }
 };
@@ -34,6 +34,7 @@ TEST_F(JobEnvironment, DefaultsAreReadFromTheEnvironment) {
   setenv(internal::kEnvConsistency, "ssp:2", 1);
   setenv(internal::kEnvHeartbeatIntervalMs, "250", 1);
   setenv(internal::kEnvRegisterTimeoutMs, "9000", 1);
+  setenv(internal::kEnvConnectTimeoutMs, "700", 1);
   Result<ClientOptions> o = ResolveOptions(ClientOptions{});
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_EQ(o->scheduler, "tcp://10.1.2.3:7000");
@@ -41,6 +42,7 @@ TEST_F(JobEnvironment, DefaultsAreReadFromTheEnvironment) {
   EXPECT_EQ(o->consistency, "ssp:2");
   EXPECT_EQ(o->heartbeat_interval_ms, 250);
   EXPECT_EQ(o->register_timeout_ms, 9000);
+  EXPECT_EQ(o->connect_timeout_ms, 700);
   EXPECT_EQ(o->scheduler_timeout_ms, 15000);  // not in the environment: the built-in default
 }
 
@@ -72,6 +74,7 @@ TEST_F(JobEnvironment, WithoutEnvironmentTheBuiltInDefaultsApply) {
   EXPECT_EQ(o->heartbeat_interval_ms, 500);
   EXPECT_EQ(o->scheduler_timeout_ms, 15000);
   EXPECT_EQ(o->register_timeout_ms, 120000);
+  EXPECT_EQ(o->connect_timeout_ms, 10000);
   // No scheduler anywhere: the error says where one comes from.
   Result<ClientOptions> none = ResolveOptions(ClientOptions{});
   ASSERT_FALSE(none.ok());
@@ -85,6 +88,7 @@ TEST_F(JobEnvironment, AValueThatDoesNotParseIsRefusedNamingIt) {
                             {internal::kEnvRank, "-3"},
                             {internal::kEnvHeartbeatIntervalMs, "10ms"},
                             {internal::kEnvRegisterTimeoutMs, "0"},
+                            {internal::kEnvConnectTimeoutMs, "soon"},
                             {internal::kEnvConsistency, "ssp"}}) {
     setenv(var, value, 1);
     Result<ClientOptions> o = ResolveOptions(ClientOptions{});

@@ -5,11 +5,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/time.h"
+#include "common/transport.h"
+#include "tests/support/delay_transport.h"
 #include "tests/support/eventually.h"
 #include "tests/support/fault_jobs.h"
 #include "tests/support/local_cluster.h"
@@ -236,17 +239,20 @@ TEST(WorkerFailure, AWorkerDeclaredDeadWhileAliveIsToldAndStops) {
 // after its timeout: the scheduler answers nothing but its membership once the job is over, and
 // the end had already failed every request the worker held: a Barrier() that leaves the calling
 // thread just before the end arrives would wait out its 10 s. Rare in a run; forced here by
-// holding worker 0's outgoing messages 300 ms.
+// holding worker 0's requests to the scheduler 300 ms on their way to its I/O thread.
 TEST(WorkerFailure, ACallSentAsTheJobEndsHearsTheEndAtOnce) {
   LocalClusterConfig cfg;
   cfg.servers = 1;
   cfg.workers = 2;
   cfg.heartbeat_timeout_ms = 60000;
   cfg.client_options = [](int w, ClientOptions* o) {
-    if (w == 0) {
-      o->send_latency_ms = 300;
-      o->request_timeout_ms = 30000;
-    }
+    if (w == 0) o->request_timeout_ms = 30000;
+  };
+  // (The client hands them over through an in-process pipe, which its I/O thread receives with a
+  // kPull socket.)
+  cfg.worker_transport = [](int w) -> std::shared_ptr<Transport> {
+    if (w != 0) return nullptr;
+    return std::make_shared<DelayTransport>(NewZmqTransport(), 300, std::vector<SocketKind>{SocketKind::kPull});
   };
   LocalCluster cluster(cfg);
   ASSERT_TRUE(cluster.Start().ok());

@@ -133,13 +133,11 @@ void CallSender::Post(std::vector<std::unique_ptr<Command>> cmds) {
       MutexLock l(&c->part.fs->mu);  // another thread may wait on it (Finish)
       ++c->part.fs->waiting_on[t == kScheduler ? c->part.fs->waiting_on.size() - 1 : t];
     }
-    if (t != kScheduler && options_.send_latency_ms == 0) {
+    if (t != kScheduler) {
       links_.Send(std::move(c));  // straight from the calling thread
       continue;
     }
-    // The scheduler's socket belongs to the I/O thread; injected latency is applied there.
-    if (t != kScheduler) ++state_.held_back;  // until the I/O thread has sent it
-    queue_.Post(std::move(c));
+    queue_.Post(std::move(c));  // (the scheduler's socket belongs to the I/O thread)
   }
   if (ticks) {
     state_.clock = clock;

@@ -1,9 +1,8 @@
 // Sending a call: its FutureState (NewState), and its requests (Post). Post refuses a call with
 // a part over its server's frame limit, unsent; waits in the call while earlier requests hold too
 // much unanswered (backpressure: max_unanswered_mb, kMaxUnansweredRequests per server); stamps
-// request ids and this worker's clock in one order; then sends each request from the calling
-// thread (ServerLinks::Send), or hands it to the I/O thread (the scheduler's requests, and any
-// held by send_latency_ms).
+// request ids and this worker's clock in one order; then sends each request to a server from the
+// calling thread (ServerLinks::Send), and hands the scheduler's to the I/O thread.
 //
 // Threading: calling threads. Post holds ServerLinks' send_mu from its last look at the room to
 // its last send, never while it waits for room (other calls that fit go on meanwhile); under it

@@ -14,8 +14,8 @@ namespace {
 
 // A worker's side of the control plane, from its options.
 ControlOptions ControlOptionsOf(const ClientOptions& o) {
-  return ControlOptions{o.scheduler, o.heartbeat_interval_ms, o.scheduler_timeout_ms, o.register_timeout_ms,
-                        o.requested_rank};
+  return ControlOptions{o.scheduler,           o.heartbeat_interval_ms, o.scheduler_timeout_ms,
+                        o.register_timeout_ms, o.requested_rank,        o.connect_timeout_ms};
 }
 
 }  // namespace
@@ -29,7 +29,7 @@ ClientImpl::ClientImpl(const ClientOptions& o, std::shared_ptr<Transport> transp
       links_(*transport_, options_, control_, state_, requests_),
       sender_(options_, control_, state_, requests_, links_, queue_),
       control_calls_(options_, control_, state_, requests_, sender_),
-      loop_(*transport_, options_, control_, state_, requests_, links_, control_calls_, queue_) {}
+      loop_(*transport_, control_, state_, requests_, links_, control_calls_, queue_) {}
 
 ClientImpl::~ClientImpl() {
   links_.SetReceiver(nullptr);  // waits for a receiving caller's slice

@@ -47,7 +47,6 @@ struct ClientState {
   std::atomic<bool> pushed_in_clock{false};  // a push posted since the last Clock() (Finish)
   std::atomic<bool> has_bsp_table{false};    // CreateTable gave a BSP table (Clock() settles)
   std::atomic<bool> finished{false};         // Finish() or Leave() done: no calls after it
-  std::atomic<int> held_back{0};             // server requests posted to the I/O thread, not sent yet
 
   // The error later calls return: the sticky one, or this worker having finished.
   Status Sticky() const EXCLUDES(mu) {

@@ -4,9 +4,7 @@
 #include "worker/control_calls.h"
 
 #include <algorithm>
-#include <chrono>
 #include <limits>
-#include <thread>
 #include <vector>
 
 #include "common/log.h"
@@ -115,17 +113,6 @@ Status ControlCalls::Clock() {
   return state_.Sticky();  // (a clock that found no room is not sent: the error Post made sticky)
 }
 
-Status ControlCalls::WaitForHeldBack(const Deadline& deadline) {
-  while (state_.held_back.load() > 0) {
-    if (deadline.Expired())
-      return Status::DeadlineExceeded(std::to_string(state_.held_back.load()) +
-                                      " requests still held back (send_latency_ms) after " +
-                                      std::to_string(options_.request_timeout_ms) + " ms");
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return Status::OK();
-}
-
 Status ControlCalls::WaitForEarlierPushesAndClocks() {
   const Deadline deadline = Deadline::In(options_.request_timeout_ms);
   auto fail = [&](Code code, const std::string& what) {
@@ -135,7 +122,6 @@ Status ControlCalls::WaitForEarlierPushesAndClocks() {
     state_.SetSticky(st);  // its step's pushes may be lost: the clock must not close without them
     return st;
   };
-  if (Status sent = WaitForHeldBack(deadline); !sent.ok()) return fail(sent.code(), sent.message());
   // This clock's pushes to BSP tables (answered or not), then every push and Clock() unanswered.
   std::vector<std::shared_ptr<FutureState>> pushes, clocks;
   {
@@ -191,16 +177,15 @@ Status ControlCalls::Checkpoint(const std::string& run) {
 Status ControlCalls::Finish() {
   MutexLock once(&finish_mu_);               // two threads at once: the second finds it done
   if (state_.finished) return Status::OK();  // once is enough
+  PP_RETURN_IF_ERROR(state_.Sticky());       // (as it is, not as the clock below would annotate it)
   // Pushes in a clock left open would count, under BSP, only on the servers they went to (a
   // server counts a finished worker in a clock it pushed to there); closed, the worker counts in
   // that clock's mean everywhere, as any worker whose clock passed it.
   if (state_.pushed_in_clock) PP_RETURN_IF_ERROR(Clock().Annotate("finish: closing the clock of its last pushes"));
   // The scheduler's "done" travels on another connection than the data: without this wait a
-  // server could hear of it before this worker's last pushes and clocks, and drop them. First
-  // the requests the I/O thread still holds back (send_latency_ms), then every open one; the
+  // server could hear of it before this worker's last pushes and clocks, and drop them. The
   // user's own Futures are not given up on if this times out.
   const Deadline deadline = Deadline::In(options_.request_timeout_ms);
-  PP_RETURN_IF_ERROR(WaitForHeldBack(deadline).Annotate("finish"));
   for (auto& fs : requests_.OpenToServers()) {
     Status st = WaitState(fs, std::max<int64_t>(1, deadline.RemainingMs()), /*abandon=*/false);
     // Only a call still unanswered fails it: one its caller gave up on, answered since, ends

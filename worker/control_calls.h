@@ -57,9 +57,6 @@ class ControlCalls {
   // Clock() after pushes to a BSP table: waits (request_timeout_ms) until every push and Clock
   // sent before is answered; DeadlineExceeded, sticky, names what was not.
   Status WaitForEarlierPushesAndClocks();
-  // Until the requests the I/O thread holds back (send_latency_ms) are sent; DeadlineExceeded
-  // (request_timeout_ms from the caller's start) saying how many are left.
-  Status WaitForHeldBack(const Deadline& deadline);
   int num_servers() const { return static_cast<int>(control_.cluster().servers.size()); }
   int64_t ResendIntervalMs() const { return std::max(4 * options_.heartbeat_interval_ms, 100); }
 

@@ -63,7 +63,8 @@ Result<ClientOptions> ResolveOptions(ClientOptions o) {
   };
   for (const Field& f : {Field{&o.heartbeat_interval_ms, kEnvHeartbeatIntervalMs, 500},
                          Field{&o.scheduler_timeout_ms, kEnvSchedulerTimeoutMs, 15000},
-                         Field{&o.register_timeout_ms, kEnvRegisterTimeoutMs, 120000}}) {
+                         Field{&o.register_timeout_ms, kEnvRegisterTimeoutMs, 120000},
+                         Field{&o.connect_timeout_ms, kEnvConnectTimeoutMs, 10000}}) {
     if (*f.value != 0) continue;
     auto v = EnvInt(f.env, 1, kMaxInt, f.fallback);
     if (!v.ok()) return v.status();

@@ -20,6 +20,7 @@ inline constexpr char kEnvHeartbeatIntervalMs[] = "PUSHPULL_HEARTBEAT_INTERVAL_M
 inline constexpr char kEnvHeartbeatTimeoutMs[] = "PUSHPULL_HEARTBEAT_TIMEOUT_MS";  // the scheduler's
 inline constexpr char kEnvSchedulerTimeoutMs[] = "PUSHPULL_SCHEDULER_TIMEOUT_MS";
 inline constexpr char kEnvRegisterTimeoutMs[] = "PUSHPULL_REGISTER_TIMEOUT_MS";
+inline constexpr char kEnvConnectTimeoutMs[] = "PUSHPULL_CONNECT_TIMEOUT_MS";  // ClientOptions::connect_timeout_ms
 // A pipe's write end the worker writes "finished\n" to once Finish() succeeded.
 inline constexpr char kEnvStatusFd[] = "PUSHPULL_STATUS_FD";
 

@@ -60,10 +60,9 @@ std::string NodeName(int target) {
 
 }  // namespace
 
-ReplyLoop::ReplyLoop(Transport& transport, const ClientOptions& options, ControlChannel& control, ClientState& state,
-                     RequestTable& requests, ServerLinks& links, ControlCalls& control_calls, CommandQueue& queue)
-    : options_(options),
-      transport_(transport),
+ReplyLoop::ReplyLoop(Transport& transport, ControlChannel& control, ClientState& state, RequestTable& requests,
+                     ServerLinks& links, ControlCalls& control_calls, CommandQueue& queue)
+    : transport_(transport),
       control_(control),
       state_(state),
       requests_(requests),
@@ -81,10 +80,7 @@ void ReplyLoop::Stop() {
 }
 
 void ReplyLoop::FailUnsent(const Status& st) {
-  auto fail = [&](std::unique_ptr<Command> c) { c->part.fs->Complete(c->part.target, st); };
-  for (auto& d : delayed_) fail(std::move(d.second));
-  delayed_.clear();
-  while (std::unique_ptr<Command> c = queue_.Take()) fail(std::move(c));
+  while (std::unique_ptr<Command> c = queue_.Take()) c->part.fs->Complete(c->part.target, st);
 }
 
 void ReplyLoop::IoLoop() {
@@ -102,7 +98,6 @@ void ReplyLoop::IoLoop() {
     int64_t timeout = std::min<int64_t>(control_.MsUntilTick(), kIdleDrainMs);
     if (!links_.receiver()->waiter_receiving.load(std::memory_order_relaxed) && requests_.to_servers() > 0)
       timeout = std::min<int64_t>(timeout, kDrainMs);
-    if (!delayed_.empty()) timeout = std::max<int64_t>(0, std::min(timeout, delayed_.front().first - NowMs()));
     transport_.Poll(items.data(), items.size(), timeout);
     links_.OnConnectionEvents(&items[2], stop_);
     links_.ReplaceDueTx(stop_);
@@ -111,16 +106,9 @@ void ReplyLoop::IoLoop() {
       for (int i = 0; i < 1024; ++i) {
         std::unique_ptr<Command> c = queue_.Take();
         if (!c) break;
-        if (options_.send_latency_ms > 0)
-          delayed_.emplace_back(NowMs() + options_.send_latency_ms, std::move(c));
-        else
-          SendCommand(std::move(c));
+        control_calls_.SendToScheduler(std::move(c));  // (the queue carries the scheduler's requests only)
         if (control_.MsUntilTick() == 0) control_.Tick().IgnoreError();
       }
-    }
-    while (!delayed_.empty() && delayed_.front().first <= NowMs()) {
-      SendCommand(std::move(delayed_.front().second));
-      delayed_.pop_front();
     }
     if (links_.rx_mu().TryLock()) {  // else a waiting caller is receiving
       DrainRx();
@@ -186,18 +174,6 @@ void ReplyLoop::DrainRx() {
   }
 }
 
-void ReplyLoop::SendCommand(std::unique_ptr<Command> c) {
-  if (c->part.target == kScheduler) {
-    control_calls_.SendToScheduler(std::move(c));
-    return;
-  }
-  {
-    MutexLock send_lock(&links_.send_mu());
-    links_.Send(std::move(c));  // now in the RequestTable
-  }
-  --state_.held_back;
-}
-
 void ReplyLoop::HandleReply(Message& m, int from) {
   CallPart part;
   int target = 0;
@@ -220,7 +196,19 @@ void ReplyLoop::HandleReply(Message& m, int from) {
   }
   if (h.status != Code::kOk) {
     Status st = h.status_obj().Annotate(from == kScheduler ? "scheduler" : "server " + std::to_string(from));
-    if (h.type == MsgType::kClockReply) state_.SetSticky(st);
+    if (from != kScheduler) {
+      MutexLock l(&state_.mu);
+      if (!state_.sticky.ok()) {
+        // A server refuses what follows a refusal (the Clock() of a step whose push it refused,
+        // then the pulls tagged with a clock it never counted): the first refusal says why, and
+        // the caller hears that, not "pull tagged clock 3 but worker 0 is at clock 2".
+        st = state_.sticky;
+      } else if (h.type == MsgType::kPushReply || h.type == MsgType::kClockReply) {
+        // A refused push leaves its step undone (the app may never look at its Future): every
+        // later call fails with its reason, rather than the job failing later with another.
+        state_.sticky = st;
+      }
+    }
     part.fs->Complete(part.target, st);
     return;
   }

@@ -4,20 +4,18 @@
 // thread waiting on a Future (ReceiveFor, through WaitState: no hand-off between threads on the
 // reply path), or else the I/O thread, which drains replies nobody waits for. The I/O thread also
 // owns the scheduler's connection (heartbeats, membership, control replies: ControlCalls), sends
-// what calling threads hand it (CommandQueue: the scheduler's requests, requests delayed by
-// send_latency_ms), and watches the server connections (ServerLinks).
+// the scheduler's requests calling threads hand it (CommandQueue), and watches the server
+// connections (ServerLinks).
 //
 // Threading: IoLoop runs on the I/O thread (Start to Stop); ReceiveFor on a waiting caller with
 // the reply socket's lock held; ReceiveOne and DrainRx with it held; HandleReply on whichever
-// thread received the reply, with the leaves taken one at a time. delayed_ is the I/O thread's.
+// thread received the reply, with the leaves taken one at a time.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <thread>
-#include <utility>
 
 #include "common/control.h"
 #include "common/wire.h"
@@ -34,13 +32,13 @@ namespace internal {
 
 class ReplyLoop final : public Receiver {
  public:
-  ReplyLoop(Transport& transport, const ClientOptions& options, ControlChannel& control, ClientState& state,
-            RequestTable& requests, ServerLinks& links, ControlCalls& control_calls, CommandQueue& queue);
+  ReplyLoop(Transport& transport, ControlChannel& control, ClientState& state, RequestTable& requests,
+            ServerLinks& links, ControlCalls& control_calls, CommandQueue& queue);
 
   void Start();  // the I/O thread
   void Stop();   // and waits for it to end
-  // After Stop: fails the requests the I/O thread did not get to send (the scheduler's, or any
-  // under send_latency_ms), rather than let them wait out their deadlines.
+  // After Stop: fails the scheduler's requests the I/O thread did not get to send, rather than
+  // let them wait out their deadlines.
   void FailUnsent(const Status& st);
 
   // A waiting caller receives (Receiver).
@@ -53,12 +51,9 @@ class ReplyLoop final : public Receiver {
   bool ReceiveOne(int64_t wait_ms) REQUIRES(links_.rx_mu());
   // Receives and handles whatever replies the socket holds (a bounded batch).
   void DrainRx() REQUIRES(links_.rx_mu());
-  // I/O thread: a command from a calling thread, sent (to a server: under send_mu).
-  void SendCommand(std::unique_ptr<Command> c);
   // A reply from server `from`, or kScheduler.
   void HandleReply(Message& m, int from);
 
-  const ClientOptions& options_;
   Transport& transport_;
   ControlChannel& control_;  // I/O thread
   ClientState& state_;
@@ -69,7 +64,6 @@ class ReplyLoop final : public Receiver {
 
   std::thread io_;
   std::atomic<bool> stop_{false};
-  std::deque<std::pair<int64_t, std::unique_ptr<Command>>> delayed_;  // I/O thread: send_latency_ms
 };
 
 }  // namespace internal

@@ -168,9 +168,8 @@ class RequestTable {
 };
 
 // Requests a calling thread hands to the I/O thread (the scheduler's, whose socket that thread
-// owns, and server requests delayed by send_latency_ms), in posting order: an in-process pipe
-// that carries each Command's pointer. Post from any thread; Take on the I/O thread (or once it
-// has stopped).
+// owns), in posting order: an in-process pipe that carries each Command's pointer. Post from any thread; Take on the
+// I/O thread (or once it has stopped).
 class CommandQueue {
  public:
   explicit CommandQueue(Transport& transport) : transport_(transport) {}

@@ -15,12 +15,11 @@
 //
 // Calls that span servers are split and sent to all of them at once. Every wait has a deadline
 // (ClientOptions::request_timeout_ms unless given) and says what it waited for when it expires.
-// A dead server or an aborted job fails the pending calls; these and a refused clock are sticky:
-// later calls return it. Other refusals (a bad row, a non-finite gradient) fail their own call;
-// a push refused also leaves its step undone: the Clock() closing it is refused (by the server
-// that refused the push, or here when the push was refused before it was sent, with the push's
-// reason and code), which is sticky, so a step is never counted done without a push; so is
-// Finish(), which closes a clock pushes were made in. After Finish() or Leave() every call is
+// A dead server or an aborted job fails the pending calls; these, and a push or clock a server
+// refused (a bad row, a non-finite gradient: Diverged), are sticky: later calls return it, so a
+// step is never counted done without its push, and a program that never waits on its pushes
+// learns of a refused one from its next Clock(), pull or Finish(). Other refusals (a pull of a
+// row out of range) fail their own call. After Finish() or Leave() every call is
 // refused (FailedPrecondition). A Client destroyed without either fails its pending calls and
 // tells the scheduler nothing: the job finds the worker silent after its heartbeat timeout.
 // A connection to a server that drops is no failure: the calls it had no answer for are sent
@@ -60,16 +59,19 @@ struct ClientOptions {
                                     // (0: PUSHPULL_SCHEDULER_TIMEOUT_MS, else 15000)
   int register_timeout_ms = 0;      // how long Connect waits for the whole job to register
                                     // (0: PUSHPULL_REGISTER_TIMEOUT_MS, else 120000)
+  int connect_timeout_ms = 0;       // a scheduler address that does not resolve or refuses
+                                    // connections this long fails Connect with the reason
+                                    // (Unavailable; asked again meanwhile, for a name that
+                                    // resolves late or a scheduler that starts late; once it
+                                    // answers, register_timeout_ms alone applies)
+                                    // (0: PUSHPULL_CONNECT_TIMEOUT_MS, else 10000)
   int request_timeout_ms = 120000;  // default deadline of Future::Wait, Barrier, CreateTable
-  int send_latency_ms = 0;          // experiments: hold every outgoing message this long (the
-                                    // requests so held count against no limit below, nor the
-                                    // 1024 unanswered a server's record keeps)
   // Backpressure: a call whose payload (a push's keys and values, a keyed pull's keys) would take
   // the payload of this worker's unanswered requests over this many MiB waits in the call, at most
   // request_timeout_ms, for earlier ones to be answered, rather than keep them all in memory while
   // a server is slow or unreachable; past that it fails unsent, and the client's error is sticky
   // (a push left out must not be clocked). 0: no limit. A single call over it is sent once nothing
-  // else is unanswered. Requests delayed by send_latency_ms are not counted.
+  // else is unanswered.
   int max_unanswered_mb = 1024;
   // Checkpoint() waits this long. 0: longer than the scheduler's two deadlines, which answer it
   // first (every worker asking, then every server writing: its --checkpoint_timeout_s each, told
