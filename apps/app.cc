@@ -110,6 +110,28 @@ void Progress::Update(int64_t step, double loss, int64_t samples) {
   last_samples_ = samples;
 }
 
+std::string Figure(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), v != 0 && std::fabs(v) < 1e-3 ? "%.3g" : "%.4f", v);
+  return buf;
+}
+
+std::string MissedTarget(const std::string& measure, double value, const char* op, double target,
+                         const std::string& how) {
+  return "missed target: " + measure + " " + Figure(value) + " " + op + " " + Figure(target) + " (" + how + ")";
+}
+
+bool EpochLines::Due(int epoch) {
+  const int64_t now = NowMs();
+  const bool due =
+      every_s_ <= 0 || epoch >= last_epoch_ || logged_ < kFirstEpochLines || now - last_ms_ >= int64_t(every_s_) * 1000;
+  if (due) {
+    ++logged_;
+    last_ms_ = now;
+  }
+  return due;
+}
+
 Status InjectionOptions::ParseRankMap(const std::string& flag, const std::string& text, std::map<int, double>* out) {
   size_t i = 0;
   while (i < text.size()) {
@@ -141,14 +163,15 @@ std::string InjectionOptions::Describe(int rank) const {
     os << "random delay: p=" << random_delay_p << " exponential mean " << random_delay_mean_ms << " ms per clock; ";
   auto s = slowdown.find(rank);
   if (s != slowdown.end()) os << "compute slowdown x" << s->second << "; ";
-  if (send_latency_ms > 0) os << "send latency +" << send_latency_ms << " ms; ";
   std::string r = os.str();
-  return r.empty() ? "none" : r.substr(0, r.size() - 2);
+  return r.empty() ? "" : r.substr(0, r.size() - 2);
 }
 
 Injector::Injector(const InjectionOptions& o, int rank, uint64_t seed)
     : o_(o), rank_(rank), state_(SplitMix64(seed * 31 + rank + 1)) {
-  PP_LOG(Info) << "injection for worker " << rank << ": " << o.Describe(rank);
+  // (Said only when there is something to say: a run without injection is the common case.)
+  if (const std::string what = o.Describe(rank); !what.empty())
+    PP_LOG(Info) << "injection for worker " << rank << ": " << what;
 }
 
 void Injector::AfterStep(double compute_s) {

@@ -17,16 +17,17 @@ namespace pushpull {
 class Client;
 class Future;
 
-// Stragglers and a slower network, injected into a worker to study the consistency models
-// (all seeded; every run logs what it injected).
+// Stragglers, injected into a worker to study the consistency models (all seeded; a run that
+// injects anything logs what). pushpull-worker's flags for them are apart from the others
+// (apps/worker_main_experiment_flags.cc).
 struct InjectionOptions {
   std::map<int, int> fixed_delay_ms;  // rank -> sleep this long every clock
   double random_delay_p = 0;          // every worker, each clock, with probability p ...
   double random_delay_mean_ms = 0;    // ... sleeps an exponential time with this mean
   std::map<int, double> slowdown;     // rank -> compute takes this many times as long
-  int send_latency_ms = 0;            // added to every message this worker sends
   // Parses "1:50,3:20" style lists; InvalidArgument naming the flag otherwise.
   static Status ParseRankMap(const std::string& flag, const std::string& text, std::map<int, double>* out);
+  // What worker `rank` injects: "" when nothing.
   std::string Describe(int rank) const;
 };
 
@@ -39,7 +40,8 @@ struct AppOptions {
   uint64_t seed = 42;
   std::string metrics_out;       // append one JSON object per epoch when set
   double target = -1;            // loss (or accuracy) to reach; < 0: the app's default
-  int progress_interval_s = 5;   // progress line period
+  int progress_interval_s = 5;   // step progress line period (0: none)
+  int progress_every_s = 10;     // epoch lines: the first few, then one at most this often, and the last (0: all)
   std::string trace_out;         // CSV, a row per clock (and per evaluation): clock,wall_s,loss,metric,staleness,kind
   int eval_every = 0;            // worker 0 also evaluates on a test subset every this many clocks
   int eval_subset = 1000;        // ... of this many examples (traced as the metric column)
@@ -117,6 +119,10 @@ class TraceWriter {
 
 struct AppResult {
   bool reached_target = false;
+  // A worker that evaluated its target and missed it: what it tells the job ("missed target:
+  // loss 0.0123 > 0.0100 (1.5 x noise floor 0.0067)"); empty otherwise (reached, or another
+  // worker evaluates).
+  std::string missed_target;
   double final_metric = 0;    // loss or accuracy, as the app defines
   int32_t max_staleness = 0;  // largest staleness any pull observed
   double samples_per_s = 0;   // training throughput of this worker (data loading excluded)
@@ -152,6 +158,30 @@ AppMetrics AppMetricsNow();
 // A worker's /metrics (Prometheus text): its client's counters (client may be null: not joined
 // yet) and AppMetricsNow(), labelled with the worker's rank and the app's name.
 std::string WorkerMetricsText(const Client* client, const std::string& app);
+
+// The verdict of a missed target: "missed target: MEASURE VALUE OP TARGET (HOW)", HOW saying how
+// the target was set ("--target", or the app's default and what it follows from).
+std::string MissedTarget(const std::string& measure, double value, const char* op, double target,
+                         const std::string& how);
+// A figure in such a line: 4 decimals, or 3 significant digits for one below 0.001.
+std::string Figure(double v);
+
+// Which epochs an app logs a line for: the first kFirstEpochLines it runs (the run is seen to
+// start, at what rate), then at most one every every_s seconds, and always the last (its final
+// loss); every epoch when every_s is 0. A run of thousands of short epochs so logs a line every
+// few seconds, not hundreds a second.
+class EpochLines {
+ public:
+  static constexpr int kFirstEpochLines = 5;
+  EpochLines(int every_s, int last_epoch) : every_s_(every_s), last_epoch_(last_epoch) {}
+  // Whether epoch `epoch`'s line is due; counted as logged when it is.
+  bool Due(int epoch);
+
+ private:
+  const int every_s_, last_epoch_;
+  int logged_ = 0;
+  int64_t last_ms_ = 0;
+};
 
 // Rate-limited progress: prints "step N loss L samples/s S" at most every interval seconds.
 class Progress {

@@ -121,6 +121,7 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
   PP_RETURN_IF_ERROR(metrics.status());
   PP_RETURN_IF_ERROR(trace.status());
   Progress progress("fmnist_mlp", app.progress_interval_s);
+  EpochLines lines(app.progress_every_s, app.epochs);
   Injector injector(app.inject, rank, app.seed);
   std::mt19937_64 rng(SplitMix64(app.seed * 977 + rank));
   std::vector<int> order(train.n);
@@ -224,12 +225,14 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
       trace.Row(client.clock(), (NowMs() - start) / 1000.0, test_loss, test_acc, stale, /*eval=*/true);
     }
     const double wall = (NowMs() - start) / 1000.0;
-    if (rank == 0)
+    const bool line = lines.Due(epoch);
+    if (line && rank == 0) {
       PP_LOG(Info) << "fmnist_mlp epoch " << epoch << "/" << app.epochs << " train_loss " << train_loss
                    << " test_accuracy " << test_acc << " " << secs << "s (" << int64_t(rate) << " samples/s)";
-    else
+    } else if (line) {
       PP_LOG(Info) << "fmnist_mlp epoch " << epoch << "/" << app.epochs << " train_loss " << train_loss << " " << secs
                    << "s (" << int64_t(rate) << " samples/s)";
+    }
     PP_RETURN_IF_ERROR(metrics.Write({{"epoch", epoch},
                                       {"clock", double(client.clock())},
                                       {"wall_s", wall},
@@ -244,6 +247,9 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
   result->wait_fraction = wait_s / std::max(1e-9, wait_s + compute_s);
   result->final_metric = accuracy;
   result->reached_target = rank != 0 || accuracy >= target;
+  if (!result->reached_target)
+    result->missed_target =
+        MissedTarget("accuracy", accuracy, "<", target, app.target > 0 ? "--target" : "the default");
   char buf[512];
   std::snprintf(buf, sizeof(buf),
                 "fmnist_mlp summary: worker %d consistency=%s workers=%d epochs=%d test_accuracy=%s "

@@ -61,6 +61,7 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   const double target = app.target > 0 ? app.target : std::max(floor * 1.5, 1e-6);
   MetricsWriter metrics(app.metrics_out);
   Progress progress("linreg", app.progress_interval_s);
+  EpochLines lines(app.progress_every_s, app.epochs);
   Injector injector(app.inject, rank, app.seed);
   TraceWriter trace(app.trace_out, rank);
   PP_RETURN_IF_ERROR(metrics.status());
@@ -123,8 +124,9 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
     Eigen::Map<const Eigen::VectorXf> W(w.data(), o.dim);
     double err = (W - Eigen::Map<const Eigen::VectorXf>(true_w.data(), o.dim)).norm();
     double wall = (NowMs() - start) / 1000.0;
-    PP_LOG(Info) << "linreg epoch " << epoch << "/" << app.epochs << " loss " << loss << " (noise floor " << floor
-                 << ") |w - w*| " << err << " clock " << client.clock() << " " << wall << "s";
+    if (lines.Due(epoch))
+      PP_LOG(Info) << "linreg epoch " << epoch << "/" << app.epochs << " loss " << loss << " (noise floor " << floor
+                   << ") |w - w*| " << err << " clock " << client.clock() << " " << wall << "s";
     PP_RETURN_IF_ERROR(metrics.Write({{"epoch", epoch},
                                       {"clock", double(client.clock())},
                                       {"wall_s", wall},
@@ -136,6 +138,13 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   result->samples_per_s = samples / std::max(1e-3, (NowMs() - start) / 1000.0);
   result->final_metric = loss;
   result->reached_target = loss <= target;
+  if (!result->reached_target) {
+    std::string how = "--target";
+    if (app.target <= 0)
+      how = floor * 1.5 >= 1e-6 ? "1.5 x noise floor " + Figure(floor)
+                                : "the default for a noise floor of " + Figure(floor);
+    result->missed_target = MissedTarget("loss", loss, ">", target, how);
+  }
   char buf[512];
   std::snprintf(buf, sizeof(buf),
                 "linreg summary: worker %d consistency=%s workers=%d epochs=%d final_loss=%.5f "

@@ -187,7 +187,8 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   const int64_t skipped = done;
   start = NowMs();
   Progress progress("sparse_lr", app.progress_interval_s);  // (from here: its rate leaves the skip out)
-  if (first->epoch > app.epochs && rank == 0) {             // restored after the last epoch
+  EpochLines lines(app.progress_every_s, app.epochs);
+  if (first->epoch > app.epochs && rank == 0) {  // restored after the last epoch
     PP_RETURN_IF_ERROR(evaluate(&logloss, &auc, o.heldout).Annotate("sparse_lr: evaluating the restored model"));
     PP_LOG(Info) << "sparse_lr restored model: held-out logloss " << logloss << " (optimal " << optimal << ", gap "
                  << 100 * (logloss / optimal - 1) << "%) auc " << auc;
@@ -244,10 +245,13 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
     if (rank == 0) {
       PP_RETURN_IF_ERROR(evaluate(&logloss, &auc, o.heldout));
       trace.Row(client.clock(), (NowMs() - start) / 1000.0, logloss, auc, 0, /*eval=*/true);
+    }
+    const bool line = lines.Due(epoch);
+    if (line && rank == 0) {
       PP_LOG(Info) << "sparse_lr epoch " << epoch << "/" << app.epochs << ": " << done << " examples, train_loss "
                    << train_loss << " held-out logloss " << logloss << " (optimal " << optimal << ", gap "
                    << 100 * (logloss / optimal - 1) << "%) auc " << auc << " " << int64_t(rate) << " examples/s";
-    } else {
+    } else if (line) {
       PP_LOG(Info) << "sparse_lr epoch " << epoch << "/" << app.epochs << ": " << done << " examples, train_loss "
                    << train_loss << " " << int64_t(rate) << " examples/s";
     }
@@ -267,6 +271,12 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   result->samples_per_s = (done - skipped) / std::max(1e-3, (NowMs() - start) / 1000.0);
   result->final_metric = logloss;
   result->reached_target = rank != 0 || gap <= target_gap;
+  if (!result->reached_target) {
+    char text[128];
+    std::snprintf(text, sizeof(text), "missed target: gap %.2f%% > %.2f%% (%s)", 100 * gap, 100 * target_gap,
+                  app.target > 0 ? "--target" : "the default");
+    result->missed_target = text;
+  }
   char buf[512];
   if (rank == 0)
     std::snprintf(buf, sizeof(buf),

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <utility>
 
 #include <atomic>
@@ -16,6 +15,7 @@
 #include "apps/fmnist_mlp.h"
 #include "apps/linreg.h"
 #include "apps/sparse_lr.h"
+#include "apps/worker_main_experiment_flags.h"
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/memory.h"
@@ -38,6 +38,10 @@ DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this w
 DEFINE_int32(scheduler_timeout_ms, 15000, "give up when the scheduler is silent this long, once registered");
 DEFINE_int32(register_timeout_ms, 120000,
              "how long to wait for the whole job to register, a scheduler not (yet) listening included");
+DEFINE_int32(connect_timeout_ms, 10000,
+             "fail at once (exit 1), naming the reason, when the scheduler's host name does not resolve or its port "
+             "refuses connections this long (not given: $PUSHPULL_CONNECT_TIMEOUT_MS when set); a scheduler that "
+             "answers is waited for up to --register_timeout_ms");
 DEFINE_int32(rank, -1, "ask the scheduler for this rank (-1: $PUSHPULL_RANK when set, else any free one)");
 DEFINE_int32(metrics_port, -1,
              "serve this worker's counters (pushes, pulls, bytes, staleness, its clock) and its app's progress (step, "
@@ -62,7 +66,10 @@ DEFINE_double(
     "what the app must reach, <= 0: its default. linreg: a loss (1.5 x the noise floor 0.5 noise^2, at least 1e-6); "
     "fmnist_mlp: a test accuracy (0.88); sparse_lr: a held-out loss within this fraction of the optimum's "
     "(0.02: within 2%)");
-DEFINE_int32(progress_s, 5, "seconds between progress lines (0: none)");
+DEFINE_int32(progress_s, 5, "seconds between step progress lines (0: none)");
+DEFINE_int32(progress_every_s, 10,
+             "epoch lines: the first 5 epochs' and the last's, and between them one at most every this many seconds "
+             "(0: every epoch's)");
 DEFINE_bool(
     staleness_aware, false,
     "divide each push's step by its staleness (Zhang et al. 2016; not with FTRL, whose step is per coordinate)");
@@ -77,12 +84,7 @@ DEFINE_string(trace_out, "",
               "write a CSV row per clock here, clock,wall_s,loss,metric,staleness,kind, and worker 0's "
               "per-epoch evaluations as kind eval (a %d in "
               "the path becomes the worker's rank: workers sharing flags then write files of their own)");
-// Injection (experiments): stragglers and a slower network.
-DEFINE_string(straggler, "", "RANK:MS[,RANK:MS]: these workers sleep MS milliseconds every clock");
-DEFINE_double(random_delay_p, 0, "each clock, every worker sleeps with this probability ...");
-DEFINE_double(random_delay_ms, 0, "... an exponential time with this mean (ms)");
-DEFINE_string(slowdown, "", "RANK:FACTOR[,...]: these workers' compute takes FACTOR times as long");
-DEFINE_int32(send_latency_ms, 0, "added latency on every message this worker sends");
+// (Stragglers, for the experiments: apps/worker_main_experiment_flags.cc.)
 // linreg
 DEFINE_int32(dim, 100, "linreg: features");
 DEFINE_int32(examples, 10000, "linreg: examples per worker");
@@ -131,8 +133,9 @@ pushpull::Status ParseAppOptions(pushpull::AppOptions* out) {
   PP_RETURN_IF_ERROR(at_least("rank", FLAGS_rank, -1));
   PP_RETURN_IF_ERROR(at_least("checkpoint_every_epochs", FLAGS_checkpoint_every_epochs, 0));
   PP_RETURN_IF_ERROR(at_least("progress_s", FLAGS_progress_s, 0));
+  PP_RETURN_IF_ERROR(at_least("progress_every_s", FLAGS_progress_every_s, 0));
+  PP_RETURN_IF_ERROR(at_least("connect_timeout_ms", FLAGS_connect_timeout_ms, 1));
   PP_RETURN_IF_ERROR(at_least("eval_every", FLAGS_eval_every, 0));
-  PP_RETURN_IF_ERROR(at_least("send_latency_ms", FLAGS_send_latency_ms, 0));
   for (auto [flag, v] : {std::pair<const char*, double>{"lr", FLAGS_lr},
                          {"target", FLAGS_target},
                          {"noise", FLAGS_noise},
@@ -189,26 +192,13 @@ pushpull::Status ParseAppOptions(pushpull::AppOptions* out) {
   app.metrics_out = FLAGS_metrics_out;
   app.target = FLAGS_target;
   app.progress_interval_s = FLAGS_progress_s;
+  app.progress_every_s = FLAGS_progress_every_s;
   app.trace_out = FLAGS_trace_out;
   app.eval_every = FLAGS_eval_every;
   app.staleness_aware = FLAGS_staleness_aware;
   app.eval_subset = FLAGS_eval_subset;
   app.checkpoint_every_epochs = FLAGS_checkpoint_every_epochs;
-  std::map<int, double> fixed;
-  PP_RETURN_IF_ERROR(pushpull::InjectionOptions::ParseRankMap("straggler", FLAGS_straggler, &fixed));
-  for (auto& [r, ms] : fixed) {
-    if (ms != std::floor(ms) || ms > 3600000)
-      return Status::InvalidArgument("--straggler: " + std::to_string(r) + ":" + std::to_string(ms) +
-                                     ": the milliseconds must be a whole number, at most an hour");
-    app.inject.fixed_delay_ms[r] = static_cast<int>(ms);
-  }
-  PP_RETURN_IF_ERROR(pushpull::InjectionOptions::ParseRankMap("slowdown", FLAGS_slowdown, &app.inject.slowdown));
-  if (FLAGS_random_delay_p < 0 || FLAGS_random_delay_p > 1 || FLAGS_random_delay_ms < 0)
-    return pushpull::Status::InvalidArgument("--random_delay_p must be in [0, 1] and --random_delay_ms >= 0");
-  app.inject.random_delay_p = FLAGS_random_delay_p;
-  app.inject.random_delay_mean_ms = FLAGS_random_delay_ms;
-  app.inject.send_latency_ms = FLAGS_send_latency_ms;
-  return pushpull::Status::OK();
+  return pushpull::ParseExperimentFlags(&app.inject);
 }
 
 pushpull::Status RunApp(pushpull::Client& client, pushpull::AppOptions app, pushpull::AppResult* result) {
@@ -259,7 +249,9 @@ int main(int argc, char** argv) {
       &argc, &argv,
 
       "a pushpull worker: runs one training app.\n"
-      "usage: pushpull-worker --scheduler=tcp://HOST:PORT --app=linreg|fmnist_mlp|sparse_lr [app flags]",
+      "usage: pushpull-worker --scheduler=tcp://HOST:PORT --app=linreg|fmnist_mlp|sparse_lr [app flags]\n"
+      "The flags from apps/worker_main_experiment_flags.cc, listed last, inject stragglers for the consistency "
+      "experiments (make experiments).",
       "worker_main");
   pushpull::RefuseArguments(argc, argv);
   pushpull::TuneMallocForLargeMessages();
@@ -315,13 +307,13 @@ int main(int argc, char** argv) {
   if (given("heartbeat_interval_ms")) o.heartbeat_interval_ms = FLAGS_heartbeat_interval_ms;
   if (given("scheduler_timeout_ms")) o.scheduler_timeout_ms = FLAGS_scheduler_timeout_ms;
   if (given("register_timeout_ms")) o.register_timeout_ms = FLAGS_register_timeout_ms;
+  if (given("connect_timeout_ms")) o.connect_timeout_ms = FLAGS_connect_timeout_ms;
   o.request_timeout_ms = FLAGS_request_timeout_ms;
   o.max_unanswered_mb = FLAGS_max_unanswered_mb;
-  o.send_latency_ms = FLAGS_send_latency_ms;
   auto client = pushpull::Client::Connect(o);
   if (!client.ok()) {
     PP_LOG(Error) << "cannot join the job: " << client.status().ToString();
-    return client.status().code() == pushpull::Code::kInvalidArgument ? 2 : 1;
+    return pushpull::ExitCodeOf(client.status().code());
   }
   // Destroyed before the client, whatever the return: the endpoint's thread renders from it, and a
   // scrape during the client's teardown would read it freed.
@@ -356,24 +348,36 @@ int main(int argc, char** argv) {
                                                        "floats)")
                  : pushpull::Status::Internal(FLAGS_app + ": " + e.what());
   }
+  // The job hears why this worker stops now, rather than from its silence a heartbeat timeout
+  // later; the exit status says the cause as every binary does (include/pushpull/status.h): bad
+  // flags or a bad setup, 2 (arguments refused, the data missing, a table past its servers'
+  // --max_table_mb: the same again on a restart, which pushpull-launch does not make), a diverged
+  // model 4 (a push held NaN or Inf), else 1.
+  auto leave = [&](const pushpull::Status& why) {
+    std::string who = "worker " + std::to_string((*client)->rank());
+    if (why.message().rfind(FLAGS_app, 0) != 0) who += ": " + FLAGS_app;  // (most app errors name it)
+    pushpull::Status left = (*client)->Leave(why.Annotate(who));
+    if (!left.ok()) PP_LOG(Warning) << "could not tell the scheduler: " << left.ToString();
+    return pushpull::ExitCodeOf(why.code());
+  };
   if (!st.ok()) {
     PP_LOG(Error) << FLAGS_app << " failed: " << st.ToString();
-    // The job hears why now, rather than from this worker's silence a heartbeat timeout later.
-    std::string who = "worker " + std::to_string((*client)->rank());
-    if (st.message().rfind(FLAGS_app, 0) != 0) who += ": " + FLAGS_app;  // (most app errors name it)
-    pushpull::Status left = (*client)->Leave(st.Annotate(who));
-    if (!left.ok()) PP_LOG(Warning) << "could not tell the scheduler: " << left.ToString();
-    // Bad flags or a bad setup (exit 2: arguments refused, a file such as the data missing, a
-    // table past its servers' --max_table_mb) fail the same way again: pushpull-launch does not
-    // restart them.
-    return pushpull::IsSetupError(st.code()) ? 2 : 1;
+    return leave(st);
   }
   PP_LOG(Info) << result.summary;
+  if (!result.missed_target.empty()) {
+    // The job ends on it (exit 3): told as it is, not as a death nor as a finish.
+    const pushpull::Status missed(pushpull::Code::kTargetMissed, result.missed_target);
+    PP_LOG(Error) << FLAGS_app << ": " << missed.message();
+    pushpull::Status left = (*client)->Leave(missed);
+    if (!left.ok()) PP_LOG(Warning) << "could not tell the scheduler: " << left.ToString();
+    return pushpull::ExitCodeOf(missed.code());
+  }
   st = (*client)->Finish();
-  if (!st.ok()) PP_LOG(Warning) << "finish: " << st.ToString();
-  if (!result.reached_target) {
-    PP_LOG(Error) << FLAGS_app << " did not reach its target";
-    return 3;
+  if (!st.ok()) {
+    // (Its last pushes refused, say: the job must not count this worker finished.)
+    PP_LOG(Error) << FLAGS_app << ": finish: " << st.ToString();
+    return leave(st);
   }
   return 0;
 }

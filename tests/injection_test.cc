@@ -1,4 +1,5 @@
-// The apps' fault injection flags (--straggler, --slowdown: apps/app.h).
+// The apps' fault injection flags (--straggler, --slowdown: apps/app.h), and the line a worker
+// logs of what it injects.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -22,6 +23,25 @@ TEST(Injection, RankMapsAreParsedWhole) {
     EXPECT_EQ(st.code(), Code::kInvalidArgument) << bad;
     EXPECT_NE(st.message().find("is not RANK:VALUE"), std::string::npos) << bad << ": " << st.ToString();
   }
+}
+
+// A worker says what it injects only when it injects something: a run without injection, the
+// common case, has no "injection for worker 0: none" line.
+TEST(Injection, OnlyAWorkerThatInjectsSaysWhat) {
+  InjectionOptions o;
+  testing::internal::CaptureStderr();
+  { Injector none(o, 0, 1); }
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("injection for worker"), std::string::npos) << err;
+  o.fixed_delay_ms[1] = 20;
+  testing::internal::CaptureStderr();
+  { Injector other(o, 0, 1); }  // (worker 1 straggles, not worker 0)
+  err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("injection for worker"), std::string::npos) << err;
+  testing::internal::CaptureStderr();
+  { Injector straggler(o, 1, 1); }
+  err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("injection for worker 1: fixed delay 20 ms per clock"), std::string::npos) << err;
 }
 
 }  // namespace

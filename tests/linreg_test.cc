@@ -1,6 +1,6 @@
 // The linear-regression app (apps/linreg.h) on in-process clusters: it converges under every
-// consistency model, reaches its default target without noise, and fails before training on an
-// output file it cannot open.
+// consistency model, reaches its default target without noise, says what it missed a target by,
+// logs its epochs at a rate, and fails before training on an output file it cannot open.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -27,6 +27,7 @@ TEST_P(Linreg, ConvergesToTheNoiseFloorUnderEveryModel) {
   auto results = RunOnCluster(*cluster_, [&](Client& c, AppResult* r) { return RunLinreg(c, app, o, r); });
   for (auto& r : results) {
     EXPECT_TRUE(r.reached_target) << model << ": " << r.summary;
+    EXPECT_EQ(r.missed_target, "") << model;
     EXPECT_LT(r.final_metric, 0.0075) << model;
     EXPECT_LE(r.max_staleness, app.consistency.bound() < 0 ? 1 << 30 : app.consistency.bound());
   }
@@ -48,6 +49,52 @@ TEST_F(Linreg, WithoutNoiseItReachesItsDefaultTarget) {
   auto results = RunOnCluster(1, 1, [&](Client& c, AppResult* r) { return RunLinreg(c, app, o, r); });
   EXPECT_TRUE(results[0].reached_target) << results[0].summary;
   EXPECT_LT(results[0].final_metric, 1e-6);
+}
+
+// A target the run does not reach: the run itself succeeds, and each worker (each evaluates its
+// own loss) has the verdict it tells the job, saying by what it missed and how the target was set.
+TEST_F(Linreg, AMissedTargetSaysWhatItMissedBy) {
+  AppOptions app;
+  app.epochs = 1;
+  app.progress_interval_s = 0;
+  app.target = 1e-12;
+  LinregOptions o;
+  o.examples_per_worker = 500;
+  auto results = RunOnCluster(1, 2, [&](Client& c, AppResult* r) { return RunLinreg(c, app, o, r); });
+  for (const AppResult& r : results) {
+    EXPECT_FALSE(r.reached_target) << r.summary;
+    EXPECT_EQ(r.missed_target.rfind("missed target: loss ", 0), 0u) << r.missed_target;
+    EXPECT_NE(r.missed_target.find(" > 1e-12 (--target)"), std::string::npos) << r.missed_target;
+  }
+  // The default target, 1.5 times the noise floor (0.5 x 0.1^2), missed by a run that barely trains.
+  app.target = -1;
+  app.lr = 1e-6f;
+  results = RunOnCluster(1, 1, [&](Client& c, AppResult* r) { return RunLinreg(c, app, o, r); });
+  EXPECT_NE(results[0].missed_target.find(" > 0.0075 (1.5 x noise floor 0.0050)"), std::string::npos)
+      << results[0].missed_target;
+}
+
+// Epoch lines come at a rate: the first few, then one at most every progress_every_s, and the
+// last; every one with progress_every_s 0. (A run of thousands of short epochs would otherwise
+// log thousands of lines a minute.)
+TEST_F(Linreg, EpochLinesComeAtARate) {
+  for (int every_s : {0, 3600}) {
+    AppOptions app;
+    app.epochs = 12;
+    app.progress_interval_s = 0;
+    app.progress_every_s = every_s;
+    LinregOptions o;
+    o.examples_per_worker = 200;
+    testing::internal::CaptureStderr();
+    RunOnCluster(1, 1, [&](Client& c, AppResult* r) { return RunLinreg(c, app, o, r); });
+    const std::string err = testing::internal::GetCapturedStderr();
+    int lines = 0;
+    for (size_t at = err.find("linreg epoch "); at != std::string::npos; at = err.find("linreg epoch ", at + 1))
+      ++lines;
+    EXPECT_EQ(lines, every_s == 0 ? 12 : EpochLines::kFirstEpochLines + 1) << every_s << "\n" << err;
+    EXPECT_NE(err.find("linreg epoch 12/12 loss "), std::string::npos) << every_s << "\n" << err;
+    EXPECT_EQ(err.find("linreg epoch 8/12 ") == std::string::npos, every_s != 0) << every_s << "\n" << err;
+  }
 }
 
 // An output file the app cannot open fails it at once, naming the flag, before it trains (the

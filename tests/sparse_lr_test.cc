@@ -37,5 +37,24 @@ TEST(SparseLr, ApproachesTheOptimumAndReportsAuc) {
   EXPECT_EQ(with_auc, 2);
 }
 
+// A gap to the optimum the run does not close: worker 0, which evaluates, has the verdict it tells
+// the job; worker 1, which does not, has none.
+TEST(SparseLr, AMissedTargetSaysWhatItMissedBy) {
+  AppOptions app;
+  app.epochs = 1;
+  app.batch = 500;
+  app.progress_interval_s = 0;
+  app.target = 1e-9;
+  SparseLrOptions o;
+  o.examples_total = 20000;
+  o.heldout = 2000;
+  auto results = RunOnCluster(1, 2, [&](Client& c, AppResult* r) { return RunSparseLr(c, app, o, r); });
+  EXPECT_FALSE(results[0].reached_target) << results[0].summary;
+  EXPECT_EQ(results[0].missed_target.rfind("missed target: gap ", 0), 0u) << results[0].missed_target;
+  EXPECT_NE(results[0].missed_target.find("% > 0.00% (--target)"), std::string::npos) << results[0].missed_target;
+  EXPECT_TRUE(results[1].reached_target);
+  EXPECT_EQ(results[1].missed_target, "");
+}
+
 }  // namespace
 }  // namespace pushpull
