@@ -5,8 +5,9 @@
 
 Each worker trains on its share of the training set (every num_workers-th image from its rank);
 under BSP the servers apply the workers' mean gradient each step. Worker 0 evaluates on the test
-set after each epoch. Data: Debian's dataset-fashion-mnist (or --data_dir). Exits 3 when the last
-epoch's test accuracy is below --target.
+set after each epoch. Data: Debian's dataset-fashion-mnist (or --data_dir). When the last epoch's
+test accuracy is below --target, worker 0 says so ("missed target: ..."), ends the job with that
+cause (pushpull.TargetMissed) and exits 3.
 """
 
 import argparse
@@ -121,10 +122,15 @@ def main():
             if args.metrics_out:
                 with open(args.metrics_out, "a") as f:
                     f.write(json.dumps(line) + "\n")
-    if rank == 0:
-        print(f"fmnist_cnn: test accuracy {acc:.4f} after {args.epochs} epochs (target {args.target})", flush=True)
-        if acc < args.target:
-            sys.exit(3)
+        if rank == 0:
+            print(f"fmnist_cnn: test accuracy {acc:.4f} after {args.epochs} epochs (target {args.target})", flush=True)
+            if acc < args.target:
+                # The job ends with this cause, which the scheduler and the launcher name (exit 3),
+                # rather than with a bare exit status. The other workers finish as usual.
+                why = f"missed target: test accuracy {acc:.4f} < {args.target:g} after {args.epochs} epochs"
+                print(f"fmnist_cnn: {why}", flush=True)
+                client.leave(pushpull.TargetMissed(why))
+                sys.exit(3)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,12 @@ and in it::
 
 Arrays are sent and filled in place, without copies: float32, C-contiguous. The GIL is released
 while a call sends or waits. Errors raise pushpull.Error subclasses named by the status code
-(InvalidArgument, Unavailable, DeadlineExceeded, ...), with the servers' message.
+(InvalidArgument, Unavailable, DeadlineExceeded, ...), with the servers' message. An argument of
+the wrong type raises TypeError naming the call and the argument.
 """
+
+import collections
+import numbers
 
 from . import _core
 from ._core import (  # noqa: F401  (re-exported)
@@ -27,6 +31,7 @@ from ._core import (  # noqa: F401  (re-exported)
     AlreadyExists,
     Corruption,
     DeadlineExceeded,
+    Diverged,
     Error,
     FailedPrecondition,
     Future,
@@ -36,6 +41,7 @@ from ._core import (  # noqa: F401  (re-exported)
     OptimizerConfig,
     ResourceExhausted,
     Table,
+    TargetMissed,
     Unavailable,
 )
 
@@ -43,10 +49,48 @@ __version__ = _core.version()
 
 __all__ = [
     "connect", "default_client", "Client", "Table", "Future", "OptimizerConfig",
-    "SGD", "Adam", "AdamW", "Adagrad", "FTRL", "held_buffers",
+    "SGD", "Adam", "AdamW", "Adagrad", "FTRL", "cosine", "step_decay", "held_buffers",
     "Error", "InvalidArgument", "NotFound", "Corruption", "Unavailable", "DeadlineExceeded",
-    "FailedPrecondition", "AlreadyExists", "Aborted", "Internal", "ResourceExhausted",
+    "FailedPrecondition", "AlreadyExists", "Aborted", "Internal", "ResourceExhausted", "Diverged",
+    "TargetMissed",
 ]
+
+
+# --- Arguments: each public call checks its own, so that a mistake names the call ------------
+
+# What an argument must be: its types, the words an error says, and a test of its value.
+_Kind = collections.namedtuple("_Kind", "types what ok", defaults=(None,))
+_STR = _Kind(str, "a string")
+_BOOL = _Kind(numbers.Integral, "True or False")  # (bool is an Integral)
+_NUMBER = _Kind(numbers.Real, "a number")
+_COUNT = _Kind(numbers.Integral, "an integer >= 0", lambda v: v >= 0)
+_SECONDS = _Kind(numbers.Real, "seconds (a number >= 0)", lambda v: v >= 0)
+_TABLE = _Kind(Table, "a pushpull.Table (from client.create_table)")
+_OPTIMIZER = _Kind(OptimizerConfig, "an optimizer (from pushpull.SGD, Adam, AdamW, Adagrad or FTRL)")
+_BETAS = _Kind((tuple, list), "a pair of numbers", lambda v: len(v) == 2)
+_SCHEDULE = _Kind(tuple, "a schedule (from pushpull.cosine or pushpull.step_decay)",
+                  lambda v: len(v) == 2 and v[0] in ("cosine", "step") and isinstance(v[1], dict))
+_REASON = _Kind((str, BaseException), "a string or an exception (such as pushpull.TargetMissed(...))")
+
+
+def _show(value):
+    """The value as an error shows it: its type and its repr, cut short ("str 'name'")."""
+    r = repr(value)
+    return f"{type(value).__name__} {r if len(r) <= 60 else r[:57] + '...'}"
+
+
+def _check(call, name, value, kind, none=False):
+    """value, when it is of kind (or None, where none allows it). Else a TypeError, or
+    InvalidArgument (a ValueError) for a value of the right type out of range, that names the
+    call, the argument and what it must be."""
+    if value is None and none:
+        return value
+    what = kind.what + (" or None" if none else "")
+    if not isinstance(value, kind.types):
+        raise TypeError(f"{call}({name}): expected {what}, got {_show(value)}")
+    if kind.ok is not None and not kind.ok(value):
+        raise InvalidArgument(f"{call}({name}): expected {what}, got {_show(value)}")
+    return value
 
 
 def held_buffers():
@@ -57,74 +101,81 @@ def held_buffers():
 # --- Optimizers: each returns the OptimizerConfig a table is created with -------------------
 
 
-def _config(kind, lr, schedule, clip_norm, staleness_aware):
+# The OptimizerConfig field of each optimizer argument whose name differs from it, and those of
+# True or False.
+_FIELDS = {"eps": "epsilon", "initial_accumulator_value": "initial_accumulator", "alpha": "ftrl_alpha",
+           "beta": "ftrl_beta", "l1": "ftrl_l1", "l2": "ftrl_l2"}
+_FLAGS = ("nesterov", "amsgrad", "staleness_aware")
+
+
+def _config(call, kind, schedule, **settings):
+    """The OptimizerConfig of kind with settings (an argument of call: its value), each checked."""
     c = OptimizerConfig()
     c.kind = kind
-    c.lr = lr
-    c.clip_norm = clip_norm
-    c.staleness_aware = staleness_aware
-    if schedule is not None:
-        kind_of, settings = schedule
+    for name, value in settings.items():
+        if name == "betas":
+            c.beta1, c.beta2 = (_check(call, name, b, _NUMBER) for b in _check(call, name, value, _BETAS))
+        elif name in _FLAGS:
+            setattr(c, name, bool(_check(call, name, value, _BOOL)))
+        else:
+            setattr(c, _FIELDS.get(name, name), _check(call, name, value, _NUMBER))
+    if _check(call, "schedule", schedule, _SCHEDULE, none=True) is not None:
+        kind_of, values = schedule
         c.schedule = kind_of
-        for name, value in settings.items():
+        for name, value in values.items():
             setattr(c, name, value)
+    c.validate()
     return c
 
 
 def cosine(total_steps, warmup_steps=0, min_lr_ratio=0.0):
     """A cosine learning-rate schedule over total_steps (after a linear warm-up)."""
-    return ("cosine", dict(total_steps=total_steps, warmup_steps=warmup_steps, min_lr_ratio=min_lr_ratio))
+    return ("cosine", dict(total_steps=_check("cosine", "total_steps", total_steps, _COUNT),
+                           warmup_steps=_check("cosine", "warmup_steps", warmup_steps, _COUNT),
+                           min_lr_ratio=_check("cosine", "min_lr_ratio", min_lr_ratio, _NUMBER)))
 
 
 def step_decay(step_size, gamma=0.1, warmup_steps=0):
     """The learning rate times gamma every step_size steps (after a linear warm-up)."""
-    return ("step", dict(step_size=step_size, gamma=gamma, warmup_steps=warmup_steps))
+    return ("step", dict(step_size=_check("step_decay", "step_size", step_size, _COUNT),
+                         gamma=_check("step_decay", "gamma", gamma, _NUMBER),
+                         warmup_steps=_check("step_decay", "warmup_steps", warmup_steps, _COUNT)))
 
 
 def SGD(lr, momentum=0.0, nesterov=False, weight_decay=0.0, schedule=None, clip_norm=0.0,
         staleness_aware=False):
     """SGD as torch.optim.SGD: momentum, Nesterov, L2 weight decay added to the gradient."""
-    c = _config("sgd", lr, schedule, clip_norm, staleness_aware)
-    c.momentum, c.nesterov, c.weight_decay = momentum, nesterov, weight_decay
-    c.validate()
-    return c
+    return _config("SGD", "sgd", schedule, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
+                   clip_norm=clip_norm, staleness_aware=staleness_aware)
 
 
 def Adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, schedule=None,
          clip_norm=0.0, staleness_aware=False):
     """Adam as torch.optim.Adam (weight decay: L2 added to the gradient)."""
-    c = _config("adam", lr, schedule, clip_norm, staleness_aware)
-    c.beta1, c.beta2 = betas
-    c.epsilon, c.weight_decay, c.amsgrad = eps, weight_decay, amsgrad
-    c.validate()
-    return c
+    return _config("Adam", "adam", schedule, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                   amsgrad=amsgrad, clip_norm=clip_norm, staleness_aware=staleness_aware)
 
 
 def AdamW(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, amsgrad=False, schedule=None,
           clip_norm=0.0, staleness_aware=False):
     """AdamW as torch.optim.AdamW (decoupled weight decay)."""
-    c = _config("adamw", lr, schedule, clip_norm, staleness_aware)
-    c.beta1, c.beta2 = betas
-    c.epsilon, c.weight_decay, c.amsgrad = eps, weight_decay, amsgrad
-    c.validate()
-    return c
+    return _config("AdamW", "adamw", schedule, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                   amsgrad=amsgrad, clip_norm=clip_norm, staleness_aware=staleness_aware)
 
 
 def Adagrad(lr=1e-2, eps=1e-10, initial_accumulator_value=0.0, weight_decay=0.0, schedule=None,
             clip_norm=0.0, staleness_aware=False):
     """AdaGrad as torch.optim.Adagrad."""
-    c = _config("adagrad", lr, schedule, clip_norm, staleness_aware)
-    c.epsilon, c.initial_accumulator, c.weight_decay = eps, initial_accumulator_value, weight_decay
-    c.validate()
-    return c
+    return _config("Adagrad", "adagrad", schedule, lr=lr, eps=eps,
+                   initial_accumulator_value=initial_accumulator_value, weight_decay=weight_decay,
+                   clip_norm=clip_norm, staleness_aware=staleness_aware)
 
 
 def FTRL(alpha=0.05, beta=1.0, l1=0.0, l2=0.0, clip_norm=0.0):
     """FTRL-Proximal (McMahan et al. 2013), per coordinate."""
-    c = _config("ftrl", alpha, None, clip_norm, False)
-    c.ftrl_alpha, c.ftrl_beta, c.ftrl_l1, c.ftrl_l2 = alpha, beta, l1, l2
-    c.validate()
-    return c
+    # lr too: the table's rate, as the servers report it (alpha is checked first, so an error
+    # names alpha).
+    return _config("FTRL", "ftrl", None, alpha=alpha, beta=beta, l1=l1, l2=l2, clip_norm=clip_norm, lr=alpha)
 
 
 # --- Arrays: NumPy as they are, CPU torch tensors as NumPy views of the same memory ----------
@@ -213,46 +264,56 @@ class Client:
         may call it). rows: a dense table's row count (a sparse one takes any uint64 key);
         optimizer: pushpull.SGD(...), Adam(...), ...; consistency: "bsp", "ssp:K", "asp" (None:
         the job's); init: "zeros", "uniform", "normal", "glorot"."""
-        if optimizer is None:
+        call = "create_table"
+        if _check(call, "optimizer", optimizer, _OPTIMIZER, none=True) is None:
             optimizer = SGD(lr=0.01)
-        if not isinstance(optimizer, OptimizerConfig):
-            raise InvalidArgument("optimizer must be made by pushpull.SGD, Adam, AdamW, Adagrad or FTRL")
-        return self._c._create_table(name, int(rows), int(dim), bool(sparse), optimizer, consistency or "",
-                                     init, float(init_scale), int(seed))
+        for arg, value, kind in [("name", name, _STR), ("rows", rows, _COUNT), ("dim", dim, _COUNT),
+                                 ("sparse", sparse, _BOOL), ("init", init, _STR), ("init_scale", init_scale, _NUMBER),
+                                 ("seed", seed, _COUNT)]:
+            _check(call, arg, value, kind)
+        _check(call, "consistency", consistency, _STR, none=True)
+        return self._c._create_table(name, int(rows), int(dim), bool(sparse), optimizer, consistency or "", init,
+                                     float(init_scale), int(seed))
 
     # Data: pulls and pushes.
+    def _pull(self, call, table, keys, out, lookup=False):
+        _check(call, "table", table, _TABLE)
+        if out is not None and _is_tensor(out):
+            return _TensorFuture(self._c._pull_async(table, _keys(keys), _array(out, "out"), lookup), out)
+        return self._c._pull_async(table, _keys(keys), out, lookup)
+
+    def _push(self, call, table, grads, keys):
+        return self._c._push_async(_check(call, "table", table, _TABLE), _array(grads, "grads"), _keys(keys))
+
     def pull_async(self, table, keys=None, out=None):
         """Starts a pull: the whole table (keys None, dense tables) or the rows of keys. out: a
         float32 array or CPU tensor to fill in place (kept alive by the Future), else a new
         array. Returns a Future whose wait() returns the array."""
-        if out is not None and _is_tensor(out):
-            dest = _array(out, "out")
-            f = self._c._pull_async(table, _keys(keys), dest, False)
-            return _TensorFuture(f, out)
-        return self._c._pull_async(table, _keys(keys), out, False)
+        return self._pull("pull_async", table, keys, out)
 
     def pull(self, table, keys=None, out=None, timeout=None):
         """The table's rows (all of a dense table, or those of keys) as a float32 array of
         rows x dim, or written into out. Under BSP and SSP it waits for the slower workers as
         the table's consistency model says."""
-        return self.pull_async(table, keys, out).wait(timeout)
+        _check("pull", "timeout", timeout, _SECONDS, none=True)  # (before the call goes out)
+        return self._pull("pull", table, keys, out).wait(timeout)
 
     def lookup(self, table, keys, out=None, timeout=None):
         """Reads rows as pull() does, without adding keys a sparse table does not hold yet (they
         read as their rows would start): for evaluation."""
-        dest = _array(out, "out") if out is not None else None
-        result = self._c._pull_async(table, _keys(keys), dest, True).wait(timeout)
-        return out if out is not None else result
+        _check("lookup", "timeout", timeout, _SECONDS, none=True)
+        return self._pull("lookup", table, keys, out, lookup=True).wait(timeout)
 
     def push_async(self, table, grads, keys=None):
         """Starts a push of gradients (float32 array or CPU tensor, rows x dim: the whole table,
         or the rows of keys). The array is sent as it is, not copied: leave it unchanged until
         the Future is done."""
-        return self._c._push_async(table, _array(grads, "grads"), _keys(keys))
+        return self._push("push_async", table, grads, keys)
 
     def push(self, table, grads, keys=None, timeout=None):
         """Pushes gradients and waits for the servers to take them (see push_async)."""
-        self.push_async(table, grads, keys).wait(timeout)
+        _check("push", "timeout", timeout, _SECONDS, none=True)
+        self._push("push", table, grads, keys).wait(timeout)
 
     # Steps and the job.
     def clock(self):
@@ -266,7 +327,7 @@ class Client:
     def checkpoint(self, run=""):
         """Every live worker calls it at the same clock: the servers write every table, with its
         optimizer state, and the scheduler commits the checkpoint."""
-        self._c._checkpoint(run)
+        self._c._checkpoint(_check("checkpoint", "run", run, _STR))
 
     def finish(self):
         """Closes the last step, waits for every push to be answered, tells the job this worker
@@ -274,8 +335,17 @@ class Client:
         self._c._finish()
 
     def leave(self, reason):
-        """Tells the job this worker stops early because of reason. No calls after it."""
-        self._c._leave(str(reason))
+        """Tells the job this worker stops early because of reason: a string, or an exception. A
+        pushpull.Error gives its code too (leave(pushpull.TargetMissed("AUC 0.84 < 0.86")): the
+        scheduler acts on it as on a C++ worker's; another exception is sent as "Type: message",
+        as Aborted. No calls after it."""
+        _check("leave", "reason", reason, _REASON)
+        if isinstance(reason, Error):
+            self._c._leave(getattr(reason, "code", "Aborted"), str(reason))
+        elif isinstance(reason, BaseException):
+            self._c._leave("Aborted", f"{type(reason).__name__}: {reason}")
+        else:
+            self._c._leave("Aborted", reason)
 
     def stats(self):
         """Counters of this client: pushes, pulls, clocks, bytes sent and received, ..."""
@@ -286,13 +356,22 @@ class Client:
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
-            self.finish()
-        else:
             try:
-                self.leave(f"{exc_type.__name__}: {exc}")
-            except Error:
-                pass  # the job may be gone already: the exception in flight says more
+                self.finish()
+            except BaseException as e:
+                # The job hears why this worker stops, rather than blaming another process or,
+                # later, this one's silence.
+                self._leave_quietly(e)
+                raise
+        else:
+            self._leave_quietly(exc)
         return False
+
+    def _leave_quietly(self, reason):
+        try:
+            self.leave(reason)
+        except Error:
+            pass  # the job may be gone already: the exception in flight says more
 
 
 class _TensorFuture:
@@ -310,24 +389,28 @@ class _TensorFuture:
 
 
 def connect(scheduler=None, rank=None, consistency=None, request_timeout=None,
-            heartbeat_interval=None, register_timeout=None, max_unanswered_mb=None):
+            heartbeat_interval=None, register_timeout=None, max_unanswered_mb=None, connect_timeout=None):
     """Joins the job. What is not given comes from the environment pushpull-launch sets
     (PUSHPULL_SCHEDULER, PUSHPULL_RANK, PUSHPULL_CONSISTENCY, ...). Timeouts in seconds. Blocks
-    until the whole job has registered."""
+    until the whole job has registered.
+
+    connect_timeout: a scheduler address that does not resolve or refuses connections this long
+    fails connect() with the address and the reason (default 10 s, PUSHPULL_CONNECT_TIMEOUT_MS)."""
     o = _core.ClientOptions()
-    if scheduler is not None:
+    if _check("connect", "scheduler", scheduler, _STR, none=True) is not None:
         o.scheduler = scheduler
-    if rank is not None:
+    if _check("connect", "rank", rank, _COUNT, none=True) is not None:
         o.requested_rank = int(rank)
-    if consistency is not None:
+    if _check("connect", "consistency", consistency, _STR, none=True) is not None:
         o.consistency = consistency
-    if request_timeout is not None:
-        o.request_timeout_ms = max(1, int(request_timeout * 1000))
-    if heartbeat_interval is not None:
-        o.heartbeat_interval_ms = max(1, int(heartbeat_interval * 1000))
-    if register_timeout is not None:
-        o.register_timeout_ms = max(1, int(register_timeout * 1000))
-    if max_unanswered_mb is not None:
+    # Seconds as the options' milliseconds (an int): at least 1, as 0 means "the default".
+    for name, value, field in [("request_timeout", request_timeout, "request_timeout_ms"),
+                               ("heartbeat_interval", heartbeat_interval, "heartbeat_interval_ms"),
+                               ("register_timeout", register_timeout, "register_timeout_ms"),
+                               ("connect_timeout", connect_timeout, "connect_timeout_ms")]:
+        if _check("connect", name, value, _SECONDS, none=True) is not None:
+            setattr(o, field, max(1, min(int(value * 1000), 2**31 - 1)))
+    if _check("connect", "max_unanswered_mb", max_unanswered_mb, _COUNT, none=True) is not None:
         o.max_unanswered_mb = int(max_unanswered_mb)
     global _default
     client = Client(_core._connect(o))

@@ -14,9 +14,17 @@ one machine, sharded over the servers, that a model uses as nn.EmbeddingBag.
     client.finish()
 """
 
+import collections.abc
+
 import torch
 
-from . import SGD, InvalidArgument, default_client
+from . import (_COUNT, _NUMBER, _OPTIMIZER, _STR, SGD, Client, InvalidArgument, _check, _Kind,
+               default_client)
+
+_CLIENT = _Kind(Client, "a pushpull.Client (from pushpull.connect)")
+_TENSOR = _Kind(torch.Tensor, "a torch.Tensor")
+_PARAMS = _Kind((torch.nn.Module, collections.abc.Iterable), "a model, its named_parameters() or a list of tensors",
+                lambda v: not isinstance(v, torch.Tensor))
 
 
 class ServerOptimizer:
@@ -44,7 +52,12 @@ class ServerOptimizer:
     ROW = 1024  # floats a row of the table: rows spread the parameters over the servers
 
     def __init__(self, params, optimizer, consistency=None, client=None, name="model"):
-        client = client or default_client()
+        call = "ServerOptimizer"
+        _check(call, "params", params, _PARAMS)
+        _check(call, "optimizer", optimizer, _OPTIMIZER)
+        _check(call, "consistency", consistency, _STR, none=True)
+        client = _check(call, "client", client, _CLIENT, none=True) or default_client()
+        _check(call, "name", name, _STR)
         if hasattr(params, "named_parameters"):
             params = params.named_parameters()
         named = []
@@ -192,7 +205,14 @@ class ShardedEmbedding(torch.nn.Module):
     def __init__(self, num_embeddings, dim, optimizer=None, client=None, mode="mean", init=None,
                  init_scale=0.01, name="embedding", consistency=None, seed=1):
         super().__init__()
-        client = client or default_client()
+        call = "ShardedEmbedding"
+        for arg, value, kind in [("num_embeddings", num_embeddings, _COUNT), ("dim", dim, _COUNT), ("mode", mode, _STR),
+                                 ("init_scale", init_scale, _NUMBER), ("name", name, _STR), ("seed", seed, _COUNT)]:
+            _check(call, arg, value, kind)
+        for arg, value, kind in [("optimizer", optimizer, _OPTIMIZER), ("init", init, _STR),
+                                 ("consistency", consistency, _STR)]:
+            _check(call, arg, value, kind, none=True)
+        client = _check(call, "client", client, _CLIENT, none=True) or default_client()
         if mode not in ("sum", "mean"):
             raise InvalidArgument(f"mode must be 'sum' or 'mean', not {mode!r}")
         self.num_embeddings, self.dim, self.mode, self.client = int(num_embeddings), int(dim), mode, client
@@ -205,6 +225,8 @@ class ShardedEmbedding(torch.nn.Module):
         self._anchor = torch.zeros((), requires_grad=True)
 
     def forward(self, input, offsets=None):
+        _check("ShardedEmbedding.forward", "input", input, _TENSOR)
+        _check("ShardedEmbedding.forward", "offsets", offsets, _TENSOR, none=True)
         if input.dtype not in (torch.int64, torch.int32):
             raise InvalidArgument(f"ids must be integers, not {input.dtype}")
         if input.dim() == 2 and offsets is None:

@@ -114,6 +114,13 @@ Client::KeyBuffer Keys(const py::handle& h) {
   return keys;
 }
 
+// A value as an error message shows it: its type and its repr, cut short ("str 'name'").
+std::string Show(const py::handle& h) {
+  std::string repr = py::repr(h);
+  if (repr.size() > 60) repr = repr.substr(0, 57) + "...";
+  return std::string(py::str(py::type::handle_of(h).attr("__name__"))) + " " + repr;
+}
+
 class PyClient;
 
 // A table as created by one client: calls through another client are refused.
@@ -128,12 +135,22 @@ class PyFuture {
   PyFuture(Future f, py::object out) : f_(std::move(f)), out_(std::move(out)) {}
   // The pull's values (its array) or None; raises the call's error. timeout: seconds (None: the
   // client's request timeout); a wait that expires gives the call up (DeadlineExceeded).
-  py::object Wait(std::optional<double> timeout) {
+  py::object Wait(const py::object& timeout) {
+    std::optional<double> seconds;
+    if (!timeout.is_none()) {
+      const double t = PyFloat_AsDouble(timeout.ptr());  // any number: int, float, NumPy's
+      if (t == -1.0 && PyErr_Occurred()) {
+        // A TypeError as the package's own checks raise (pushpull/__init__.py, _check).
+        PyErr_Clear();
+        throw py::type_error("wait(timeout): expected seconds (a number) or None, got " + Show(timeout));
+      }
+      seconds = t;
+    }
     ReleasePending();
     Status s;
     {
       py::gil_scoped_release unlocked;
-      s = timeout ? f_.WaitFor(static_cast<int64_t>(std::ceil(std::max(0.0, *timeout) * 1000))) : f_.Wait();
+      s = seconds ? f_.WaitFor(static_cast<int64_t>(std::ceil(std::max(0.0, *seconds) * 1000))) : f_.Wait();
     }
     ReleasePending();
     Check(s);
@@ -283,6 +300,14 @@ void MakeErrors(py::module_& m) {
   g_errors[0] = base;
 }
 
+// The error code of that name ("TargetMissed"): the code of a pushpull.Error, which leave()
+// sends on. The scheduler acts on it as on a C++ worker's, such as a setup error's exit 2.
+Code CodeNamed(const std::string& name) {
+  for (size_t i = 1; i < g_errors.size(); ++i)
+    if (name == CodeName(static_cast<Code>(i))) return static_cast<Code>(i);
+  Raise(Status::InvalidArgument("no error code is named '" + name + "'"));
+}
+
 std::string ModelName(const Consistency& c) { return c.ToString(); }
 
 const char* ScheduleName(opt::ScheduleKind k) {
@@ -366,6 +391,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("heartbeat_interval_ms", &ClientOptions::heartbeat_interval_ms)
       .def_readwrite("scheduler_timeout_ms", &ClientOptions::scheduler_timeout_ms)
       .def_readwrite("register_timeout_ms", &ClientOptions::register_timeout_ms)
+      .def_readwrite("connect_timeout_ms", &ClientOptions::connect_timeout_ms)
       .def_readwrite("max_unanswered_mb", &ClientOptions::max_unanswered_mb);
 
   py::class_<PyTable>(m, "Table", "a table as created: pass it to pull and push")
@@ -423,8 +449,13 @@ PYBIND11_MODULE(_core, m) {
       .def("_checkpoint",
            [](PyClient& c, const std::string& run) { c.Blocking([&] { return c.c().Checkpoint(run); }); })
       .def("_finish", [](PyClient& c) { c.Blocking([&] { return c.c().Finish(); }); })
-      .def("_leave",
-           [](PyClient& c, const std::string& why) { c.Blocking([&] { return c.c().Leave(Status::Aborted(why)); }); })
+      .def(
+          "_leave",
+          [](PyClient& c, const std::string& code, const std::string& why) {
+            const Status left(CodeNamed(code), why);
+            c.Blocking([&] { return c.c().Leave(left); });
+          },
+          py::arg("code"), py::arg("why"))
       .def("_stats", [](const PyClient& c) {
         const ClientStats s = c.c().stats();
         py::dict d;

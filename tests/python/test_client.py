@@ -5,6 +5,7 @@ context manager, and BSP's mean update matching torch's optimizer on the mean gr
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -14,8 +15,8 @@ from conftest import BIN, BUILD, run_workers
 import pushpull
 
 
-def connect(job, rank=0, **kw):
-    return pushpull.connect(scheduler=job.scheduler, rank=rank, request_timeout=30, **kw)
+def connect(job, rank=0, request_timeout=30, **kw):
+    return pushpull.connect(scheduler=job.scheduler, rank=rank, request_timeout=request_timeout, **kw)
 
 
 def test_dense_push_and_pull_round_trip(job_factory):
@@ -302,3 +303,101 @@ def test_a_checkpoint_taken_from_python_restores_tables_clock_and_run(job_factor
         assert c.restored_run == "batch 8, 3 clocks" and c.current_clock == 3
         t = c.create_table("w", rows=6, dim=2, optimizer=pushpull.Adam(lr=0.1))
         assert np.array_equal(c.pull(t), saved)
+
+
+def test_an_argument_of_the_wrong_type_names_the_call_and_the_argument(job_factory):
+    job = job_factory(servers=1, workers=1)
+    with connect(job) as c:
+        t = c.create_table("w", rows=4, dim=2, optimizer=pushpull.SGD(lr=1.0))
+        ones = np.ones((4, 2), np.float32)
+        wrong_type = [
+            (lambda: c.pull("w"), "pull(table): expected a pushpull.Table (from client.create_table), got str 'w'"),
+            (lambda: c.push_async(None, ones), "push_async(table): expected a pushpull.Table"),
+            (lambda: c.push(t, ones, timeout="1"),
+             "push(timeout): expected seconds (a number >= 0) or None, got str '1'"),
+            (lambda: c.lookup(t.name, [1]), "lookup(table): expected a pushpull.Table"),
+            (lambda: c.create_table(5), "create_table(name): expected a string, got int 5"),
+            (lambda: c.create_table("v", rows="10"), "create_table(rows): expected an integer >= 0, got str '10'"),
+            (lambda: c.create_table("v", optimizer="adam"), "create_table(optimizer): expected an optimizer"),
+            (lambda: c.checkpoint(3), "checkpoint(run): expected a string, got int 3"),
+            (lambda: c.leave(42), "leave(reason): expected a string or an exception"),
+            (lambda: c.pull_async(t).wait("soon"),
+             "wait(timeout): expected seconds (a number) or None, got str 'soon'"),
+            (lambda: pushpull.connect(scheduler=7000), "connect(scheduler): expected a string or None, got int 7000"),
+            (lambda: pushpull.Adam(lr="1e-3"), "Adam(lr): expected a number, got str '1e-3'"),
+            (lambda: pushpull.SGD(0.1, nesterov="yes"), "SGD(nesterov): expected True or False, got str 'yes'"),
+            (lambda: pushpull.Adam(schedule="cosine"), "Adam(schedule): expected a schedule (from pushpull.cosine"),
+            (lambda: pushpull.cosine(total_steps=100.5),
+             "cosine(total_steps): expected an integer >= 0, got float 100.5"),
+        ]
+        for call, message in wrong_type:
+            with pytest.raises(TypeError) as e:
+                call()
+            assert str(e.value).startswith(message), (str(e.value), message)
+        # The right type, a value out of range: InvalidArgument, a ValueError.
+        out_of_range = [
+            (lambda: c.create_table("v", rows=-1), "create_table(rows): expected an integer >= 0, got int -1"),
+            (lambda: pushpull.connect(request_timeout=-1), "connect(request_timeout): expected seconds"),
+            (lambda: pushpull.Adam(betas=(0.9,)), "Adam(betas): expected a pair of numbers, got tuple (0.9,)"),
+        ]
+        for call, message in out_of_range:
+            with pytest.raises(pushpull.InvalidArgument) as e:
+                call()
+            assert isinstance(e.value, ValueError) and str(e.value).startswith(message), (str(e.value), message)
+        # Nothing was sent: the client goes on.
+        c.push(t, ones)
+        c.clock()
+        assert np.all(c.pull(t) == -1.0)
+    assert job.wait_scheduler() == 0, job.output()
+
+
+def test_the_error_classes_of_every_code(job_factory):
+    for name in ["InvalidArgument", "NotFound", "Corruption", "Unavailable", "DeadlineExceeded", "FailedPrecondition",
+                 "AlreadyExists", "Aborted", "Internal", "ResourceExhausted", "Diverged", "TargetMissed"]:
+        cls = getattr(pushpull, name)
+        assert issubclass(cls, pushpull.Error) and cls.code == name and name in pushpull.__all__
+
+
+@pytest.mark.parametrize("reason,said,code", [
+    (pushpull.TargetMissed("missed target: AUC 0.5100 < 0.8600"), "TargetMissed: missed target: AUC 0.5100 < 0.8600",
+     3),
+    (pushpull.Diverged("loss is nan at step 7"), "Diverged: loss is nan at step 7", 4),
+    (pushpull.NotFound("no file /data/train.csv"), "NotFound: no file /data/train.csv", 2),
+    (RuntimeError("out of data"), "Aborted: RuntimeError: out of data", 1),
+    ("no more data", "Aborted: no more data", 1),
+])
+def test_leave_sends_the_code_of_its_reason(job_factory, reason, said, code):
+    """A pushpull.Error goes with its code, which the scheduler acts on as on a C++ worker's (a
+    missed target ends the job with exit 3, a diverged one with 4, a setup error with 2); anything
+    else is Aborted."""
+    job = job_factory(servers=1, workers=1)
+    c = connect(job)
+    c.leave(reason)
+    assert job.wait_scheduler() == code, job.output()
+    assert f"job aborted: worker 0 stopped: {said}" in job.output()
+
+
+def test_a_finish_that_fails_at_the_end_of_the_with_block_leaves_the_job_with_its_error(job_factory):
+    """The block ends normally, but finish() fails: the servers (stopped) never answer its last
+    push within the request timeout. The client leaves the job with finish's error before it
+    re-raises, so that the scheduler names this worker and that error, not a heartbeat timeout."""
+    job = job_factory(servers=1, workers=1)
+    c = connect(job, request_timeout=0.5)
+    t = c.create_table("w", rows=4, dim=1)
+    with job.servers_stopped():
+        with pytest.raises(pushpull.DeadlineExceeded, match="finish") as e:
+            with c:
+                c.push_async(t, np.ones((4, 1), np.float32))
+    assert job.wait_scheduler() != 0
+    out = job.output()
+    aborted = [line for line in out.splitlines() if "job aborted:" in line]
+    assert aborted and f"worker 0 stopped: DeadlineExceeded: {e.value}" in aborted[0], out
+    assert "no heartbeat" not in out, out
+
+
+def test_connect_timeout_bounds_the_wait_for_a_scheduler_that_refuses(monkeypatch):
+    monkeypatch.delenv("PUSHPULL_CONNECT_TIMEOUT_MS", raising=False)
+    start = time.monotonic()
+    with pytest.raises(pushpull.Unavailable, match=r"tcp://127\.0\.0\.1:1 .*connection refused"):
+        pushpull.connect(scheduler="tcp://127.0.0.1:1", rank=0, connect_timeout=0.5, register_timeout=30)
+    assert time.monotonic() - start < 10

@@ -50,6 +50,22 @@ def test_ctr_embedding_comes_near_the_generators_auc(tmp_path):
     assert result["auc"] >= result["generator_auc"] - 0.03, result
 
 
+def test_a_missed_target_is_said_and_ends_the_job_with_exit_3():
+    """Targets no run can reach (an AUC above the generator's own, an accuracy above 1): worker 0
+    prints why, ends the job with pushpull.TargetMissed, and the launcher exits 3."""
+    for example, flags, said in [
+        ("ctr_embedding.py", ["--examples=20480", "--heldout=5000", "--tolerance=-1"],
+         r"ctr_embedding: missed target: AUC 0\.\d{4} < 1\.\d{4} \(generator 0\.\d{4} - tolerance -1\)"),
+        ("fmnist_cnn.py", ["--epochs=1", "--train_limit=640", "--test_limit=200", "--target=1.01"],
+         r"fmnist_cnn: missed target: test accuracy [01]\.\d{4} < 1\.01 after 1 epochs"),
+    ]:
+        run = launch([os.path.join(ROOT, "examples/python", example), *flags], timeout=120)
+        out = run.stdout + run.stderr
+        assert run.returncode == 3, out
+        assert re.search(said, run.stdout), out
+        assert "worker 0 stopped: TargetMissed: missed target: " in out, out
+
+
 def test_the_python_bench_reports_each_figure_with_its_cpp_baseline(tmp_path):
     out = tmp_path / "bench.jsonl"
     run = subprocess.run([sys.executable, os.path.join(ROOT, "apps/bench/python_bench.py"), BUILD, str(out),

@@ -112,3 +112,30 @@ def test_server_optimizer_refuses_what_it_cannot_train(job_factory):
             emb(torch.tensor([[5, 100]]))
         with pytest.raises(pushpull.InvalidArgument, match="ids must be integers"):
             emb(torch.tensor([[0.5]]))
+
+
+def test_a_wrong_argument_type_names_the_call_and_the_argument(job_factory):
+    job = job_factory(servers=1, workers=1)
+    with pushpull.connect(scheduler=job.scheduler, rank=0, request_timeout=30) as c:
+        model = make_model(0)
+        for call, error, message in [
+            (lambda: ptorch.ServerOptimizer(model, "adam"), TypeError,
+             "ServerOptimizer(optimizer): expected an optimizer"),
+            (lambda: ptorch.ServerOptimizer(model, pushpull.SGD(lr=0.1), client="c"), TypeError,
+             "ServerOptimizer(client): expected a pushpull.Client (from pushpull.connect) or None, got str 'c'"),
+            (lambda: ptorch.ServerOptimizer(3, pushpull.SGD(lr=0.1)), TypeError,
+             "ServerOptimizer(params): expected a model, its named_parameters() or a list of tensors, got int 3"),
+            (lambda: ptorch.ServerOptimizer(torch.zeros(3), pushpull.SGD(lr=0.1)), pushpull.InvalidArgument,
+             "ServerOptimizer(params): expected a model"),
+            (lambda: ptorch.ShardedEmbedding(100, "8"), TypeError,
+             "ShardedEmbedding(dim): expected an integer >= 0, got str '8'"),
+            (lambda: ptorch.ShardedEmbedding(100, 2, optimizer=pushpull.Adagrad), TypeError,
+             "ShardedEmbedding(optimizer): expected an optimizer"),
+        ]:
+            with pytest.raises(error) as e:
+                call()
+            assert str(e.value).startswith(message), (str(e.value), message)
+        emb = ptorch.ShardedEmbedding(100, 2, client=c)
+        with pytest.raises(TypeError, match=r"^ShardedEmbedding.forward\(input\): expected a torch.Tensor, got list"):
+            emb([[1, 2]])
+        assert emb(torch.tensor([[1, 2]])).shape == (1, 2)
