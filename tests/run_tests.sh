@@ -19,7 +19,9 @@ grep -E "^\[==========\]|^\[  PASSED|SKIPPED" "$log" || true
 # sanitizer builds, whose objects Python cannot load).
 if ls "$build"/python/pushpull/_core*.so >/dev/null 2>&1; then
   echo "running the Python tests (pytest tests/python)"
-  PUSHPULL_BUILD=$build timeout -s KILL 600 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
+  PUSHPULL_BUILD=$build timeout -s KILL 900 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
+  echo "running every command of README.md and the tutorials (docs/tools/run_commands.py)"
+  timeout -s KILL 600 /usr/bin/python3 docs/tools/run_commands.py --self-test --build="$build"
 else
   echo "no Python package in $build (a sanitizer build): the Python tests do not run"
 fi
