@@ -1,4 +1,5 @@
 # pushpull build. `make` builds everything into build/ (binaries in build/bin/).
+#   make         build everything a user runs (daemons, launcher, tools, library, Python module)
 #   make test    install missing packages, build, run every test
 #   make demo    install missing packages, build, train on a local cluster (linreg under BSP, SSP,
 #                ASP; a killed server and a restart from a checkpoint; fmnist_mlp)
@@ -17,6 +18,13 @@
 # Switches: ASAN=1, TSAN=1, CUDA=0 (CUDA defaults to 1 when /usr/local/cuda/bin/nvcc exists),
 #           DEBUG=1 (no optimisation), BUILD=dir (another build directory),
 #           ARCH=-march=... (default x86-64-v3: AVX2 CPUs; -march=x86-64 for older ones).
+
+# `make` alone builds `all`: what a user runs (the first rule below would be the goal otherwise).
+.DEFAULT_GOAL := all
+# As many jobs as cores, unless -j is given.
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
 
 BUILD   ?= build
 NVCC    ?= /usr/local/cuda/bin/nvcc
@@ -115,7 +123,9 @@ TEST_SRCS := $(wildcard tests/*_test.cc) tests/support/alloc_fault.cc
 TEST_BIN  := $(BUILD)/bin/pushpull-tests
 
 .PHONY: all lib python test demo bench deps clean experiments install check-threads check-public-headers format format-check
-all: $(BINS) $(TEST_BIN) lib python
+# Everything a user runs: the daemons, the launcher, the tools (pushpull-bench among them), the
+# client library and the Python module. The test binary is `make test`'s.
+all: $(BINS) lib python
 python: $(PY_TARGETS)
 lib: $(CLIENT_A) $(CLIENT_SO)
 
@@ -198,7 +208,17 @@ check-public-headers:
 
 DEB_PKGS := g++ make clang clang-format libzmq3-dev cppzmq-dev libcereal-dev libeigen3-dev libgflags-dev \
             libgtest-dev zlib1g-dev pkg-config dataset-fashion-mnist gnuplot-nox \
-            python3-dev python3-pybind11 pybind11-dev python3-numpy python3-torch python3-pytest python3-yaml
+            python3-dev python3-venv python3-setuptools python3-wheel python3-pybind11 pybind11-dev python3-numpy python3-torch python3-pytest python3-yaml
+# A plain `make` on a machine without the packages stops at once, saying which, rather than at a
+# compiler error about a missing header (make deps installs them). Checked only where dpkg is.
+ifneq ($(filter all,$(or $(MAKECMDGOALS),all)),)
+ifneq ($(shell command -v dpkg-query 2>/dev/null),)
+MISSING_PKGS := $(shell for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done)
+ifneq ($(strip $(MISSING_PKGS)),)
+$(error missing Debian packages: $(strip $(MISSING_PKGS)); run 'make deps' first (it installs them with apt-get))
+endif
+endif
+endif
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -208,7 +228,7 @@ deps:
 	else echo "make deps: all packages present"; fi
 
 test: deps
-	$(MAKE) -j$$(nproc) all
+	$(MAKE) all $(TEST_BIN)
 	$(MAKE) check-public-headers
 	tests/run_tests.sh $(BUILD)
 	$(if $(filter 1,$(ASAN) $(TSAN)),@echo "install test: not in a sanitizer build (a program would need its runtime)",tests/install_test.sh $(BUILD))
