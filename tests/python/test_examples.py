@@ -76,3 +76,20 @@ def test_the_python_bench_reports_each_figure_with_its_cpp_baseline(tmp_path):
                                                 "python_server_optimizer/fmnist_cnn/2s1w"], lines
     for line in lines:
         assert line["bench"] == "python" and line["value"] > 0 and line["baseline"] > 0 and line["ratio"] > 0, line
+
+
+def test_a_diverging_model_ends_the_job_saying_so_with_exit_4(tmp_path):
+    """The README's program with a learning rate that blows it up: a push of Inf or NaN is refused,
+    the worker's next step raises pushpull.Diverged, the with block leaves the job with it, and the
+    launcher and the scheduler both end with "the job diverged", exit 4."""
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    program = re.search(r"<!-- train\.py:.*?-->\n```python\n(.*?)```", readme, re.S).group(1)
+    assert "pushpull.Adam(lr=0.1)" in program
+    (tmp_path / "diverge.py").write_text(program.replace("pushpull.Adam(lr=0.1)", "pushpull.SGD(lr=1e30)"))
+    run = launch([str(tmp_path / "diverge.py")], timeout=120)
+    out = run.stdout + run.stderr
+    assert run.returncode == 4, out
+    last = [line for line in out.splitlines() if line.startswith("[launch] job failed")]
+    assert last and "the job diverged" in last[-1] and "lower the learning rate or clip gradients" in last[-1], out
+    aborted = [line for line in out.splitlines() if "[scheduler] job aborted: " in line]
+    assert aborted and "Diverged" in aborted[0] and "the job diverged" in aborted[0], out
