@@ -21,8 +21,8 @@
 
 # `make` alone builds `all`: what a user runs (the first rule below would be the goal otherwise).
 .DEFAULT_GOAL := all
-# As many jobs as cores, unless -j is given.
-ifeq ($(filter -j%,$(MAKEFLAGS)),)
+# As many jobs as cores, unless -j is given (a sub-make shares its parent's jobs).
+ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS)),0)
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 endif
 
