@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "tests/support/local_cluster.h"
@@ -49,15 +52,44 @@ TEST(Verdict, AKilledWorkerIsNamedWithItsSignalByBoth) {
 }
 
 // A user's program that returns 1 (its own error) is named with its exit status, not the workers
-// the job's end then stops.
+// the job's end then stops: one that joined the job (here a Python program that connects, then
+// exits 1 without finish()), and one that exits before it joined.
 TEST(Verdict, AProgramThatExitsOneIsNamedWithItsExitStatus) {
-  std::string out;
-  const int rc = RunCommand(Launch() + "--servers=2 --workers=3 -- sh -c '" +
-                                "if [ \"$PUSHPULL_RANK\" = 2 ]; then sleep 1; exit 1; fi; exec \"$0\" \"$@\"' " +
-                                BinDir() + "/pushpull-worker --app=linreg --epochs=100000",
-                            90, &out);
-  EXPECT_EQ(rc, 1) << out;
-  ExpectAgreeOn(out, "worker 2", "exited with status 1");
+  const std::string script = ::testing::TempDir() + "/verdict_exit_one.sh";
+  {
+    std::ofstream f(script);
+    f << "#!/bin/sh\n"
+         "if [ \"$PUSHPULL_RANK\" = 2 ]; then\n"
+         "  exec /usr/bin/python3 -c 'import sys, time, pushpull; c = pushpull.connect(); time.sleep(1); sys.exit(1)'\n"
+         "fi\n"
+         "exec \"$@\"\n";
+  }
+  ASSERT_EQ(chmod(script.c_str(), 0755), 0);
+  // (The Python package is not built in a sanitizer build.)
+  const std::string python = BinDir() + "/../python";
+  bool have_python = false;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(python + "/pushpull", ec))
+    have_python = have_python || e.path().filename().string().rfind("_core", 0) == 0;
+  if (have_python) {
+    std::string out;
+    const int rc = RunCommand("env PYTHONPATH=" + python + " " + Launch() + "--servers=2 --workers=3 -- " + script +
+                                  " " + BinDir() + "/pushpull-worker --app=linreg --epochs=100000",
+                              90, &out);
+    EXPECT_EQ(rc, 1) << out;
+    ExpectAgreeOn(out, "worker 2", "exited with status 1");
+    EXPECT_EQ(SchedulerVerdict(out).find("before the job started"), std::string::npos) << out;
+  }
+
+  std::string early;
+  EXPECT_EQ(RunCommand(Launch() + "--servers=1 --workers=2 -- sh -c '" +
+                           "if [ \"$PUSHPULL_RANK\" = 1 ]; then exit 1; fi; exec \"$0\" \"$@\"' " + BinDir() +
+                           "/pushpull-worker --app=linreg --epochs=100000",
+                       90, &early),
+            1)
+      << early;
+  ExpectAgreeOn(early, "worker 1", "exited with status 1");
+  EXPECT_NE(SchedulerVerdict(early).find("before the job started"), std::string::npos) << early;
 }
 
 // A learning rate that blows the model up: the refused NaN push is the verdict, exit 4, not the
