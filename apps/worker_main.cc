@@ -66,7 +66,9 @@ DEFINE_double(
     "what the app must reach, <= 0: its default. linreg: a loss (1.5 x the noise floor 0.5 noise^2, at least 1e-6); "
     "fmnist_mlp: a test accuracy (0.88); sparse_lr: a held-out loss within this fraction of the optimum's "
     "(0.02: within 2%)");
-DEFINE_int32(progress_s, 5, "seconds between step progress lines (0: none)");
+DEFINE_int32(progress_s, 5,
+             "within an epoch, seconds between step progress lines (0: none; --progress_every_s paces the "
+             "epoch lines)");
 DEFINE_int32(progress_every_s, 10,
              "epoch lines: the first 5 epochs' and the last's, and between them one at most every this many seconds "
              "(0: every epoch's)");

@@ -798,7 +798,7 @@ int RunJob(const std::string& dir, const Command& worker, const std::string& res
         death_until =
             std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(FLAGS_heartbeat_timeout_ms) + 2000);
         Say("told the scheduler; waiting up to " + std::to_string((FLAGS_heartbeat_timeout_ms + 2000) / 1000) +
-            " s for it to end the job");
+            " s for its verdict");
       }
     }
     if (all_exited) break;
