@@ -182,7 +182,7 @@ $(BUILD)/tsa/%.ok: %.cc
 	@mkdir -p $(dir $@)
 	@clang++ $(TSA_FLAGS) -MMD -MP -MF $@.d -MT $@ $< && touch $@
 check-threads: deps
-	$(MAKE) -j$$(nproc) $(patsubst %.cc,$(BUILD)/tsa/%.ok,$(ALL_CC))
+	$(MAKE) $(patsubst %.cc,$(BUILD)/tsa/%.ok,$(ALL_CC))
 	@echo "check-threads: thread-safety analysis clean over $(words $(ALL_CC)) sources"
 
 # The code's format (.clang-format: Google's style, 120 columns). `make format` rewrites it.
@@ -235,18 +235,18 @@ test: deps
 	$(MAKE) docs-check
 
 demo: deps
-	$(MAKE) -j$$(nproc) $(BINS)
+	$(MAKE) $(BINS)
 	apps/demo.sh $(BUILD)
 
 bench: deps
-	$(MAKE) -j$$(nproc) $(BINS)
+	$(MAKE) $(BINS)
 	@mkdir -p $(BUILD)/bench
 	$(BUILD)/bin/pushpull-bench --out=$(BUILD)/bench/results.jsonl
 	$(MAKE) python
 	$(PYTHON) apps/bench/python_bench.py $(BUILD) $(BUILD)/bench/results.jsonl
 
 experiments: deps
-	$(MAKE) -j$$(nproc) $(BINS)
+	$(MAKE) $(BINS)
 	apps/experiments/run.sh $(BUILD)
 
 # The documentation's generated parts and its checks (docs/tools/). `make docs` writes
@@ -255,11 +255,11 @@ experiments: deps
 # flags, the generated parts, the Grafana dashboard's metrics) and names each problem.
 .PHONY: docs docs-check
 docs:
-	$(MAKE) -j$$(nproc) $(BINS)
+	$(MAKE) $(BINS)
 	$(PYTHON) docs/tools/configuration.py --build=$(BUILD) --out=docs/configuration.md
 	$(PYTHON) docs/tools/timelines.py docs/images
 docs-check:
-	$(MAKE) -j$$(nproc) $(BINS)
+	$(MAKE) $(BINS)
 	$(PYTHON) docs/tools/check.py --build=$(BUILD)
 
 PREFIX ?= /usr/local
