@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <utility>
@@ -100,7 +102,8 @@ inline std::string Status::ToString() const {
   return std::string(CodeName(code_)) + ": " + msg_;
 }
 
-// A value or the Status saying why there is none.
+// A value or the Status saying why there is none. Reading the value of an error (value(), ->, *)
+// is a bug in the caller: it stops the process, printing the error, rather than read garbage.
 template <typename T>
 class [[nodiscard]] Result {
  public:
@@ -108,14 +111,29 @@ class [[nodiscard]] Result {
   Result(Status status) : status_(std::move(status)) {}  // NOLINT
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
-  T& operator*() { return *value_; }
+  T& value() & { return Checked(); }
+  const T& value() const& { return Checked(); }
+  T&& value() && { return std::move(Checked()); }
+  T* operator->() { return &Checked(); }
+  const T* operator->() const { return &Checked(); }
+  T& operator*() { return Checked(); }
+  const T& operator*() const { return Checked(); }
 
  private:
+  T& Checked() {
+    if (!value_) Die();
+    return *value_;
+  }
+  const T& Checked() const {
+    if (!value_) Die();
+    return *value_;
+  }
+  [[noreturn]] void Die() const {
+    std::fprintf(stderr, "pushpull: the value of a Result that holds an error was read: %s\n",
+                 status_.ToString().c_str());
+    std::abort();
+  }
+
   Status status_;
   std::optional<T> value_;
 };
