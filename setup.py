@@ -33,6 +33,10 @@ def extension():
     return Extension(
         "pushpull._core",
         sources=["python/src/core.cc"] + client_sources(),
+        # The headers too: setuptools rebuilds the module only when one of these is newer than it,
+        # and a header's change must not leave a module built against the old one.
+        depends=sorted(glob.glob("include/pushpull/*.h") + glob.glob("common/*.h") + glob.glob("worker/*.h") +
+                       glob.glob("optimizers/*.h") + ["VERSION"]),
         include_dirs=["include", ".", pybind11.get_include()],
         # Only common/version.cc reads it; the Makefile gives it the same text.
         define_macros=[("PUSHPULL_VERSION_STRING", f'"{version()}"')],
