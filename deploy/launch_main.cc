@@ -714,12 +714,12 @@ int RunJob(const std::string& dir, const Command& worker, const std::string& res
         c.status_fd = -1;
       }
       const std::string pid = "pid " + std::to_string(c.pid);
-      std::string what = pid + " " + Describe(st);  // (as the scheduler is told it)
+      std::string how = Describe(st);
       // A worker that exited 0 without finishing (its program returned before Client::Finish(),
       // or never joined) left the job early: that is its death, as an exit 1, for the job.
       if (c.role == "worker" && !stopping && !job_finished && WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
           c.said.find("finished") == std::string::npos) {
-        what = pid + " exited 0 but never finished (no successful Client::Finish())";
+        how = "exited 0 but never finished (no successful Client::Finish())";
         st = W_EXITCODE(1, 0);
       }
       c.status = st;
@@ -728,7 +728,8 @@ int RunJob(const std::string& dir, const Command& worker, const std::string& res
         Say(c.name + " (" + pid + ") stopped by the launcher's SIGTERM");
         continue;
       }
-      if (failed || c.role == "scheduler") Say(c.name + " (" + pid + ")" + what.substr(pid.size()));
+      const std::string what = pid + " " + how;  // (as the scheduler is told it)
+      if (failed || c.role == "scheduler") Say(c.name + " (" + pid + ") " + how);
       if (c.role == "scheduler") {
         // Its verdict names the first cause, with that cause's exit code.
         const Verdict v = ReadVerdict(verdict_file);
@@ -743,7 +744,7 @@ int RunJob(const std::string& dir, const Command& worker, const std::string& res
           }
           stop_all("the scheduler ended the job: " + v.cause, v.code);
         } else {
-          stop_all("the scheduler (" + pid + ")" + what.substr(pid.size()) + "; the job cannot go on without it", 1);
+          stop_all("the scheduler (" + pid + ") " + how + "; the job cannot go on without it", 1);
         }
         continue;
       }
