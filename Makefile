@@ -1,6 +1,8 @@
 # pushpull build. `make` builds everything into build/ (binaries in build/bin/).
 #   make         build everything a user runs (daemons, launcher, tools, library, Python module)
 #   make test    install missing packages, build, run every test
+#   make test-unit   the unit tests alone (seconds: no sockets, no processes)
+#   make test-asan   the unit and in-process cluster tests under ASan and UBSan (build-asan/)
 #   make demo    install missing packages, build, train on a local cluster (linreg under BSP, SSP,
 #                ASP; a killed server and a restart from a checkpoint; fmnist_mlp)
 #   make bench   benchmarks; figures into build/bench/results.jsonl
@@ -43,7 +45,7 @@ CPPFLAGS := -Iinclude -I. -isystem /usr/include/eigen3 -MMD -MP
 CXXFLAGS := -std=c++17 $(OPT) -g $(ARCH) -fPIC -Wall -Wextra -Wno-unused-parameter -pthread
 LDLIBS   := -lzmq -lgflags -lz -pthread
 ifeq ($(ASAN),1)
-CXXFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer
+CXXFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LDFLAGS  += -fsanitize=address,undefined
 endif
 ifeq ($(TSAN),1)
@@ -58,8 +60,12 @@ NVCCFLAGS ?= -std=c++17 -O2 -Iinclude -I. -Xcompiler -fPIC -MMD -MP \
              -gencode arch=compute_90,code=compute_90 -gencode arch=compute_75,code=compute_75
 endif
 
-# One static library per product folder that has library sources; binaries and tests link them
-# in dependency order.
+# One static library per folder (a folder is a library, with one namespace: docs/DESIGN.md,
+# "Layout"): its *.cc, and *.cu with CUDA=1, less the binaries' mains (*_main.cc). Listed in link
+# order, each before the folders it uses. A folder's library is named after its path
+# (server/table: libserver_table.a).
+LIBDIRS := deploy/launch apps apps/mlp server server/scheduler server/checkpoint server/table server/consistency \
+           worker common/daemon common optimizers
 define lib_srcs
 $(filter-out %_main.cc,$(wildcard $(1)/*.cc))
 endef
@@ -68,8 +74,8 @@ $(if $(filter 1,$(CUDA)),$(wildcard $(1)/*.cu))
 endef
 objs_of = $(patsubst %.cc,$(BUILD)/obj/%.o,$(call lib_srcs,$(1))) \
           $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(call lib_cu,$(1)))
-LIBDIRS := $(foreach d,deploy apps worker server common optimizers,$(if $(strip $(call objs_of,$(d))),$(d)))
-LIBS := $(foreach d,$(LIBDIRS),$(BUILD)/lib/lib$(d).a)
+lib_of = $(BUILD)/lib/lib$(subst /,_,$(1)).a
+LIBS := $(foreach d,$(LIBDIRS),$(if $(strip $(call objs_of,$(d))),$(call lib_of,$(d))))
 
 # Test support (tests/support/: the in-process cluster, a TCP proxy, fixtures): a library of its
 # own that only the test binary and pushpull-bench link, never a daemon. alloc_fault.cc replaces
@@ -89,8 +95,9 @@ $(BUILD)/obj/common/version.o: VERSION
 
 # The client library a user's program links: the code behind include/pushpull/ and nothing of the
 # daemons, the sample apps, CUDA or gflags.
-CLIENT_SRCS := $(filter-out worker/mlp_%,$(wildcard worker/*.cc)) $(wildcard optimizers/*.cc) \
-               $(filter-out common/flags.cc common/metrics.cc common/cpus.cc,$(wildcard common/*.cc))
+# (common/daemon/, what only the daemons share, is a folder of its own.) setup.py lists the same.
+CLIENT_DIRS := worker optimizers common
+CLIENT_SRCS := $(foreach d,$(CLIENT_DIRS),$(wildcard $(d)/*.cc))
 CLIENT_OBJS := $(patsubst %.cc,$(BUILD)/obj/%.o,$(CLIENT_SRCS))
 CLIENT_LIBS := -lzmq -pthread
 CLIENT_A  := $(BUILD)/lib/libpushpull.a
@@ -119,10 +126,14 @@ $(BUILD)/python/%: python/%
 BINS := $(BUILD)/bin/pushpull-scheduler $(BUILD)/bin/pushpull-server \
         $(BUILD)/bin/pushpull-worker $(BUILD)/bin/pushpull-launch $(BUILD)/bin/pushpull-bench \
         $(BUILD)/bin/pushpull-checkpoint
-TEST_SRCS := $(wildcard tests/*_test.cc) tests/support/alloc_fault.cc
-TEST_BIN  := $(BUILD)/bin/pushpull-tests
+# The tests, by level, a binary each: tests/unit/ (no sockets, no processes: seconds),
+# tests/cluster/ (whole clusters as threads of one process, over real sockets) and
+# tests/process/ (the daemons as processes: pushpull-launch, pushpull-checkpoint).
+TEST_LEVELS := unit cluster process
+test_bin_of = $(BUILD)/bin/pushpull-$(1)-tests
+TEST_BINS := $(foreach l,$(TEST_LEVELS),$(call test_bin_of,$(l)))
 
-.PHONY: all lib python test demo bench deps clean experiments install check-threads check-public-headers format format-check
+.PHONY: all lib python test test-unit test-asan demo bench deps clean experiments install check-threads check-public-headers format format-check
 # Everything a user runs: the daemons, the launcher, the tools (pushpull-bench among them), the
 # client library and the Python module. The test binary is `make test`'s.
 all: $(BINS) lib python
@@ -136,7 +147,7 @@ $(CLIENT_SO): $(CLIENT_OBJS)
 	ln -sf libpushpull.so.$(PP_VERSION) $(BUILD)/lib/libpushpull.so.$(PP_SOVERSION)
 	ln -sf libpushpull.so.$(PP_SOVERSION) $(BUILD)/lib/libpushpull.so
 
-$(foreach d,$(LIBDIRS),$(eval $(BUILD)/lib/lib$(d).a: $(call objs_of,$(d))))
+$(foreach d,$(LIBDIRS),$(eval $(call lib_of,$(d)): $(call objs_of,$(d))))
 $(TEST_SUPPORT_LIB): $(patsubst %.cc,$(BUILD)/obj/%.o,$(TEST_SUPPORT_SRCS))
 $(BUILD)/lib/%.a:
 	@mkdir -p $(dir $@)
@@ -158,18 +169,20 @@ $(BUILD)/obj/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DPUSHPULL_CUDA=1 -c $< -o $@
 
-$(BUILD)/bin/pushpull-scheduler: $(BUILD)/obj/server/scheduler_main.o $(LIBS)
+$(BUILD)/bin/pushpull-scheduler: $(BUILD)/obj/server/scheduler/scheduler_main.o $(LIBS)
 $(BUILD)/bin/pushpull-server:    $(BUILD)/obj/server/server_main.o $(LIBS)
 $(BUILD)/bin/pushpull-worker:    $(BUILD)/obj/apps/worker_main.o $(LIBS)
 $(BUILD)/bin/pushpull-launch:    $(BUILD)/obj/deploy/launch_main.o $(LIBS)
-$(BUILD)/bin/pushpull-checkpoint: $(BUILD)/obj/server/checkpoint_main.o $(LIBS)
+$(BUILD)/bin/pushpull-checkpoint: $(BUILD)/obj/server/checkpoint/checkpoint_main.o $(LIBS)
 # The benches register, and run, in the link order of their objects: sorted by file name.
 $(BUILD)/bin/pushpull-bench:     $(patsubst %.cc,$(BUILD)/obj/%.o,$(sort $(wildcard apps/bench/*.cc))) $(TEST_SUPPORT_LIB) $(LIBS)
 $(BINS):
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS)
 
-$(TEST_BIN): $(patsubst %.cc,$(BUILD)/obj/%.o,$(TEST_SRCS)) $(TEST_SUPPORT_LIB) $(LIBS)
+$(foreach l,$(TEST_LEVELS),$(eval $(call test_bin_of,$(l)): \
+  $(patsubst %.cc,$(BUILD)/obj/%.o,$(wildcard tests/$(l)/*_test.cc) tests/support/alloc_fault.cc)))
+$(TEST_BINS): $(TEST_SUPPORT_LIB) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS) -lgtest -lgtest_main
 
@@ -228,11 +241,23 @@ deps:
 	else echo "make deps: all packages present"; fi
 
 test: deps
-	$(MAKE) all $(TEST_BIN)
+	$(MAKE) all $(TEST_BINS)
 	$(MAKE) check-public-headers
 	tests/run_tests.sh $(BUILD)
 	$(if $(filter 1,$(ASAN) $(TSAN)),@echo "install test: not in a sanitizer build (a program would need its runtime)",tests/install_test.sh $(BUILD))
 	$(MAKE) docs-check
+
+# The unit tests alone: no sockets, no processes, seconds to run.
+test-unit: deps
+	$(MAKE) $(call test_bin_of,unit)
+	tests/run_tests.sh $(BUILD) unit
+
+# The unit and in-process cluster tests under AddressSanitizer and UBSan, in a build directory of
+# their own ($(BUILD)-asan; CUDA=0: the sanitizers do not see device code). A report fails them.
+ASAN_BUILD := $(BUILD)-asan
+test-asan: deps
+	$(MAKE) ASAN=1 CUDA=0 BUILD=$(ASAN_BUILD) $(BINS) $(call test_bin_of,unit) $(call test_bin_of,cluster)
+	tests/run_tests.sh $(ASAN_BUILD) unit cluster
 
 demo: deps
 	$(MAKE) $(BINS)

@@ -10,15 +10,14 @@ PUSHPULL_ARCH: the -march flag (default -march=x86-64-v3, the Makefile's ARCH: A
 import glob
 import os
 
-EXCLUDED_COMMON = ("common/flags.cc", "common/metrics.cc", "common/cpus.cc")
+# The folders of the client library, as the Makefile lists them (CLIENT_DIRS).
+CLIENT_DIRS = ("worker", "optimizers", "common")
 
 
 def client_sources():
     """The Makefile's CLIENT_SRCS: the code behind include/pushpull/, none of the daemons',
     the sample apps', CUDA's or gflags'. tests/python/test_pip_install.py checks they agree."""
-    worker = [s for s in glob.glob("worker/*.cc") if not os.path.basename(s).startswith("mlp_")]
-    common = [s for s in glob.glob("common/*.cc") if s not in EXCLUDED_COMMON]
-    return sorted(worker) + sorted(glob.glob("optimizers/*.cc")) + sorted(common)
+    return sorted(s for d in CLIENT_DIRS for s in glob.glob(d + "/*.cc"))
 
 
 def version():

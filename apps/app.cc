@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/daemon/metrics.h"
 #include "common/log.h"
-#include "common/metrics.h"
 #include "common/mutex.h"
 #include "common/time.h"
 #include "pushpull/pushpull.h"

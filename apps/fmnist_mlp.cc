@@ -65,10 +65,11 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
     if (test.n < 1) return Status::InvalidArgument("fmnist_mlp: the test set in " + o.data_dir + " holds no images");
   }
   const int batch = app.batch;
-  const int gpu = o.gpu >= 0 || o.device == Device::kCpu ? std::max(o.gpu, 0) : rank % std::max(1, GpuCount());
-  auto backend = MlpBackend::Create(o.device, o.layers, std::max(batch, 1024), gpu);
+  const int gpu =
+      o.gpu >= 0 || o.device == mlp::Device::kCpu ? std::max(o.gpu, 0) : rank % std::max(1, mlp::GpuCount());
+  auto backend = mlp::MlpBackend::Create(o.device, o.layers, std::max(batch, 1024), gpu);
   if (!backend.ok()) return backend.status();
-  MlpBackend& net = **backend;
+  mlp::MlpBackend& net = **backend;
   PP_LOG(Info) << "fmnist_mlp: worker " << rank << "/" << W << " on " << train.n << " training images, backend "
                << net.name() << ", batch " << batch;
 

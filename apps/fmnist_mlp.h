@@ -8,14 +8,14 @@
 #include <vector>
 
 #include "apps/app.h"
-#include "worker/mlp_backend.h"
+#include "apps/mlp/backend.h"
 
 namespace pushpull {
 
 struct FmnistOptions {
   std::vector<int> layers = {784, 256, 128, 10};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  Device device = Device::kAuto;
+  mlp::Device device = mlp::Device::kAuto;
   int gpu = -1;         // CUDA device; -1: the worker's rank modulo GpuCount()
   int train_limit = 0;  // > 0: use only this many training images (tests)
   int test_limit = 0;   // > 0: evaluate on only this many test images (tests)

@@ -14,16 +14,16 @@
 #include "apps/fmnist_data.h"
 #include "apps/fmnist_mlp.h"
 #include "apps/linreg.h"
+#include "apps/mlp/backend.h"
 #include "apps/sparse_lr.h"
 #include "apps/worker_main_experiment_flags.h"
-#include "common/flags.h"
+#include "common/daemon/flags.h"
+#include "common/daemon/metrics.h"
 #include "common/log.h"
 #include "common/memory.h"
-#include "common/metrics.h"
 #include "common/signals.h"
 #include "optimizers/optimizer.h"
 #include "pushpull/client.h"
-#include "worker/mlp_backend.h"
 
 DEFINE_string(scheduler, "tcp://127.0.0.1:7000",
               "address of pushpull-scheduler (not given: $PUSHPULL_SCHEDULER when set, as pushpull-launch sets it)");
@@ -173,7 +173,7 @@ pushpull::Status ParseAppOptions(pushpull::AppOptions* out) {
   if (FLAGS_app == "fmnist_mlp") {
     auto layers = pushpull::ParseLayers(FLAGS_layers);
     if (!layers.ok()) return layers.status();
-    auto dev = pushpull::ParseDevice(FLAGS_device);
+    auto dev = pushpull::mlp::ParseDevice(FLAGS_device);
     if (!dev.ok()) return dev.status();
     PP_RETURN_IF_ERROR(at_least("gpu", FLAGS_gpu, -1));
     PP_RETURN_IF_ERROR(at_least("train_limit", FLAGS_train_limit, 0));
@@ -219,7 +219,7 @@ pushpull::Status RunApp(pushpull::Client& client, pushpull::AppOptions app, push
     if (!layers.ok()) return layers.status();
     o.layers = *layers;
     o.data_dir = FLAGS_data_dir;
-    auto dev = pushpull::ParseDevice(FLAGS_device);
+    auto dev = pushpull::mlp::ParseDevice(FLAGS_device);
     if (!dev.ok()) return dev.status();
     o.device = *dev;
     o.gpu = FLAGS_gpu;
@@ -269,7 +269,7 @@ int main(int argc, char** argv) {
   }
   // A GPU asked for where there is none fails the same way on every restart: say so before
   // joining the job, as bad flags (exit 2).
-  if (FLAGS_app == "fmnist_mlp" && FLAGS_device == "gpu" && !pushpull::GpuAvailable()) {
+  if (FLAGS_app == "fmnist_mlp" && FLAGS_device == "gpu" && !pushpull::mlp::GpuAvailable()) {
 #ifdef PUSHPULL_CUDA
     PP_LOG(Error) << "--device=gpu: no usable CUDA device on this machine (--device=auto uses the CPU then)";
 #else

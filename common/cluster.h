@@ -62,7 +62,7 @@ struct TableInfo {
   // Owner of a row id; the caller has checked a dense id is < rows.
   int OwnerOf(Key key) const;
   static uint32_t BucketOf(Key key) { return static_cast<uint32_t>(SplitMix64(key) % kBuckets); }
-  // Sparse: the stripe of a server's shard of `stripes` that holds `key` (server/table_shard.h).
+  // Sparse: the stripe of a server's shard of `stripes` that holds `key` (server/table/shard.h).
   static int SparseStripeOf(Key key, int stripes) {
     return stripes <= 1 ? 0 : static_cast<int>((SplitMix64(key) >> 32) % uint64_t(stripes));
   }
@@ -76,7 +76,7 @@ struct ServerAddress {
 struct ClusterMap {
   int32_t num_workers = 0;
   std::vector<ServerAddress> servers;
-  // A job restored from a checkpoint (server/checkpoint.h): its directory and clock, where every
+  // A job restored from a checkpoint (server/checkpoint/store.h): its directory and clock, where every
   // worker starts. Empty / 0 for a fresh job.
   std::string restore_from;
   int64_t start_clock = 0;

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "common/cluster.h"
-#include "common/flags.h"
+#include "common/daemon/flags.h"
 #include "common/transport.h"
 #include "common/wire.h"
 #include "worker/job_environment.h"

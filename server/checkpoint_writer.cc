@@ -5,9 +5,10 @@
 
 #include "common/log.h"
 #include "common/time.h"
-#include "server/checkpoint.h"
+#include "server/checkpoint/shard_file.h"
+#include "server/checkpoint/store.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 CheckpointWriter::CheckpointWriter(ServerContext* ctx, ControlChannel* control, Tables* tables, MinClock* min_clock,
                                    const std::vector<WorkerState>* workers, const UpdateThreads* updates)
@@ -46,7 +47,7 @@ void CheckpointWriter::OnRequest(const Header& h) {
 void CheckpointWriter::StartWhenReady() {
   const int64_t min_live = min_clock_->min_live();
   if (min_live < clock_ || updates_->awaiting_done() > 0) return;
-  std::vector<const TableShard*> tables;
+  std::vector<const table::TableShard*> tables;
   Status st;
   for (auto& t : tables_->all()) {
     if (!t) continue;
@@ -67,7 +68,7 @@ void CheckpointWriter::StartWhenReady() {
                     "): no checkpoint without it until the job is restarted");
   // Every live worker exactly at the clock: one past it (it gave up waiting and went on) may have
   // pushed updates that must not be in this checkpoint.
-  const ClockVector& clocks = min_clock_->clocks();
+  const consistency::ClockVector& clocks = min_clock_->clocks();
   const int64_t fastest = clocks.MaxLive();
   if (st.ok() && fastest != std::numeric_limits<int64_t>::min() && (min_live != clock_ || fastest != clock_))
     st = Status::FailedPrecondition("live workers are at clocks " + std::to_string(min_live) + " to " +
@@ -98,7 +99,7 @@ void CheckpointWriter::StartWhenReady() {
   // are visible through the acquire below) and this thread reads no request until it is done.
   updates_->AcquireIdle();
   const int servers = static_cast<int>(control_->cluster().servers.size());
-  std::vector<const TableCheckpoint*> kept;  // (Tables::Create takes none of them while this writes)
+  std::vector<const checkpoint::TableCheckpoint*> kept;  // (Tables::Create takes none of them while this writes)
   for (const auto& [name, saved] : tables_->restoring()) kept.push_back(&saved);
   if (!kept.empty())
     PP_LOG(Info) << "checkpoint at clock " << clock_ << " also holds " << Count(kept.size(), "table")
@@ -107,7 +108,7 @@ void CheckpointWriter::StartWhenReady() {
   writer_ = std::thread([this, tables, servers, kept, rank] {
     SetThreadName("pp-checkpoint");
     try {
-      status_ = WriteServerCheckpoint(
+      status_ = checkpoint::WriteServerCheckpoint(
           dir_, rank, servers, clock_, tables, &bytes_, [this] { return abandon_.load(std::memory_order_relaxed); },
           kept);
     } catch (const std::bad_alloc&) {  // (a sparse stripe's key list copied for the file)
@@ -132,9 +133,9 @@ void CheckpointWriter::Finish() {
     last_clock_ = clock_;
     last_at_ms_ = NowMs();
     ++ctx_->stats.checkpoints;
-    PP_LOG(Info) << "checkpoint at clock " << clock_ << " written: " << ServerCheckpointFile(dir_, rank) << ", "
-                 << (bytes_ >= 1000000 ? bytes_ / 1e6 : bytes_ / 1e3) << (bytes_ >= 1000000 ? " MB" : " KB") << " in "
-                 << NowMs() - started_ms_ << " ms";
+    PP_LOG(Info) << "checkpoint at clock " << clock_ << " written: " << checkpoint::ServerCheckpointFile(dir_, rank)
+                 << ", " << (bytes_ >= 1000000 ? bytes_ / 1e6 : bytes_ / 1e3) << (bytes_ >= 1000000 ? " MB" : " KB")
+                 << " in " << NowMs() - started_ms_ << " ms";
   } else {
     PP_LOG(Error) << "checkpoint at clock " << clock_ << " failed: " << status_.ToString();
   }
@@ -168,4 +169,4 @@ void CheckpointWriter::Abandon() {
                   << "); the last committed checkpoint stays";
 }
 
-}  // namespace pushpull
+}  // namespace pushpull::server

@@ -1,6 +1,6 @@
 // Checkpoints on the scheduler's request (kCheckpoint): when every live worker has reached the
 // checkpoint's clock and the update threads are idle, a thread of its own writes this server's
-// file (the format: server/checkpoint.h); the answer goes back over the control channel. The
+// file (the format: server/checkpoint/shard_file.h); the answer goes back over the control channel. The
 // scheduler asks again while it has no answer (a dropped connection may have taken it): a request
 // in progress is not started twice, one answered gets its answer again.
 //
@@ -26,7 +26,7 @@
 #include "server/update_threads.h"
 #include "server/worker_state.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 class CheckpointWriter {
  public:
@@ -84,4 +84,4 @@ class CheckpointWriter {
   int64_t last_clock_ = 0, last_at_ms_ = 0;
 };
 
-}  // namespace pushpull
+}  // namespace pushpull::server

@@ -5,21 +5,21 @@
 
 #include "common/memory.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 MinClock::MinClock(ServerContext* ctx, Tables* tables, UpdateThreads* updates, std::vector<WorkerState>* workers)
     : ctx_(ctx), tables_(tables), updates_(updates), workers_(workers) {}
 
 void MinClock::Park(std::unique_ptr<Request>* owned) {
   const Header& h = (*owned)->msg.header;
-  parked_.emplace(PullReadyAt(h.clock, (*owned)->shard->spec().consistency.bound()), owned->get());
+  parked_.emplace(consistency::PullReadyAt(h.clock, (*owned)->shard->spec().consistency.bound()), owned->get());
   Request* r = owned->release();
   ++(*workers_)[r->msg.header.sender_rank].parked;
   ++ctx_->stats.parked_pulls;
   ++ctx_->stats.parked_now;
 }
 
-bool MinClock::Parks(const TableShard* t) const {
+bool MinClock::Parks(const table::TableShard* t) const {
   for (const auto& [at, r] : parked_)
     if (r->shard == t) return true;
   return false;
@@ -27,7 +27,7 @@ bool MinClock::Parks(const TableShard* t) const {
 
 void MinClock::PreparePull(Request* r, int64_t min_live) {
   const Header& h = r->msg.header;
-  const int64_t s = PullStaleness(h.clock, min_live);
+  const int64_t s = consistency::PullStaleness(h.clock, min_live);
   r->staleness = static_cast<int32_t>(s);
   // A dense pull of parameters is sent from the parameters themselves, a values frame per
   // stripe, without a copy (copy-on-write: the pull still sees exactly the updates applied
@@ -38,7 +38,7 @@ void MinClock::PreparePull(Request* r, int64_t min_live) {
   // and so are small pulls that span stripes (one small copied frame rather than several) and
   // keyed pulls of a dense table that span stripes.
   int stripes = 0;
-  for (const RowSelection& sel : r->sel) stripes += sel.size() > 0;
+  for (const table::RowSelection& sel : r->sel) stripes += sel.size() > 0;
   const bool large = h.row_count() * h.dim * sizeof(float) > kInlineBytes;
   const bool range = h.flags & kFlagRange;
   // (A client places a reply's stripes by a key's hash: sparse tables only.)
@@ -65,7 +65,7 @@ void MinClock::Advance() {
   // point where something happens, in order, so that a pull parked until the minimum reaches k
   // is served after BSP's clocks below k are applied and before clock k is: it sees exactly the
   // updates tagged below its own clock.
-  const std::vector<std::unique_ptr<TableShard>>& tables = tables_->all();
+  const std::vector<std::unique_ptr<table::TableShard>>& tables = tables_->all();
   while (true) {
     int64_t next = m;
     for (auto& t : tables)
@@ -116,4 +116,4 @@ void MinClock::Advance() {
   }
 }
 
-}  // namespace pushpull
+}  // namespace pushpull::server

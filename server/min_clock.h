@@ -1,6 +1,6 @@
 // The clock of every worker as this server received it, the slowest live worker's clock (the
 // "min clock"), and the pulls parked until it is high enough to serve them: pull admission under
-// the consistency rules of server/consistency.h. Moving the min clock up also applies BSP clocks
+// the consistency rules of server/consistency/rules.h. Moving the min clock up also applies BSP clocks
 // once every live worker finished them (their means, in clock order, before any pull released
 // at a later clock reads).
 //
@@ -14,14 +14,14 @@
 #include <vector>
 
 #include "common/wire.h"
-#include "server/consistency.h"
+#include "server/consistency/rules.h"
 #include "server/request.h"
 #include "server/server_context.h"
 #include "server/tables.h"
 #include "server/update_threads.h"
 #include "server/worker_state.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 class MinClock {
  public:
@@ -38,16 +38,16 @@ class MinClock {
   void Reset(int num_workers, int64_t start) { clocks_.Reset(num_workers, start); }
   // The workers' clocks: advanced by their Clock messages, raised and marked dead as the
   // scheduler says (server/worker_death.h). Advance() afterwards, for what that released.
-  const ClockVector& clocks() const { return clocks_; }
-  ClockVector& clocks() { return clocks_; }
+  const consistency::ClockVector& clocks() const { return clocks_; }
+  consistency::ClockVector& clocks() { return clocks_; }
   // The slowest live worker's clock as far as pulls and BSP clocks were released (max int64
   // when no worker is alive).
   int64_t min_live() const { return min_live_; }
-  const StalenessHistogram& staleness() const { return staleness_; }
+  const consistency::StalenessHistogram& staleness() const { return staleness_; }
 
   // A pull at its worker's clock: may it be served now?
   bool Ready(const Request& r) const {
-    return PullReady(r.msg.header.clock, r.shard->spec().consistency.bound(), min_live_);
+    return consistency::PullReady(r.msg.header.clock, r.shard->spec().consistency.bound(), min_live_);
   }
   // What a ready pull needs before it is handed on (its staleness, where its values go): out of
   // memory here throws with the pull still the caller's.
@@ -60,7 +60,7 @@ class MinClock {
   // them): Advance() serves them.
   bool HasReleased() const { return !parked_.empty() && parked_.begin()->first <= min_live_; }
   // Does a parked pull read from `t`?
-  bool Parks(const TableShard* t) const;
+  bool Parks(const table::TableShard* t) const;
   // At shutdown: each parked pull, given to f (which answers it) and freed.
   template <typename F>
   void DrainParked(F&& f) {
@@ -85,10 +85,10 @@ class MinClock {
   Tables* const tables_;
   UpdateThreads* const updates_;
   std::vector<WorkerState>* const workers_;
-  ClockVector clocks_;
+  consistency::ClockVector clocks_;
   int64_t min_live_ = 0;
   std::multimap<int64_t, Request*> parked_;  // pulls by the min clock they need
-  StalenessHistogram staleness_;
+  consistency::StalenessHistogram staleness_;
 };
 
-}  // namespace pushpull
+}  // namespace pushpull::server

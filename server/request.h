@@ -16,9 +16,9 @@
 #include "common/wire.h"
 #include "optimizers/optimizer.h"
 #include "pushpull/status.h"
-#include "server/table_shard.h"
+#include "server/table/shard.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 // Requests up to this size may run on the I/O thread (server/update_threads.h), and a pull this
 // small that spans stripes is gathered into one reply frame (MinClock::PreparePull).
@@ -30,8 +30,8 @@ struct Request {
   enum Op { kApply, kAccumulate, kRead, kApplyBsp, kDropWorker };
   Op op = kApply;
   Message msg;  // the request as received (frames read in place)
-  TableShard* shard = nullptr;
-  std::vector<RowSelection> sel;
+  table::TableShard* shard = nullptr;
+  std::vector<table::RowSelection> sel;
   opt::StepContext ctx;
   int64_t clock = 0;             // kAccumulate / kApplyBsp / kDropWorker
   int worker = -1;               // kDropWorker: whose sum for `clock` to drop
@@ -61,4 +61,4 @@ class Replier {
   ~Replier() = default;
 };
 
-}  // namespace pushpull
+}  // namespace pushpull::server

@@ -8,7 +8,7 @@
 #include "common/log.h"
 #include "common/time.h"
 
-namespace pushpull {
+namespace pushpull::server {
 namespace {
 
 constexpr int64_t kControlEveryMs = 5;  // how often the I/O thread reads the scheduler's socket
@@ -126,7 +126,7 @@ Status RequestLoop::Run() {
     }
     if (checkpoint_->asked() && !checkpoint_->writing()) checkpoint_->StartWhenReady();
     if (tables_->has_retired() && !checkpoint_->writing() && updates_->awaiting_done() == 0)
-      tables_->FreeRetired([this](const TableShard* t) { return min_clock_->Parks(t); });
+      tables_->FreeRetired([this](const table::TableShard* t) { return min_clock_->Parks(t); });
     const Membership& mem = control_->membership();
     if (mem.job_state == Membership::kFinished) {
       PP_LOG(Info) << "job finished: " << mem.reason;
@@ -235,7 +235,7 @@ void RequestLoop::HandleData(Message& m) {
   }
   const Repeat repeat = LookUpRepeat(m);
   if (repeat == Repeat::kHandled) return;
-  TableShard* shard = nullptr;
+  table::TableShard* shard = nullptr;
   Status st = validator_->Validate(m, &shard, repeat == Repeat::kServeAgain);
   if (!st.ok()) {
     ++ctx_->stats.rejected;
@@ -289,7 +289,7 @@ void RequestLoop::HandleHello(const Message& m) {
   rh.type = MsgType::kHelloReply;
   rh.request_id = h.request_id;
   // Where this worker rank's clock is here: a replacement starts from it.
-  const ClockVector& clocks = min_clock_->clocks();
+  const consistency::ClockVector& clocks = min_clock_->clocks();
   if (h.sender_role == Role::kWorker && h.sender_rank >= 0 && h.sender_rank < clocks.size())
     rh.clock = clocks.clock(h.sender_rank);
   const int64_t max_message_bytes = ctx_->options.max_message_bytes;
@@ -324,7 +324,7 @@ void RequestLoop::HandleClock(const Message& m) {
   min_clock_->Advance();
 }
 
-void RequestLoop::HandleUpdate(Message& m, TableShard* shard) {
+void RequestLoop::HandleUpdate(Message& m, table::TableShard* shard) {
   // Owned here until handed on: out of memory for it (its rows' split, a pull's reply buffer)
   // answers it with the error and frees it.
   std::unique_ptr<Request> owned(new Request);
@@ -351,7 +351,7 @@ void RequestLoop::HandleUpdate(Message& m, TableShard* shard) {
         if (sq > double(oc.clip_norm) * oc.clip_norm) scale = float(oc.clip_norm / std::sqrt(sq));
       }
       r->ctx.grad_scale = scale;
-      const ClockVector& clocks = min_clock_->clocks();
+      const consistency::ClockVector& clocks = min_clock_->clocks();
       if (shard->spec().consistency.model == Consistency::kBsp) {
         r->op = Request::kAccumulate;
         r->clock = rh.clock;
@@ -611,4 +611,4 @@ void RequestLoop::CreateTable(const Message& m) {
   control_->Send(reply).IgnoreError();
 }
 
-}  // namespace pushpull
+}  // namespace pushpull::server

@@ -31,7 +31,7 @@
 #include "server/worker_death.h"
 #include "server/worker_state.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 class RequestLoop final : public Replier {
  public:
@@ -78,7 +78,7 @@ class RequestLoop final : public Replier {
   void HandleHello(const Message& m);
   void HandleClock(const Message& m);
   // A validated push or pull of `shard`: built into a Request, dispatched or parked.
-  void HandleUpdate(Message& m, TableShard* shard);
+  void HandleUpdate(Message& m, table::TableShard* shard);
   // record: the answer goes into the sender's RequestRecord (a repeat gets it again).
   void ReplyError(const Message& m, const Status& st, bool record = true);
   // Sends m's sender a reply of `type` without payload; returns it.
@@ -111,4 +111,4 @@ class RequestLoop final : public Replier {
   uint64_t malformed_logged_ = 0, refused_logged_ = 0, lost_logged_ = 0;
 };
 
-}  // namespace pushpull
+}  // namespace pushpull::server

@@ -21,7 +21,7 @@
 #include "common/wire.h"
 #include "pushpull/status.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 class RequestRecord {
  public:
@@ -70,4 +70,4 @@ class RequestRecord {
   uint64_t forgotten_below_ = 0;
 };
 
-}  // namespace pushpull
+}  // namespace pushpull::server

@@ -3,11 +3,11 @@
 #include <limits>
 #include <string>
 
-namespace pushpull {
+namespace pushpull::server {
 
-Status RequestValidator::Validate(const Message& m, TableShard** shard, bool again) const {
+Status RequestValidator::Validate(const Message& m, table::TableShard** shard, bool again) const {
   const Header& h = m.header;
-  const ClockVector& clocks = min_clock_->clocks();
+  const consistency::ClockVector& clocks = min_clock_->clocks();
   if (h.sender_role != Role::kWorker || h.sender_rank < 0 || h.sender_rank >= clocks.size())
     return Status::InvalidArgument("sender rank " + std::to_string(h.sender_rank) + " is not a worker of this job");
   const WorkerState& worker = (*workers_)[h.sender_rank];
@@ -26,7 +26,7 @@ Status RequestValidator::Validate(const Message& m, TableShard** shard, bool aga
     return Status::InvalidArgument(std::string(MsgTypeName(h.type)) + " tagged clock " + std::to_string(h.clock) +
                                    ", before the job's first clock " + std::to_string(clocks.start()));
   if (h.type == MsgType::kClock) return Status::OK();
-  TableShard* t = tables_->Find(h.table);
+  table::TableShard* t = tables_->Find(h.table);
   if (!t) return Status::NotFound("unknown table id " + std::to_string(h.table));
   const TableSpec& spec = t->spec();
   if (h.dim != spec.dim)
@@ -86,4 +86,4 @@ Status RequestValidator::Validate(const Message& m, TableShard** shard, bool aga
   return Status::OK();
 }
 
-}  // namespace pushpull
+}  // namespace pushpull::server

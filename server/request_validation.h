@@ -15,7 +15,7 @@
 #include "server/tables.h"
 #include "server/worker_state.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 class RequestValidator {
  public:
@@ -25,7 +25,7 @@ class RequestValidator {
 
   // OK and *shard set to the request's table (left alone for a Clock), or why it is refused.
   // again: a pull answered already, asked again; its clock tag may be behind its worker's by now.
-  Status Validate(const Message& m, TableShard** shard, bool again = false) const;
+  Status Validate(const Message& m, table::TableShard** shard, bool again = false) const;
 
  private:
   const ServerContext* const ctx_;
@@ -34,4 +34,4 @@ class RequestValidator {
   const Tables* const tables_;
 };
 
-}  // namespace pushpull
+}  // namespace pushpull::server

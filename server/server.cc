@@ -31,7 +31,7 @@
 #include "server/worker_death.h"
 #include "server/worker_state.h"
 
-namespace pushpull {
+namespace pushpull::server {
 namespace {
 
 class ServerImpl final : public Server {
@@ -131,4 +131,4 @@ Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   return std::unique_ptr<Server>(std::move(s));
 }
 
-}  // namespace pushpull
+}  // namespace pushpull::server

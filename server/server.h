@@ -17,7 +17,7 @@
 #include "common/control.h"
 #include "pushpull/status.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 struct ServerOptions {
   ControlOptions control;
@@ -28,7 +28,7 @@ struct ServerOptions {
   int update_threads = 1;                        // stripes per table
   int64_t max_message_bytes = int64_t(2) << 30;  // larger messages are dropped by ZeroMQ
   int64_t stats_every_ms = 0;                    // log a line of rates and state this often (0: never)
-  // Copy-on-write (server/copy_on_write.h): memory for parameter arrays that pull replies still
+  // Copy-on-write (server/table/copy_on_write.h): memory for parameter arrays that pull replies still
   // hold while pushes go on to another array. Over it, a push waits for a reply to be sent, at
   // most copy_on_write_wait_ms, then copies anyway (logged).
   size_t copy_on_write_budget_bytes = size_t(64) << 20;
@@ -39,7 +39,7 @@ struct ServerOptions {
   // it a worker pushing ever new keys grows the server until the machine kills it.
   size_t max_table_bytes = std::numeric_limits<size_t>::max();
   // Serve this server's counters and gauges over HTTP at http://bind_host:metrics_port/metrics, in
-  // the Prometheus text format (common/metrics.h; -1: not served, 0: a free port).
+  // the Prometheus text format (common/daemon/metrics.h; -1: not served, 0: a free port).
   int metrics_port = -1;
   // How the server reaches workers and the scheduler (null: ZeroMQ). Tests inject faults through it.
   std::shared_ptr<Transport> transport;
@@ -78,4 +78,4 @@ class Server {
   virtual int metrics_port() const = 0;  // the port /metrics is served at (-1: not served)
 };
 
-}  // namespace pushpull
+}  // namespace pushpull::server

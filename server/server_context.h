@@ -9,7 +9,7 @@
 
 #include "server/server.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 struct ServerContext {
   explicit ServerContext(const ServerOptions& o) : options(o) {}
@@ -22,4 +22,4 @@ struct ServerContext {
   ServerStats stats;
 };
 
-}  // namespace pushpull
+}  // namespace pushpull::server

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "common/cpus.h"
-#include "common/flags.h"
+#include "common/daemon/cpus.h"
+#include "common/daemon/flags.h"
 #include "common/log.h"
 #include "common/memory.h"
 #include "common/signals.h"
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
                       << FLAGS_advertise_host << ": workers on other hosts cannot reach it (give --advertise_host="
                       << "this host's name or IP)";
   }
-  pushpull::ServerOptions o;
+  pushpull::server::ServerOptions o;
   o.control.scheduler = FLAGS_scheduler;
   o.control.heartbeat_interval_ms = FLAGS_heartbeat_interval_ms;
   o.control.scheduler_timeout_ms = FLAGS_scheduler_timeout_ms;
@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
   }
   if (FLAGS_max_table_mb > 0) o.max_table_bytes = size_t(FLAGS_max_table_mb) << 20;
   o.metrics_port = FLAGS_metrics_port;
-  auto s = pushpull::Server::Create(o);
+  auto s = pushpull::server::Server::Create(o);
   if (!s.ok()) {
     PP_LOG(Error) << s.status().ToString();
     return 2;

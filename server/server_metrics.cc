@@ -8,7 +8,7 @@
 #include "common/log.h"
 #include "common/memory.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 ServerMetrics::ServerMetrics(ServerContext* ctx, const Tables* tables, const MinClock* min_clock,
                              const CheckpointWriter* checkpoint, const ControlChannel* control)
@@ -22,7 +22,7 @@ Status ServerMetrics::Serve(const std::string& host, int port) {
 }
 
 void ServerMetrics::CopyBudgetCounters() {
-  const CopyOnWriteBudget& cow = *tables_->cow_budget();
+  const table::CopyOnWriteBudget& cow = *tables_->cow_budget();
   ctx_->stats.copy_on_write_waits = cow.waits.load();
   ctx_->stats.copy_on_write_overdrafts = cow.overdrafts.load();
 }
@@ -62,7 +62,7 @@ void ServerMetrics::LogStats(int64_t now) {
   if (checkpoint_->last_at_ms() > 0)
     ckpt = "; last checkpoint at clock " + std::to_string(checkpoint_->last_clock()) + ", " +
            std::to_string((now - checkpoint_->last_at_ms()) / 1000) + " s ago";
-  const CopyOnWriteBudget& cow = *tables_->cow_budget();
+  const table::CopyOnWriteBudget& cow = *tables_->cow_budget();
   std::string spare;
   if (cow.used() > 0 || cow.waits > 0) {
     char buf[160];
@@ -72,7 +72,7 @@ void ServerMetrics::LogStats(int64_t now) {
     spare = buf;
   }
   std::string tables;
-  const ByteBudget& memory = tables_->memory();
+  const table::ByteBudget& memory = tables_->memory();
   if (memory.limit() != std::numeric_limits<size_t>::max()) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "; tables hold %.1f of %.1f MB", memory.used() / 1e6, memory.limit() / 1e6);
@@ -89,8 +89,8 @@ std::string ServerMetrics::Render() const {
     snap = snapshot_;
   }
   const ServerStats& stats = ctx_->stats;
-  const CopyOnWriteBudget& cow = *tables_->cow_budget();
-  const ByteBudget& memory = tables_->memory();
+  const table::CopyOnWriteBudget& cow = *tables_->cow_budget();
+  const table::ByteBudget& memory = tables_->memory();
   const MetricsText::Labels server = {{"server", std::to_string(ctx_->rank.load())}};
   MetricsText m;
   auto counter = [&](const char* name, const char* help, uint64_t v) {
@@ -119,8 +119,8 @@ std::string ServerMetrics::Render() const {
     std::vector<double> bounds;
     std::vector<uint64_t> counts;
     double sum = 0;
-    for (int b = 0; b < StalenessHistogram::kBuckets; ++b) {
-      if (b + 1 < StalenessHistogram::kBuckets) bounds.push_back(b);
+    for (int b = 0; b < consistency::StalenessHistogram::kBuckets; ++b) {
+      if (b + 1 < consistency::StalenessHistogram::kBuckets) bounds.push_back(b);
       counts.push_back(snap.staleness.counts()[b]);
       sum += double(b) * double(snap.staleness.counts()[b]);  // (the last bucket at its bound: a lower bound)
     }
@@ -146,4 +146,4 @@ std::string ServerMetrics::Render() const {
   return m.str();
 }
 
-}  // namespace pushpull
+}  // namespace pushpull::server

@@ -1,5 +1,5 @@
 // What an operator sees of a server: the counters and gauges served at /metrics in the
-// Prometheus text format (ServerOptions::metrics_port, common/metrics.h), and the stats line
+// Prometheus text format (ServerOptions::metrics_port, common/daemon/metrics.h), and the stats line
 // logged every ServerOptions::stats_every_ms.
 //
 // Threading: Render() runs on the metrics endpoint's thread and reads only atomics (the
@@ -12,16 +12,16 @@
 #include <string>
 
 #include "common/control.h"
-#include "common/metrics.h"
+#include "common/daemon/metrics.h"
 #include "common/mutex.h"
 #include "pushpull/status.h"
 #include "server/checkpoint_writer.h"
-#include "server/consistency.h"
+#include "server/consistency/rules.h"
 #include "server/min_clock.h"
 #include "server/server_context.h"
 #include "server/tables.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 class ServerMetrics {
  public:
@@ -48,7 +48,7 @@ class ServerMetrics {
   // The request loop's own state that /metrics shows.
   struct Snapshot {
     int64_t slowest_clock = -1;  // of the live workers (-1: none)
-    StalenessHistogram staleness;
+    consistency::StalenessHistogram staleness;
     uint64_t membership_version = 0;
   };
   // What /metrics serves (on the metrics thread).
@@ -71,4 +71,4 @@ class ServerMetrics {
   std::unique_ptr<MetricsEndpoint> endpoint_;
 };
 
-}  // namespace pushpull
+}  // namespace pushpull::server

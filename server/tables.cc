@@ -6,21 +6,21 @@
 
 #include "common/log.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 Tables::Tables(ServerContext* ctx, ControlChannel* control)
     : ctx_(ctx),
       control_(control),
-      cow_budget_(std::make_shared<CopyOnWriteBudget>(ctx->options.copy_on_write_budget_bytes,
-                                                      ctx->options.copy_on_write_wait_ms)),
-      memory_(std::make_shared<ByteBudget>(ctx->options.max_table_bytes)) {}
+      cow_budget_(std::make_shared<table::CopyOnWriteBudget>(ctx->options.copy_on_write_budget_bytes,
+                                                             ctx->options.copy_on_write_wait_ms)),
+      memory_(std::make_shared<table::ByteBudget>(ctx->options.max_table_bytes)) {}
 
 Status Tables::ReadRestore(const ClusterMap& cluster) {
   if (cluster.restore_from.empty()) return Status::OK();
   const int rank = ctx_->rank.load();
   auto r = WhileHeartbeating(control_, [&] {
-    return ReadCheckpointForServer(cluster.restore_from, rank, static_cast<int>(cluster.servers.size()),
-                                   /*in_blocks=*/true);  // (a stripe per block takes each as read)
+    return checkpoint::ReadCheckpointForServer(cluster.restore_from, rank, static_cast<int>(cluster.servers.size()),
+                                               /*in_blocks=*/true);  // (a stripe per block takes each as read)
   });
   if (!r.ok()) {
     // A damaged or missing file: every restart meets it again (pushpull-server exits 2), and
@@ -42,7 +42,7 @@ Status Tables::ReadRestore(const ClusterMap& cluster) {
   return Status::OK();
 }
 
-void Tables::FreeRetired(const std::function<bool(const TableShard*)>& used) {
+void Tables::FreeRetired(const std::function<bool(const table::TableShard*)>& used) {
   retired_.erase(std::remove_if(retired_.begin(), retired_.end(), [&](const auto& t) { return !used(t.get()); }),
                  retired_.end());
 }
@@ -82,13 +82,14 @@ Status Tables::Create(const TableInfo& info, const std::function<void(const std:
                                            failed->second.message() + " (restart the job to restore it again)");
   if (st.ok() && saved != restore_.end()) before_restore(info.spec.name);
   const bool fill = saved == restore_.end();
-  std::unique_ptr<TableShard> shard;
+  std::unique_ptr<table::TableShard> shard;
   if (st.ok()) try {
       const int rank = ctx_->rank.load();
       shard = WhileHeartbeating(control_, [&] {
-        return std::make_unique<TableShard>(info, rank, ctx_->options.update_threads, fill, cow_budget_, memory_);
+        return std::make_unique<table::TableShard>(info, rank, ctx_->options.update_threads, fill, cow_budget_,
+                                                   memory_);
       });
-    } catch (const TableMemoryExhausted& e) {  // (the scheduler names the server)
+    } catch (const table::TableMemoryExhausted& e) {  // (the scheduler names the server)
       st = Status::ResourceExhausted(e.what());
     } catch (const std::bad_alloc&) {
       st = Status::ResourceExhausted("out of memory for table " + info.spec.ToString());
@@ -140,4 +141,4 @@ Status Tables::Create(const TableInfo& info, const std::function<void(const std:
   return st;
 }
 
-}  // namespace pushpull
+}  // namespace pushpull::server

@@ -1,4 +1,4 @@
-// A server's tables: its shard of each (server/table_shard.h), by table id; their creation when
+// A server's tables: its shard of each (server/table/shard.h), by table id; their creation when
 // the scheduler asks (kCreateTable), and their restore from the checkpoint the job resumes from
 // (the rows read at start, taken by each table as it is created again). Also the two budgets
 // every shard shares: the copy-on-write memory and the limit on what the tables hold.
@@ -21,11 +21,12 @@
 #include "common/cluster.h"
 #include "common/control.h"
 #include "pushpull/status.h"
-#include "server/checkpoint.h"
+#include "server/checkpoint/shard_file.h"
+#include "server/checkpoint/store.h"
 #include "server/server_context.h"
-#include "server/table_shard.h"
+#include "server/table/shard.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 // Runs f on another thread while this one keeps the heartbeats to the scheduler going: filling
 // or restoring a large table takes seconds, which would otherwise look like a dead server.
@@ -43,14 +44,14 @@ class Tables {
   Tables& operator=(const Tables&) = delete;
 
   // Memory for arrays that pull replies hold while their stripe moved on (every table's).
-  const std::shared_ptr<CopyOnWriteBudget>& cow_budget() const { return cow_budget_; }
+  const std::shared_ptr<table::CopyOnWriteBudget>& cow_budget() const { return cow_budget_; }
   // What every table's rows hold, against ServerOptions::max_table_bytes.
-  const ByteBudget& memory() const { return *memory_; }
+  const table::ByteBudget& memory() const { return *memory_; }
 
   // Table `id`'s shard here (nullptr: none).
-  TableShard* Find(uint32_t id) const { return id < tables_.size() ? tables_[id].get() : nullptr; }
+  table::TableShard* Find(uint32_t id) const { return id < tables_.size() ? tables_[id].get() : nullptr; }
   // Every shard, by table id (null where none).
-  const std::vector<std::unique_ptr<TableShard>>& all() const { return tables_; }
+  const std::vector<std::unique_ptr<table::TableShard>>& all() const { return tables_; }
 
   // Reads this server's rows of the checkpoint the job resumes from (cluster.restore_from), if
   // any: each table takes its own as it is created again. An error (a damaged or missing file)
@@ -58,7 +59,7 @@ class Tables {
   Status ReadRestore(const ClusterMap& cluster);
   // The checkpoint's tables not created again yet (a checkpoint written meanwhile writes them
   // too, as read), and those whose restore failed part way, with why.
-  const std::map<std::string, TableCheckpoint>& restoring() const { return restore_; }
+  const std::map<std::string, checkpoint::TableCheckpoint>& restoring() const { return restore_; }
   const std::map<std::string, Status>& restore_failed() const { return restore_failed_; }
 
   // Creates table `info` (kCreateTable), restoring its rows when the checkpoint holds them; OK
@@ -71,20 +72,20 @@ class Tables {
   bool has_retired() const { return !retired_.empty(); }
   // Frees those `used` does not claim. With no checkpoint being written and nothing handed to the
   // update threads.
-  void FreeRetired(const std::function<bool(const TableShard*)>& used);
+  void FreeRetired(const std::function<bool(const table::TableShard*)>& used);
 
  private:
   ServerContext* const ctx_;
   ControlChannel* const control_;
-  const std::shared_ptr<CopyOnWriteBudget> cow_budget_;
-  const std::shared_ptr<ByteBudget> memory_;
-  std::vector<std::unique_ptr<TableShard>> tables_;  // by table id
-  std::vector<std::unique_ptr<TableShard>> retired_;
+  const std::shared_ptr<table::CopyOnWriteBudget> cow_budget_;
+  const std::shared_ptr<table::ByteBudget> memory_;
+  std::vector<std::unique_ptr<table::TableShard>> tables_;  // by table id
+  std::vector<std::unique_ptr<table::TableShard>> retired_;
   // Restoring: the checkpoint's tables of this server not created yet, by name. A restore that
   // failed part way consumed its rows: its error, for every later creation of the name (a retry
   // would restore an empty table).
-  std::map<std::string, TableCheckpoint> restore_;
+  std::map<std::string, checkpoint::TableCheckpoint> restore_;
   std::map<std::string, Status> restore_failed_;
 };
 
-}  // namespace pushpull
+}  // namespace pushpull::server

@@ -6,9 +6,9 @@
 #include "common/log.h"
 #include "common/wire.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
-UpdateThreads::UpdateThreads(Transport* transport, std::shared_ptr<const CopyOnWriteBudget> cow_budget)
+UpdateThreads::UpdateThreads(Transport* transport, std::shared_ptr<const table::CopyOnWriteBudget> cow_budget)
     : transport_(transport), cow_budget_(std::move(cow_budget)) {}
 
 namespace {
@@ -66,7 +66,7 @@ void UpdateThreads::AcquireIdle() const {
 void UpdateThreads::Execute(Request* r, int i) noexcept {
   try {
     ExecuteOrThrow(r, i);
-  } catch (const TableMemoryExhausted& e) {  // (the client names the server)
+  } catch (const table::TableMemoryExhausted& e) {  // (the client names the server)
     r->Fail(Status::ResourceExhausted(e.what()));
   } catch (const std::bad_alloc&) {
     r->Fail(Status::ResourceExhausted("out of memory (table '" + r->shard->spec().name + "')"));
@@ -76,14 +76,14 @@ void UpdateThreads::Execute(Request* r, int i) noexcept {
 }
 
 void UpdateThreads::ExecuteThreadPart(Request* r, int t) noexcept {
-  const TableShard& shard = *r->shard;
+  const table::TableShard& shard = *r->shard;
   for (int i = 0; i < shard.num_stripes(); ++i)
     if (shard.ThreadOf(i) == t && (r->sel.empty() || r->sel[i].size() > 0)) Execute(r, i);
 }
 
 void UpdateThreads::ExecuteOrThrow(Request* r, int i) {
-  Stripe& s = r->shard->stripe(i);
-  const RowSelection* sel = r->sel.empty() ? nullptr : &r->sel[i];
+  table::Stripe& s = r->shard->stripe(i);
+  const table::RowSelection* sel = r->sel.empty() ? nullptr : &r->sel[i];
   switch (r->op) {
     case Request::kApply: s.ApplyPush(*sel, r->msg.key_data(), r->msg.value_data(), r->ctx); break;
     case Request::kAccumulate:
@@ -109,7 +109,7 @@ void UpdateThreads::ExecuteOrThrow(Request* r, int i) {
 void UpdateThreads::UpdateLoop(int t) {
   SetThreadName("pp-update-" + std::to_string(t));
   opt::FlushDenormalsOnThisThread();
-  CopyOnWriteBudget::SetThisThreadMayWait(true);  // a write over the budget waits for a reply here
+  table::CopyOnWriteBudget::SetThisThreadMayWait(true);  // a write over the budget waits for a reply here
   // The thread's own end of the done channel (a socket is used by one thread). An in-process
   // pipe to a bound endpoint cannot fail to be made but for want of memory: then nothing works.
   auto made = transport_->MakeSocket(SocketKind::kPush, DoneChannel());
@@ -135,7 +135,7 @@ void UpdateThreads::UpdateLoop(int t) {
 
 void UpdateThreads::Dispatch(Request* r) {
   const int K = static_cast<int>(queues_.size());
-  const TableShard& shard = *r->shard;
+  const table::TableShard& shard = *r->shard;
   const int stripes = shard.num_stripes();
   const bool whole = r->sel.empty();
   // The update threads with a part of it, and how many.
@@ -206,4 +206,4 @@ void UpdateThreads::HandleDone() {
   }
 }
 
-}  // namespace pushpull
+}  // namespace pushpull::server

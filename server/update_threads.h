@@ -25,15 +25,15 @@
 #include "common/spsc_queue.h"
 #include "common/transport.h"
 #include "server/request.h"
-#include "server/table_shard.h"
+#include "server/table/shard.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 class UpdateThreads {
  public:
   // cow_budget: the server's copy-on-write budget (Dispatch keeps writes that may wait for it off
   // the I/O thread).
-  UpdateThreads(Transport* transport, std::shared_ptr<const CopyOnWriteBudget> cow_budget);
+  UpdateThreads(Transport* transport, std::shared_ptr<const table::CopyOnWriteBudget> cow_budget);
   UpdateThreads(const UpdateThreads&) = delete;
   UpdateThreads& operator=(const UpdateThreads&) = delete;
 
@@ -67,7 +67,7 @@ class UpdateThreads {
   void ExecuteThreadPart(Request* r, int t) noexcept;
 
   Transport* const transport_;
-  const std::shared_ptr<const CopyOnWriteBudget> cow_budget_;
+  const std::shared_ptr<const table::CopyOnWriteBudget> cow_budget_;
   std::unique_ptr<Socket> done_;    // the I/O thread's end of the done channel
   std::vector<Frame> done_frames_;  // HandleDone's receive buffer
   std::string done_endpoint_;
@@ -78,4 +78,4 @@ class UpdateThreads {
   std::vector<std::thread> threads_;
 };
 
-}  // namespace pushpull
+}  // namespace pushpull::server

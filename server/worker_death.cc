@@ -5,7 +5,7 @@
 #include "common/log.h"
 #include "common/time.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 WorkerDeaths::WorkerDeaths(ServerContext* ctx, ControlChannel* control, std::vector<WorkerState>* workers,
                            MinClock* min_clock, Tables* tables, UpdateThreads* updates,
@@ -23,7 +23,7 @@ void WorkerDeaths::OnMembership() {
   // An ending job releases nothing: parked pulls are answered with the job's end instead of being
   // served because the dead worker that ended it stopped being waited for.
   if (mem.job_state != Membership::kRunning) return;
-  ClockVector& clocks = min_clock_->clocks();
+  consistency::ClockVector& clocks = min_clock_->clocks();
   bool report = false;
   for (int w = 0; w < clocks.size() && w < static_cast<int>(mem.worker_alive.size()); ++w) {
     if (!clocks.alive(w)) continue;
@@ -66,7 +66,7 @@ void WorkerDeaths::OnMembership() {
 bool WorkerDeaths::OnHello(int w, std::string session, const Header& h) {
   WorkerState& worker = (*workers_)[w];
   if (worker.session == session) return false;
-  const ClockVector& clocks = min_clock_->clocks();
+  const consistency::ClockVector& clocks = min_clock_->clocks();
   bool raised = false;
   // The clock the servers agreed the rank's dead worker reached, as the new client heard it
   // from the scheduler: this server may not have heard it yet (nor that the rank is no longer
@@ -107,7 +107,7 @@ void WorkerDeaths::Tick() {
 }
 
 void WorkerDeaths::ReportWorkerClocks() {
-  const ClockVector& clocks = min_clock_->clocks();
+  const consistency::ClockVector& clocks = min_clock_->clocks();
   Header h;
   h.type = MsgType::kWorkerClocks;
   h.clock = static_cast<int64_t>(control_->membership().version);
@@ -121,7 +121,7 @@ void WorkerDeaths::ReportWorkerClocks() {
 }
 
 bool WorkerDeaths::RaiseToAgreedClock(int w, int64_t agreed) {
-  ClockVector& clocks = min_clock_->clocks();
+  consistency::ClockVector& clocks = min_clock_->clocks();
   const int64_t was = clocks.clock(w);
   if (!clocks.Raise(w, agreed)) return false;
   // Its pushes of the clocks passed are whole here (a settled Clock went out only once every
@@ -155,4 +155,4 @@ void WorkerDeaths::DropBspSums(int w) {
   }
 }
 
-}  // namespace pushpull
+}  // namespace pushpull::server

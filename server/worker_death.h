@@ -28,7 +28,7 @@
 #include "server/update_threads.h"
 #include "server/worker_state.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 class WorkerDeaths {
  public:
@@ -70,4 +70,4 @@ class WorkerDeaths {
   int64_t next_clocks_report_ms_ = 0;  // while a worker is dying: sent again each heartbeat
 };
 
-}  // namespace pushpull
+}  // namespace pushpull::server

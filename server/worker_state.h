@@ -13,7 +13,7 @@
 #include "pushpull/status.h"
 #include "server/request_record.h"
 
-namespace pushpull {
+namespace pushpull::server {
 
 struct WorkerState {
   // Requests asked again run once (server/request_record.h).
@@ -69,4 +69,4 @@ inline void NotePushRefused(std::vector<WorkerState>* workers, const Header& h, 
   (*workers)[h.sender_rank].refused_push = {h.clock, why};
 }
 
-}  // namespace pushpull
+}  // namespace pushpull::server

@@ -9,11 +9,11 @@
 #include "apps/bench/bench.h"
 #include "apps/fmnist_mlp.h"
 #include "apps/linreg.h"
+#include "apps/mlp/backend.h"
 #include "apps/sparse_lr.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "tests/support/local_cluster.h"
-#include "worker/mlp_backend.h"
 
 namespace pushpull::bench {
 namespace {
@@ -53,8 +53,8 @@ RunRate Throughput(int workers, const std::function<Status(Client&, AppResult*)>
 }
 
 // The MLP's forward+backward alone on `device`, batches of `batch`, no server: samples/s.
-double ComputeOnly(Device device, int batch, int steps) {
-  auto net = MlpBackend::Create(device, {784, 256, 128, 10}, batch);
+double ComputeOnly(mlp::Device device, int batch, int steps) {
+  auto net = mlp::MlpBackend::Create(device, {784, 256, 128, 10}, batch);
   if (!net.ok()) {
     PP_LOG(Error) << net.status().ToString();
     return 0;
@@ -85,8 +85,8 @@ double ComputeOnly(Device device, int batch, int steps) {
 
 // fmnist_mlp on `device` ("cpu" or "gpu" in the case names): one epoch over (a part of) the
 // training set with 1 and 2 workers, against the backend's own compute rate.
-void FmnistFigures(Reporter& rep, const Options& opt, Device device, const AppOptions& app) {
-  const bool gpu = device == Device::kGpu;
+void FmnistFigures(Reporter& rep, const Options& opt, mlp::Device device, const AppOptions& app) {
+  const bool gpu = device == mlp::Device::kGpu;
   const std::string tag = gpu ? "fmnist_mlp_gpu" : "fmnist_mlp";
   FmnistOptions fo;
   fo.device = device;
@@ -118,8 +118,8 @@ void AppsBench(Reporter& rep, const Options& opt) {
   app.batch = 64;
   app.progress_interval_s = 0;
   app.consistency = {Consistency::kSsp, 2};
-  FmnistFigures(rep, opt, Device::kCpu, app);
-  if (GpuAvailable()) FmnistFigures(rep, opt, Device::kGpu, app);
+  FmnistFigures(rep, opt, mlp::Device::kCpu, app);
+  if (mlp::GpuAvailable()) FmnistFigures(rep, opt, mlp::Device::kGpu, app);
 
   // sparse_lr: streamed examples, sparse push/pull of the rows a minibatch touches.
   const int64_t ex = opt.quick ? 100000 : 600000;

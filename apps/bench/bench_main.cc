@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "apps/bench/bench.h"
-#include "common/flags.h"
+#include "common/daemon/flags.h"
 #include "common/memory.h"
 
 DEFINE_string(out, "build/bench/results.jsonl",

@@ -15,8 +15,9 @@
 #include <vector>
 
 #include "apps/bench/bench.h"
-#include "server/checkpoint.h"
-#include "server/table_shard.h"
+#include "server/checkpoint/shard_file.h"
+#include "server/checkpoint/store.h"
+#include "server/table/shard.h"
 
 namespace pushpull::bench {
 namespace {
@@ -60,10 +61,10 @@ void RunCheckpointBench(Reporter& rep, const Options& o) {
   const std::string size =
       floats >= (1 << 20) ? std::to_string(floats >> 20) + "M" : std::to_string(floats >> 10) + "K";
   for (int threads : {1, 3}) {
-    TableShard shard(info, 0, threads);
+    table::TableShard shard(info, 0, threads);
     // One update, so that m, v and the steps hold something.
     std::vector<float> g(rows * dim, 1e-3f);
-    std::vector<RowSelection> sel;
+    std::vector<table::RowSelection> sel;
     shard.SplitRange(0, rows, &sel);
     opt::StepContext ctx;
     ctx.lr = 1e-3f;
@@ -77,7 +78,7 @@ void RunCheckpointBench(Reporter& rep, const Options& o) {
       // Alternating which side writes first (the kernel's page cache favours whoever comes second).
       if (rep_i % 2 == 1 && buf.size() == bytes) best_rw = std::min(best_rw, RawWrite(dir + "/raw", buf));
       double t0 = Now();
-      Status st = WriteServerCheckpoint(dir, 0, 1, 10, {&shard}, &bytes);
+      Status st = checkpoint::WriteServerCheckpoint(dir, 0, 1, 10, {&shard}, &bytes);
       if (!st.ok()) {
         std::fprintf(stderr, "checkpoint bench: %s\n", st.ToString().c_str());
         return;
@@ -86,8 +87,8 @@ void RunCheckpointBench(Reporter& rep, const Options& o) {
       if (buf.size() != bytes) buf.assign(bytes, 1);
       if (rep_i % 2 == 0) best_rw = std::min(best_rw, RawWrite(dir + "/raw", buf));
       t0 = Now();
-      auto r = ReadServerCheckpoint(dir, 0, 1, 10, /*in_blocks=*/true);  // as a restoring server reads it
-      TableShard restored(info, 0, threads, /*fill=*/false);             // as a restoring server makes it
+      auto r = checkpoint::ReadServerCheckpoint(dir, 0, 1, 10, /*in_blocks=*/true);  // as a restoring server reads it
+      table::TableShard restored(info, 0, threads, /*fill=*/false);                  // as a restoring server makes it
       if (!r.ok() || !restored.Restore(std::move((*r)["w"].rows)).ok()) {
         std::fprintf(stderr, "checkpoint bench: restore failed\n");
         return;

@@ -137,7 +137,7 @@ class TransportBench : public FigureLog {
       }
       if (f.name.rfind("server_rss_adam", 0) == 0) {
         // The fixed overhead: the server's copy-on-write budget, whatever N.
-        const double fixed = double(ServerOptions().copy_on_write_budget_bytes);
+        const double fixed = double(server::ServerOptions().copy_on_write_budget_bytes);
         const double over = f.value - 3.2 * f.baseline;
         std::fprintf(stderr, "  %-52s %.3f x 4N, 3.2 x 4N %+.1f MiB (%s; fixed: the %.0f MiB copy-on-write budget)\n",
                      ("RSS <= 3.2 x 4N + fixed: " + f.name).c_str(), r, over / kMB, over <= fixed ? "met" : "not met",

@@ -293,7 +293,7 @@ class Client {
   virtual bool checkpoints_enabled() const = 0;
   // Collective: every live worker calls it at the same clock (after that clock's Clock()). Waits
   // until every server has written its shards of every table, with optimizer state, as of this
-  // clock, and the scheduler has committed the checkpoint (server/checkpoint.h); a job started
+  // clock, and the scheduler has committed the checkpoint (server/checkpoint/store.h); a job started
   // with --restore_from resumes there. FailedPrecondition when the scheduler has no
   // --checkpoint_dir, a checkpoint is already in progress or a server refuses (live workers not
   // all at the clock); InvalidArgument when workers call it at different clocks; DeadlineExceeded

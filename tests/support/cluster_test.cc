@@ -24,7 +24,7 @@ std::string ClusterParams::Name() const {
     case Consistency::kAsp: name += "_asp"; break;
   }
   if (optimizer) name += std::string("_") + opt::KindName(*optimizer);
-  if (copy_on_write_budget_bytes != ServerOptions().copy_on_write_budget_bytes)
+  if (copy_on_write_budget_bytes != server::ServerOptions().copy_on_write_budget_bytes)
     name += "_cow" + std::to_string(copy_on_write_budget_bytes);
   return name;
 }

@@ -41,7 +41,7 @@ struct ClusterParams {
   Consistency consistency;
   std::optional<opt::Kind> optimizer;  // unset: the test's tables choose their own
   int update_threads = 1;              // per server
-  size_t copy_on_write_budget_bytes = ServerOptions().copy_on_write_budget_bytes;  // per server
+  size_t copy_on_write_budget_bytes = server::ServerOptions().copy_on_write_budget_bytes;  // per server
 
   // A LocalClusterConfig of this shape (every other setting its default).
   LocalClusterConfig Config() const;

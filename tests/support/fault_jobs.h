@@ -32,8 +32,8 @@ inline std::function<std::string(int, const std::string&)> WorkerControlThrough(
 }
 
 // Server `rank`'s scheduler connection goes through `proxy`; the others' do not.
-inline std::function<void(int, ServerOptions*)> ServerControlThrough(TcpProxy& proxy, int rank) {
-  return [&proxy, rank](int s, ServerOptions* o) {
+inline std::function<void(int, server::ServerOptions*)> ServerControlThrough(TcpProxy& proxy, int rank) {
+  return [&proxy, rank](int s, server::ServerOptions* o) {
     if (s != rank) return;
     proxy.SetUpstream(o->control.scheduler);
     o->control.scheduler = proxy.address();
@@ -42,9 +42,9 @@ inline std::function<void(int, ServerOptions*)> ServerControlThrough(TcpProxy& p
 
 // Worker data connections to server `rank` go through `proxy` (the server advertises the proxy's
 // port); the scheduler's do not.
-inline std::function<void(int, ServerOptions*)> DataThrough(TcpProxy& proxy, int rank,
-                                                            const std::string& host = "127.0.0.1") {
-  return [&proxy, rank, host](int s, ServerOptions* o) {
+inline std::function<void(int, server::ServerOptions*)> DataThrough(TcpProxy& proxy, int rank,
+                                                                    const std::string& host = "127.0.0.1") {
+  return [&proxy, rank, host](int s, server::ServerOptions* o) {
     if (s != rank) return;
     o->port = TcpProxy::FreePort();
     o->advertise_host = host;

@@ -1,6 +1,6 @@
 #include "tests/support/local_cluster.h"
 
-#include "common/flags.h"
+#include "common/daemon/flags.h"
 #include "common/time.h"
 #include "worker/client_impl.h"
 
@@ -17,7 +17,7 @@ namespace pushpull {
 
 Status LocalCluster::Start() {
   config_.heartbeat_timeout_ms *= kTimeoutScale;
-  SchedulerOptions so;
+  scheduler::SchedulerOptions so;
   so.bind_host = "127.0.0.1";
   so.num_servers = config_.servers;
   so.num_workers = config_.workers;
@@ -33,14 +33,14 @@ Status LocalCluster::Start() {
   so.checkpoint_timeout_ms = config_.checkpoint_timeout_ms;
   so.checkpoint_keep = config_.checkpoint_keep;
   so.metrics_port = config_.metrics ? 0 : -1;
-  auto s = Scheduler::Create(so);
+  auto s = scheduler::Scheduler::Create(so);
   if (!s.ok()) return s.status();
   scheduler_ = std::move(s.value());
   PP_RETURN_IF_ERROR(scheduler_->PrepareRestore());
   scheduler_thread_ = std::thread([this] { scheduler_status_ = scheduler_->Run(); });
   server_status_.resize(config_.servers);
   for (int i = 0; i < config_.servers; ++i) {
-    ServerOptions o;
+    server::ServerOptions o;
     o.bind_host = "127.0.0.1";
     o.control.scheduler = scheduler_->address();
     o.control.heartbeat_interval_ms = config_.heartbeat_interval_ms;
@@ -52,7 +52,7 @@ Status LocalCluster::Start() {
     o.copy_on_write_wait_ms = config_.copy_on_write_wait_ms;
     o.metrics_port = config_.metrics ? 0 : -1;
     if (config_.server_options) config_.server_options(i, &o);
-    auto srv = Server::Create(o);
+    auto srv = server::Server::Create(o);
     if (!srv.ok()) return srv.status();
     servers_.push_back(std::move(srv.value()));
   }

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "pushpull/client.h"
-#include "server/scheduler.h"
+#include "server/scheduler/scheduler.h"
 #include "server/server.h"
 
 namespace pushpull {
@@ -42,14 +42,14 @@ struct LocalClusterConfig {
   bool verify_restore = true;  // the scheduler's --verify_restore
   int checkpoint_timeout_ms = 600000;
   int checkpoint_keep = 2;
-  size_t copy_on_write_budget_bytes = ServerOptions().copy_on_write_budget_bytes;  // per server
-  int64_t copy_on_write_wait_ms = ServerOptions().copy_on_write_wait_ms;
+  size_t copy_on_write_budget_bytes = server::ServerOptions().copy_on_write_budget_bytes;  // per server
+  int64_t copy_on_write_wait_ms = server::ServerOptions().copy_on_write_wait_ms;
   bool metrics = false;  // the scheduler and servers serve /metrics, each on a free port
   // The scheduler address worker w connects to, given the scheduler's own (unset: that one);
   // fault tests put a proxy in between.
   std::function<std::string(int w, const std::string& scheduler)> worker_scheduler_address;
   // Changes server s's options before it starts (fault tests: a proxy in front of it).
-  std::function<void(int s, ServerOptions* o)> server_options;
+  std::function<void(int s, server::ServerOptions* o)> server_options;
   // Changes worker w's client options before it connects.
   std::function<void(int w, ClientOptions* o)> client_options;
   // The transport worker w's client reaches the job over (unset or null: ZeroMQ); fault tests
@@ -71,7 +71,7 @@ class LocalCluster {
   // Connects a new client asking for rank w (after KillClient(w), with wait_for_replacement): it
   // takes the dead worker's place once the scheduler has declared that one dead.
   Status ReplaceClient(int w);
-  Server& server(int s) { return *servers_[s]; }
+  server::Server& server(int s) { return *servers_[s]; }
   // Stops server s (its thread returns): to the scheduler it looks like a dead server.
   void StopServer(int s);
   const std::string& scheduler_address() const { return scheduler_->address(); }
@@ -89,10 +89,10 @@ class LocalCluster {
   ClientOptions ClientOptionsFor(int w) const;
   Result<std::unique_ptr<Client>> Connect(int w, const ClientOptions& o) const;
   LocalClusterConfig config_;
-  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<scheduler::Scheduler> scheduler_;
   std::thread scheduler_thread_;
   Status scheduler_status_;
-  std::vector<std::unique_ptr<Server>> servers_;
+  std::vector<std::unique_ptr<server::Server>> servers_;
   std::vector<std::thread> server_threads_;
   std::vector<Status> server_status_;
   std::vector<std::unique_ptr<Client>> clients_;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/cluster.h"
-#include "server/table_shard.h"
+#include "server/table/shard.h"
 
 namespace pushpull {
 
@@ -76,8 +76,8 @@ inline TableSpec AdamSparse() {
 }
 
 // A one-stripe shard's selection of keys (its first stripe's part).
-inline RowSelection FirstStripeOf(TableShard& t, const std::vector<Key>& keys) {
-  std::vector<RowSelection> v;
+inline table::RowSelection FirstStripeOf(table::TableShard& t, const std::vector<Key>& keys) {
+  std::vector<table::RowSelection> v;
   t.Split(keys.data(), keys.size(), &v);
   return v[0];
 }
