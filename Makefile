@@ -59,7 +59,8 @@ NVCCFLAGS ?= -std=c++17 -O2 -Iinclude -I. -Xcompiler -fPIC -MMD -MP \
 endif
 
 # One static library per product folder that has library sources; binaries and tests link them
-# in dependency order.
+# in dependency order. A folder's archive is named by its path, '/' as '_' (deploy/launch:
+# libdeploy_launch.a).
 define lib_srcs
 $(filter-out %_main.cc,$(wildcard $(1)/*.cc))
 endef
@@ -68,8 +69,9 @@ $(if $(filter 1,$(CUDA)),$(wildcard $(1)/*.cu))
 endef
 objs_of = $(patsubst %.cc,$(BUILD)/obj/%.o,$(call lib_srcs,$(1))) \
           $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(call lib_cu,$(1)))
-LIBDIRS := $(foreach d,deploy apps worker server common optimizers,$(if $(strip $(call objs_of,$(d))),$(d)))
-LIBS := $(foreach d,$(LIBDIRS),$(BUILD)/lib/lib$(d).a)
+LIBDIRS := $(foreach d,deploy/launch deploy apps worker server common optimizers,$(if $(strip $(call objs_of,$(d))),$(d)))
+lib_of = $(BUILD)/lib/lib$(subst /,_,$(1)).a
+LIBS := $(foreach d,$(LIBDIRS),$(call lib_of,$(d)))
 
 # Test support (tests/support/: the in-process cluster, a TCP proxy, fixtures): a library of its
 # own that only the test binary and pushpull-bench link, never a daemon. alloc_fault.cc replaces
@@ -136,7 +138,7 @@ $(CLIENT_SO): $(CLIENT_OBJS)
 	ln -sf libpushpull.so.$(PP_VERSION) $(BUILD)/lib/libpushpull.so.$(PP_SOVERSION)
 	ln -sf libpushpull.so.$(PP_SOVERSION) $(BUILD)/lib/libpushpull.so
 
-$(foreach d,$(LIBDIRS),$(eval $(BUILD)/lib/lib$(d).a: $(call objs_of,$(d))))
+$(foreach d,$(LIBDIRS),$(eval $(call lib_of,$(d)): $(call objs_of,$(d))))
 $(TEST_SUPPORT_LIB): $(patsubst %.cc,$(BUILD)/obj/%.o,$(TEST_SUPPORT_SRCS))
 $(BUILD)/lib/%.a:
 	@mkdir -p $(dir $@)
