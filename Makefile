@@ -92,7 +92,7 @@ $(BUILD)/obj/common/version.o: VERSION
 # The client library a user's program links: the code behind include/pushpull/ and nothing of the
 # daemons, the sample apps, CUDA or gflags.
 CLIENT_SRCS := $(filter-out worker/mlp_%,$(wildcard worker/*.cc)) $(wildcard optimizers/*.cc) \
-               $(filter-out common/flags.cc common/metrics.cc common/cpus.cc,$(wildcard common/*.cc))
+               $(filter-out common/flags.cc common/daemon_flags.cc common/metrics.cc common/cpus.cc,$(wildcard common/*.cc))
 CLIENT_OBJS := $(patsubst %.cc,$(BUILD)/obj/%.o,$(CLIENT_SRCS))
 CLIENT_LIBS := -lzmq -pthread
 CLIENT_A  := $(BUILD)/lib/libpushpull.a
