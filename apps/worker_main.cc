@@ -17,6 +17,7 @@
 #include "apps/mlp/backend.h"
 #include "apps/sparse_lr.h"
 #include "apps/worker_main_experiment_flags.h"
+#include "common/daemon/daemon_flags.h"
 #include "common/daemon/flags.h"
 #include "common/daemon/metrics.h"
 #include "common/log.h"
@@ -25,19 +26,15 @@
 #include "optimizers/optimizer.h"
 #include "pushpull/client.h"
 
+// (The flags pushpull-launch also takes and passes on to this daemon are common/daemon/daemon_flags.cc's.)
 DEFINE_string(scheduler, "tcp://127.0.0.1:7000",
               "address of pushpull-scheduler (not given: $PUSHPULL_SCHEDULER when set, as pushpull-launch sets it)");
 DEFINE_string(app, "", "training app to run: linreg | fmnist_mlp | sparse_lr");
-DEFINE_string(consistency, "bsp",
-              "consistency model of the app's tables: bsp | ssp:K | asp (not given: $PUSHPULL_CONSISTENCY when set)");
 DEFINE_int32(request_timeout_ms, 120000, "deadline of every push, pull, barrier and table creation");
 DEFINE_int32(max_unanswered_mb, 1024,
              "backpressure: a push or keyed pull waits (up to --request_timeout_ms, then "
              "the worker fails) while this worker's unanswered requests hold this many MiB of payload (0: no limit)");
-DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this worker is alive");
 DEFINE_int32(scheduler_timeout_ms, 15000, "give up when the scheduler is silent this long, once registered");
-DEFINE_int32(register_timeout_ms, 120000,
-             "how long to wait for the whole job to register, a scheduler not (yet) listening included");
 DEFINE_int32(connect_timeout_ms, 10000,
              "fail at once (exit 1), naming the reason, when the scheduler's host name does not resolve or its port "
              "refuses connections this long (not given: $PUSHPULL_CONNECT_TIMEOUT_MS when set); a scheduler that "
@@ -254,7 +251,7 @@ int main(int argc, char** argv) {
       "usage: pushpull-worker --scheduler=tcp://HOST:PORT --app=linreg|fmnist_mlp|sparse_lr [app flags]\n"
       "The flags from apps/worker_main_experiment_flags.cc, listed last, inject stragglers for the consistency "
       "experiments (make experiments).",
-      "worker_main");
+      pushpull::DaemonFlagSelection("worker_main", pushpull::kWorkerFlag));
   pushpull::RefuseArguments(argc, argv);
   pushpull::TuneMallocForLargeMessages();
   pushpull::SetLogTag("worker");

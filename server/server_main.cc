@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "common/daemon/cpus.h"
+#include "common/daemon/daemon_flags.h"
 #include "common/daemon/flags.h"
 #include "common/log.h"
 #include "common/memory.h"
@@ -11,6 +12,7 @@
 #include "common/wire.h"
 #include "server/server.h"
 
+// (The flags pushpull-launch also takes and passes on to this daemon are common/daemon/daemon_flags.cc's.)
 DEFINE_string(scheduler, "tcp://127.0.0.1:7000", "address of pushpull-scheduler");
 DEFINE_string(bind_host, "0.0.0.0", "interface to listen on");
 DEFINE_string(advertise_host, "127.0.0.1", "host name or IP workers use to reach this server");
@@ -18,32 +20,15 @@ DEFINE_int32(port, 0, "TCP port to listen on (0: any free port)");
 DEFINE_int32(advertise_port, 0,
              "TCP port workers use to reach this server, when it is not --port (NAT, a forwarded or mapped port; "
              "0: the port it listens on)");
-DEFINE_int32(update_threads, 0,
-             "update threads, at most 64, each owning stripes of every table (a large dense table has a stripe per 1 "
-             "MB block); 0: the cores this process may use (CPU affinity, cgroup quota) left after the I/O thread");
-DEFINE_int32(heartbeat_interval_ms, 500, "how often to tell the scheduler this server is alive");
 DEFINE_int32(scheduler_timeout_ms, 15000, "exit when the scheduler is silent this long, once registered");
-DEFINE_int32(register_timeout_ms, 120000,
-             "how long to wait for the whole job to register, a scheduler not (yet) listening included");
 DEFINE_int32(connect_timeout_ms, 10000,
              "a scheduler address that does not resolve, or whose port refuses connections, this long fails "
              "registration at once with the reason (raise it where the scheduler may start later, as a pod's "
              "DNS name resolves late); a scheduler that answers is waited for within --register_timeout_ms");
 DEFINE_int32(max_message_mb, 2048, "larger messages are dropped (0 or less: no limit)");
 DEFINE_int32(rank, -1, "ask the scheduler for this rank (-1: any free one)");
-DEFINE_int32(stats_every_s, 30,
-             "log a line of rates (pushes, pulls, MB/s), the slowest worker's clock, parked pulls and memory this "
-             "often (0: never)");
-DEFINE_int32(copy_on_write_budget_mb, 64,
-             "memory for parameters that pull replies still hold while pushes go on (copy-on-write); "
-             "over it, a push waits for the reply to be sent instead (0: always wait)");
 DEFINE_int32(copy_on_write_wait_ms, 1000,
              "a push waits at most this long for a pull reply to be sent, then copies over the budget (logged)");
-DEFINE_int64(max_table_mb, 0,
-             "memory this server's tables may hold (parameters, optimizer slots, step counts, sparse key index); "
-             "a table creation or a push or pull of new sparse keys past it is refused with ResourceExhausted, "
-             "which ends the job with a message (exit 2, not restarted) instead of the machine killing the server "
-             "(0: no limit)");
 DEFINE_int32(metrics_port, -1,
              "serve this server's counters and gauges (requests, bytes, staleness, memory, slowest worker) at "
              "http://BIND_HOST:PORT/metrics in the Prometheus text format (-1: not served; 0: any free port, logged)");
@@ -55,7 +40,7 @@ int main(int argc, char** argv) {
 
       "a pushpull server: holds table shards and optimizer state, applies pushes, answers pulls.\n"
       "usage: pushpull-server --scheduler=tcp://HOST:PORT [--advertise_host=MY_IP]",
-      "server_main");
+      pushpull::DaemonFlagSelection("server_main", pushpull::kServerFlag));
   pushpull::RefuseArguments(argc, argv);
   pushpull::TuneMallocForLargeMessages();
   pushpull::SetLogTag("server");

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <string>
@@ -107,6 +108,7 @@ std::vector<std::string> FlagfileArgs(const char* prog, const std::string& path)
 
 struct FlagCheck {
   const char* prog;
+  std::set<std::string> refused;                             // defined, but not this binary's
   std::set<std::string> undefok;                             // gflags' --undefok, from anywhere
   std::vector<std::pair<std::string, std::string>> unknown;  // name, as written (+ where)
 };
@@ -126,7 +128,10 @@ void CheckArgs(FlagCheck* fc, const std::vector<std::string>& args, const std::s
     std::string value = has_value ? name.substr(eq + 1) : "";
     name = name.substr(0, eq);
     gflags::CommandLineFlagInfo info;
-    if (gflags::GetCommandLineFlagInfo(name.c_str(), &info)) {
+    const auto known = [fc](const std::string& n, gflags::CommandLineFlagInfo* i) {
+      return fc->refused.count(n) == 0 && gflags::GetCommandLineFlagInfo(n.c_str(), i);
+    };
+    if (known(name, &info)) {
       if (!has_value && info.type != "bool") {
         if (!source.empty()) Refuse(prog, "flag --" + name + in + " needs a value (--" + name + "=VALUE)");
         if (i + 1 >= args.size()) Refuse(prog, "flag --" + name + " needs a value");
@@ -143,15 +148,14 @@ void CheckArgs(FlagCheck* fc, const std::vector<std::string>& args, const std::s
       }
       continue;
     }
-    if (!has_value && name.rfind("no", 0) == 0 && gflags::GetCommandLineFlagInfo(name.c_str() + 2, &info) &&
-        info.type == "bool")
+    if (!has_value && name.rfind("no", 0) == 0 && known(name.substr(2), &info) && info.type == "bool")
       continue;  // --noflag
     fc->unknown.emplace_back(name, a + in);
   }
 }
 
-void RefuseBadFlags(int argc, char** argv, const char* hint) {
-  FlagCheck fc{argv[0], {}, {}};
+void RefuseBadFlags(int argc, char** argv, const FlagSelection& flags, const char* hint) {
+  FlagCheck fc{argv[0], {flags.refused.begin(), flags.refused.end()}, {}, {}};
   CheckArgs(&fc, std::vector<std::string>(argv + 1, argv + argc), "", 0);
   for (const auto& [name, written] : fc.unknown) {
     if (fc.undefok.count(name) || (name.rfind("no", 0) == 0 && fc.undefok.count(name.substr(2)))) continue;
@@ -159,15 +163,56 @@ void RefuseBadFlags(int argc, char** argv, const char* hint) {
   }
 }
 
+std::string DirOf(const std::string& path) { return path.substr(0, path.find_last_of('/') + 1); }
+
+// --help, as gflags' ShowUsageWithFlagsRestrict writes it (the usage, then the flags grouped by
+// the file that defines them), of the flags `flags` selects: the shared ones first, then the
+// binary's own (which a usage may say end with a file of their own).
+void ShowHelp(const char* argv0, const FlagSelection& flags) {
+  const std::string prog = argv0;
+  std::printf("%s: %s\n", prog.substr(prog.rfind('/') + 1).c_str(), gflags::ProgramUsage());
+  const std::set<std::string> shared(flags.shared.begin(), flags.shared.end());
+  const std::set<std::string> refused(flags.refused.begin(), flags.refused.end());
+  std::vector<gflags::CommandLineFlagInfo> all;
+  gflags::GetAllFlags(&all);  // by file, then name
+  auto own = [&](const gflags::CommandLineFlagInfo& info) {
+    return std::strstr(info.filename.c_str(), flags.flag_file) != nullptr;
+  };
+  std::stable_partition(all.begin(), all.end(), [&](const auto& info) { return !own(info); });
+  std::string last_file;
+  bool first_dir = true;
+  for (gflags::CommandLineFlagInfo& info : all) {
+    if ((!own(info) && shared.count(info.name) == 0) || refused.count(info.name) != 0) continue;
+    if (info.filename != last_file) {
+      if (DirOf(info.filename) != DirOf(last_file)) {
+        if (!first_dir) std::printf("\n\n");
+        first_dir = false;
+      }
+      std::printf("\n  Flags from %s:\n", info.filename.c_str());
+      last_file = info.filename;
+    }
+    if (auto p = flags.help_prefix.find(info.name); p != flags.help_prefix.end())
+      info.description = p->second + info.description;
+    std::fputs(gflags::DescribeOneFlag(info).c_str(), stdout);
+  }
+}
+
 }  // namespace
 
 void ParseFlagsOrHelp(int* argc, char*** argv, const char* usage, const char* flag_file, bool remove_flags,
                       const char* unknown_flag_hint) {
-  RefuseBadFlags(*argc, *argv, unknown_flag_hint);
+  FlagSelection flags;
+  flags.flag_file = flag_file;
+  ParseFlagsOrHelp(argc, argv, usage, flags, remove_flags, unknown_flag_hint);
+}
+
+void ParseFlagsOrHelp(int* argc, char*** argv, const char* usage, const FlagSelection& flags, bool remove_flags,
+                      const char* unknown_flag_hint) {
+  RefuseBadFlags(*argc, *argv, flags, unknown_flag_hint);
   gflags::SetUsageMessage(usage);
   gflags::ParseCommandLineNonHelpFlags(argc, argv, remove_flags);
   if (FLAGS_help || FLAGS_helpshort) {
-    gflags::ShowUsageWithFlagsRestrict((*argv)[0], flag_file);
+    ShowHelp((*argv)[0], flags);
     std::exit(0);
   }
   if (FLAGS_version) {

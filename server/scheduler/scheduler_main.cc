@@ -9,11 +9,13 @@
 #include <limits>
 #include <thread>
 
+#include "common/daemon/daemon_flags.h"
 #include "common/daemon/flags.h"
 #include "common/log.h"
 #include "common/signals.h"
 #include "server/scheduler/scheduler.h"
 
+// (The flags pushpull-launch also takes and passes on to this daemon are common/daemon/daemon_flags.cc's.)
 DEFINE_int32(num_servers, 0, "servers the job has (required); the job starts when all have registered");
 DEFINE_int32(num_workers, 0, "workers the job has (required)");
 DEFINE_string(bind_host, "0.0.0.0", "interface to listen on");
@@ -22,32 +24,6 @@ DEFINE_string(advertise_host, "127.0.0.1",
               "scheduler's address (nodes reach it by their own --scheduler)");
 DEFINE_int32(port, 7000, "TCP port to listen on (0: any free port; see --endpoint_file)");
 DEFINE_string(endpoint_file, "", "if set, write the address nodes should use here once listening");
-DEFINE_int32(heartbeat_timeout_ms, 5000, "a node silent this long is declared dead");
-DEFINE_int32(register_timeout_ms, 120000, "abort if not every node registered by then");
-DEFINE_int32(table_timeout_ms, 30000, "every server must have created (filled or restored) a table by then");
-DEFINE_string(on_worker_death, "abort",
-              "abort: end the job naming the dead worker; continue: go on without it; "
-              "wait: wait --replacement_timeout_s for a worker to take its rank (pushpull-worker --rank=R), which "
-              "resumes at the dead one's clock while the others wait for it");
-DEFINE_int32(replacement_timeout_s, 90,
-             "--on_worker_death=wait: abort when no worker took a dead one's place by then (keep it under the "
-             "workers' --request_timeout_ms less --heartbeat_timeout_ms: their waits for the dead rank end there)");
-DEFINE_string(checkpoint_dir, "",
-              "directory servers write checkpoints into when the workers call Checkpoint() "
-              "(a filesystem every server and the scheduler share; empty: checkpoints off)");
-DEFINE_int32(checkpoint_keep, 2, "complete checkpoints to keep; older ones are deleted");
-DEFINE_int32(checkpoint_timeout_s, 600,
-             "deadline of each checkpoint phase: every live worker asking, then every "
-             "server writing");
-DEFINE_string(restore_from, "",
-              "resume the job from the newest complete checkpoint under this directory, or from "
-              "this checkpoint when it is one (DIR/ckpt-NNN: an older one, when the newest is damaged; "
-              "pushpull-checkpoint --dir=DIR lists them) (tables, optimizer state, clocks; any number of servers)");
-DEFINE_bool(verify_restore, true,
-            "with --restore_from: read every file of the checkpoint once before the job starts, "
-            "checking its checksum; a damaged newest checkpoint is then passed over for the newest intact one "
-            "of the same run before it (false: servers find damage while restoring and the job fails, exit 2); "
-            "the nodes' --register_timeout_ms runs meanwhile");
 DEFINE_int32(metrics_port, -1,
              "serve the job's state (workers live, dying, dead, finished; servers; tables; the last checkpoint) at "
              "http://BIND_HOST:PORT/metrics in the Prometheus text format (-1: not served; 0: any free port, logged)");
@@ -76,7 +52,7 @@ int main(int argc, char** argv) {
                              "the pushpull scheduler: membership, table creation, barriers, heartbeats, checkpoints.\n"
                              "usage: pushpull-scheduler --num_servers=S --num_workers=W [--port=7000]\n"
                              "       [--checkpoint_dir=DIR] [--restore_from=DIR]",
-                             "scheduler_main");
+                             pushpull::DaemonFlagSelection("scheduler_main", pushpull::kSchedulerFlag));
   pushpull::RefuseArguments(argc, argv);
   pushpull::SetLogTag("scheduler");
   if (FLAGS_verbose) pushpull::SetLogLevel(pushpull::LogLevel::kDebug);
