@@ -1,6 +1,6 @@
 // Futures and pulled rows: the state of one call (FutureState), shared by the thread that made
 // it, the threads that complete it and every Future copy that refers to it; the received frames
-// a PullView or PullDenseView is read from in place (PulledParts); and how a waiting thread
+// a pull into a view (PullOptions::view) is read from in place (PulledParts); and how a waiting thread
 // receives replies itself (Receiver, ReceiverHandle, WaitState). The public classes over them,
 // Future and PulledRows (include/pushpull/client.h), are implemented in futures.cc.
 //
@@ -111,7 +111,7 @@ struct FutureState {
   void Complete(int target, const Status& st, int32_t stale = 0) EXCLUDES(mu);
 };
 
-// The received value frames of a PullDenseView or PullView: per request ("server part": a
+// The received value frames of a pull into a view (PullOptions::view), keyed or dense: per request ("server part": a
 // server's part of the pull; of a dense one a block, of a sparse one up to a block's keys), in
 // row order, the frames of its reply (one per stripe of its rows: of a dense pull in row order,
 // of a keyed one over several stripes each stripe's rows in turn, see key_of_row).

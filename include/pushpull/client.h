@@ -99,8 +99,8 @@ struct PulledParts;
 // std::logic_error; num_rows() too once it failed), for as long as this object lives (it keeps the messages); a new
 // pull into it drops the old one's at once.
 //
-// row(i) is the i-th row: of the table for a dense pull (PullDenseView), of the key list for a
-// keyed one (PullView), dim floats. Dense pulls also list their parts: contiguous runs of whole
+// row(i) is the i-th row: of the table for a whole-table pull (PullOptions::keys null), of the
+// key list for a keyed one, dim floats. Dense pulls also list their parts: contiguous runs of whole
 // rows in row order, one per frame the servers sent: a dense pull goes to each server as a
 // request per 1 MB block of its rows, each answered with a frame per stripe holding its rows
 // (one when the pull is small), so num_parts() is not the number of servers.
@@ -196,6 +196,52 @@ struct ClientStats {
   uint64_t waits_for_room = 0;  // calls that waited for room (max_unanswered_mb, or kMaxUnansweredRequests to a server)
 };
 
+// The keys of a call, in a buffer the library may hold and send without a copy (see Client::Push).
+using KeyBuffer = std::shared_ptr<const std::vector<Key>>;
+
+// What a pull reads and where its values go (Client::Pull). Every field has a default; set those
+// that differ:
+//   client.Pull(t, PullOptions{keys, out})                        // the rows of keys, into out
+//   PullOptions o; o.view = &rows; client.Pull(dense, o)         // the whole table, in place
+//   PullOptions o; o.keys = keys; o.out = m; o.slot = 0; ...     // Adam's m of some rows
+// A pull whose options do not fit together, or not the table, fails with InvalidArgument saying
+// which (its Future's Wait() returns it; nothing is sent).
+struct PullOptions {
+  // The rows to read: a sparse table's keys, or a dense table's row numbers (each < rows), in
+  // the order they are wanted; a key may repeat. Sent without a copy, as a push's keys are (see
+  // Client::Push): the vector must not change while the pull is unfinished. Keys in server order
+  // cost the least (Client::GroupByServer). An empty list reads nothing and succeeds.
+  // Default: null: every row of a dense table, in row order (rows * dim floats).
+  // REQUIRES: set (not null) for a sparse table, and when slot >= 0.
+  // REQUIRES: at most 2^31 keys.
+  KeyBuffer keys;
+  // Where the values go, copied: keys->size() * dim floats (the whole table: rows * dim), row i
+  // at out + i * dim. Written by the library's threads until the pull's Future is done (or its
+  // wait expired, or its last copy went: then nothing more is written), so it must stay valid
+  // that long.
+  // Default: null.
+  // REQUIRES: exactly one of out and view is set (a pull of no keys may have neither).
+  float* out = nullptr;
+  // Or: the values left in the messages the servers sent, read in place with no copy (see
+  // PulledRows); a pull into a view drops what the view held before at once.
+  // Default: null.
+  PulledRows* view = nullptr;
+  // false: a lookup. A key a sparse table does not hold yet is not added to it: it reads as its
+  // row would start (the table's initial values; an optimizer slot's starting value). For
+  // evaluation and inference over keys training may never touch, which a pull that creates would
+  // add to the servers' memory, their --max_table_mb and every checkpoint. A dense table holds
+  // all its rows: no difference there. A sparse table's lookup is copied on the server (never
+  // read in place), also into a view.
+  // Default: true (a key not there yet is added, as a push would add it).
+  bool create = true;
+  // >= 0: reads optimizer state slot `slot` of the rows instead of their parameters (Adam's m is
+  // slot 0, v slot 1; see optimizers/), for debugging. Gathered on the server, also into a view.
+  // Default: -1 (the parameters).
+  // REQUIRES: -1, or a slot of the table's optimizer (the server refuses others, naming it).
+  // REQUIRES: keys set: a whole-table pull reads the parameters only.
+  int slot = -1;
+};
+
 class Client {
  public:
   virtual ~Client() = default;
@@ -214,10 +260,9 @@ class Client {
   // spec differs). Every worker may call it; the first creates.
   virtual Result<Table> CreateTable(const TableSpec& spec) = 0;
 
-  // Keyed push and pull. grads: keys.size() * dim floats. out must stay valid until the
-  // Future is done (or its Wait timed out) and receives keys.size() * dim floats in key order.
-  // A key given twice in one push is applied twice, as two optimizer steps in key order (not
-  // summed first): sum repeats on the worker when one step is meant.
+  // Keyed push. grads: keys.size() * dim floats. A key given twice in one push is applied twice,
+  // as two optimizer steps in key order (not summed first): sum repeats on the worker when one
+  // step is meant.
   // Gradients are sent zero-copy from the buffer; a shared buffer may be reused once the push's
   // Future succeeded (the library holds its reference until then; after a failure, such as a
   // dead server, possibly until the Client is destroyed). Keys given in a shared buffer
@@ -225,7 +270,9 @@ class Client {
   // server order (GroupByServer; slices under 4 KB are copied, keys in another order gathered),
   // so a recurring key set is not copied into every call; the vector must not change while any
   // call using it is unfinished (failed or given up calls included, as for gradients).
-  using KeyBuffer = std::shared_ptr<const std::vector<Key>>;
+  // A push's Future may be dropped (fire and forget): a refused push is sticky, so the next
+  // Clock(), pull or Finish() says so.
+  using KeyBuffer = ::pushpull::KeyBuffer;
   // (With a KeyBuffer, gradients go in a shared buffer too: a by-value form of both would make
   // brace lists of keys such as {0, 1} ambiguous.)
   virtual Future Push(const Table& t, KeyBuffer keys, SharedFloats grads) = 0;
@@ -235,19 +282,35 @@ class Client {
   Future Push(const Table& t, std::vector<Key> keys, std::vector<float> grads) {
     return Push(t, std::move(keys), std::make_shared<const std::vector<float>>(std::move(grads)));
   }
-  virtual Future Pull(const Table& t, KeyBuffer keys, float* out) = 0;
-  Future Pull(const Table& t, std::vector<Key> keys, float* out) {
+  // Whole dense table: rows * dim floats.
+  virtual Future PushDense(const Table& t, SharedFloats grads) = 0;
+  Future PushDense(const Table& t, std::vector<float> grads) {
+    return PushDense(t, std::make_shared<const std::vector<float>>(std::move(grads)));
+  }
+
+  // Reads rows of a table as of this worker's clock, under the table's consistency model (a BSP
+  // or SSP pull waits for the slower workers): which rows, where to and what of them as
+  // `options` says (PullOptions). Its values are in the destination once the Future succeeded.
+  // The Future must be kept until then: dropping it gives the pull up (see Future).
+  [[nodiscard]] virtual Future Pull(const Table& t, const PullOptions& options) = 0;
+  // The common pulls, as the options above make them:
+  // the rows of keys into out (keys.size() * dim floats), creating sparse keys not there yet;
+  [[nodiscard]] Future Pull(const Table& t, KeyBuffer keys, float* out);  // (null keys: refused)
+  [[nodiscard]] Future Pull(const Table& t, std::vector<Key> keys, float* out) {
     return Pull(t, std::make_shared<const std::vector<Key>>(std::move(keys)), out);
   }
-  // Reads rows as Pull does (the same consistency), except that a key a sparse table does not
-  // hold yet is not added to it: it reads as its row would start (the table's initial values).
-  // For evaluation and inference over keys training may never touch, which a Pull would add to
-  // the servers' memory, their --max_table_mb and every checkpoint. A dense table's rows are all
-  // there: the same as Pull. Always copied (never read in place by the server).
-  virtual Future Lookup(const Table& t, KeyBuffer keys, float* out) = 0;
-  Future Lookup(const Table& t, std::vector<Key> keys, float* out) {
+  // the same without adding keys a sparse table does not hold (PullOptions::create false);
+  [[nodiscard]] Future Lookup(const Table& t, KeyBuffer keys, float* out);  // (null keys: refused)
+  [[nodiscard]] Future Lookup(const Table& t, std::vector<Key> keys, float* out) {
     return Lookup(t, std::make_shared<const std::vector<Key>>(std::move(keys)), out);
   }
+  // and the whole dense table into out (rows * dim floats).
+  [[nodiscard]] Future PullDense(const Table& t, float* out) {
+    PullOptions o;
+    o.out = out;
+    return Pull(t, o);
+  }
+
   // Keys in the order the servers hold them cost the least: reorders `keys` so that each
   // server's keys come one after the other (in the order they were given) and returns where each
   // came from (keys after[i] == keys before[order[i]]). A keyed push of keys in this order sends
@@ -256,26 +319,6 @@ class Client {
   // the rows. Order a recurring key set (a minibatch's unique keys) once and compute its
   // gradients in that order. Dense tables: ascending rows are in server order.
   virtual Result<std::vector<uint32_t>> GroupByServer(const Table& t, std::vector<Key>* keys) = 0;
-  // The same without copying into a buffer of the caller's: out->row(i) is keys[i]'s values,
-  // read in place from the servers' replies (see PulledRows).
-  virtual Future PullView(const Table& t, KeyBuffer keys, PulledRows* out) = 0;
-  Future PullView(const Table& t, std::vector<Key> keys, PulledRows* out) {
-    return PullView(t, std::make_shared<const std::vector<Key>>(std::move(keys)), out);
-  }
-  // Whole dense table: rows * dim floats.
-  virtual Future PushDense(const Table& t, SharedFloats grads) = 0;
-  Future PushDense(const Table& t, std::vector<float> grads) {
-    return PushDense(t, std::make_shared<const std::vector<float>>(std::move(grads)));
-  }
-  virtual Future PullDense(const Table& t, float* out) = 0;
-  // The same without copying into a buffer of the caller's: the values stay in the received
-  // messages, which `out` keeps alive (see PulledRows).
-  virtual Future PullDenseView(const Table& t, PulledRows* out) = 0;
-  // Reads optimizer state slot `slot` (e.g. Adam's m is 0) of some rows, for debugging.
-  virtual Future PullSlot(const Table& t, KeyBuffer keys, int slot, float* out) = 0;
-  Future PullSlot(const Table& t, std::vector<Key> keys, int slot, float* out) {
-    return PullSlot(t, std::make_shared<const std::vector<Key>>(std::move(keys)), slot, out);
-  }
 
   // Ends this worker's current iteration: the clock advances on every server. In a job that goes
   // on after a worker dies (--on_worker_death=continue or wait), a worker with a BSP table first
