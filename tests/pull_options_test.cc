@@ -1,7 +1,8 @@
 // Client::Pull(table, PullOptions): every read of rows is one call. The whole dense table or the
 // rows of keys, copied into a buffer or read in place from a view, creating sparse keys or only
 // looking them up, the parameters or an optimizer slot; options that do not fit together fail
-// with InvalidArgument saying what is wrong, before anything is sent.
+// with InvalidArgument saying what is wrong, before anything is sent. A pull whose Future is
+// dropped before it completed is given up, counted and logged, not silently.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -245,6 +246,88 @@ TEST(PullOptionsSlot, ASlotReadsTheOptimizerStateIntoABufferOrAView) {
   EXPECT_EQ(m[0], 0.0f);
   EXPECT_EQ(m[1], 0.0f);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
+}
+
+// Two workers on one server and a BSP table, worker a one clock ahead: its next pull waits for
+// b's Clock(), so a pull's Future can go while the pull is pending.
+struct AheadByOne {
+  AheadByOne()
+      : cluster([] {
+          LocalClusterConfig cfg;
+          cfg.workers = 2;
+          return cfg;
+        }()) {}
+  // Call with ASSERT_TRUE.
+  bool Start() {
+    if (!cluster.Start().ok()) return false;
+    a = &cluster.client(0);
+    b = &cluster.client(1);
+    TableSpec spec = CounterTable(4, {Consistency::kBsp, 0});
+    spec.name = "bsp";
+    Result<Table> made_a = a->CreateTable(spec), made_b = b->CreateTable(spec);
+    if (!made_a.ok() || !made_b.ok()) return false;
+    t = *made_a;
+    return a->Clock().ok();
+  }
+  LocalCluster cluster;
+  Client* a = nullptr;
+  Client* b = nullptr;
+  Table t;
+};
+
+// A pull into a buffer whose last Future goes before it completed is given up (its buffer left as
+// it was, so that it may go too), as client.h says; that is counted in ClientStats::pulls_dropped
+// and logged once per client, naming the table, not silent. Pulls given up by a wait that expired,
+// pulls that completed, and pulls into a view (which go on) are not counted.
+TEST(PullOptionsDropped, ADroppedPullIsGivenUpCountedAndLoggedOnce) {
+  AheadByOne job;
+  ASSERT_TRUE(job.Start());
+  Client& a = *job.a;
+  Client& b = *job.b;
+  EXPECT_EQ(a.stats().pulls_dropped, 0u);
+  std::vector<float> out(8, 42.0f);
+  testing::internal::CaptureStderr();
+  {
+    Future dropped = a.PullDense(job.t, out.data());  // clock 1: waits for b
+    EXPECT_FALSE(dropped.Ready());
+  }
+  EXPECT_EQ(a.stats().pulls_dropped, 1u);
+  PulledRows view;
+  {
+    Future in_view = a.Pull(job.t, WholeTableInto(&view));  // goes on: its rows land in the view
+    Future keyed = a.Pull(job.t, {1, 2}, out.data());       // given up too
+  }
+  EXPECT_EQ(a.stats().pulls_dropped, 2u);
+  const std::string logged = testing::internal::GetCapturedStderr();
+  const std::string line = "its last Future went before the pull completed";
+  const size_t first = logged.find(line);
+  ASSERT_NE(first, std::string::npos) << logged;
+  EXPECT_EQ(logged.find(line, first + 1), std::string::npos) << "logged once per client:\n" << logged;
+  EXPECT_NE(logged.find("dense pull from table 'bsp'"), std::string::npos) << logged;
+  EXPECT_NE(logged.find("pulls_dropped"), std::string::npos) << logged;
+  // A wait that expired gave the pull up already (the caller heard DeadlineExceeded): not counted.
+  {
+    Future waited = a.PullDense(job.t, out.data());
+    EXPECT_EQ(waited.WaitFor(20).code(), Code::kDeadlineExceeded);
+  }
+  EXPECT_EQ(a.stats().pulls_dropped, 2u);
+  ASSERT_TRUE(b.Clock().ok());  // the pulls are answered now
+  std::vector<float> after(8);
+  ASSERT_TRUE(a.PullDense(job.t, after.data()).WaitFor(10000).ok());  // (answered after the others)
+  for (float x : out) EXPECT_EQ(x, 42.0f);                            // nothing written for those given up
+  ASSERT_TRUE(Eventually([&] {
+    try {
+      return view.row(3) != nullptr;
+    } catch (const std::logic_error&) {  // (not landed yet)
+      return false;
+    }
+  }));
+  EXPECT_EQ(view.row(3)[1], after[7]);
+  // A pull that completed, then dropped: nothing given up.
+  { ASSERT_TRUE(a.PullDense(job.t, out.data()).WaitFor(10000).ok()); }
+  EXPECT_EQ(a.stats().pulls_dropped, 2u);
+  EXPECT_EQ(b.stats().pulls_dropped, 0u);
+  EXPECT_TRUE(job.cluster.FinishAndJoin().ok());
 }
 
 }  // namespace

@@ -65,6 +65,7 @@ ClientStats ClientImpl::stats() const {
     st = state_.stats;
   }
   st.unanswered_bytes = requests_.bytes();
+  st.pulls_dropped = state_.dropped_pulls->count.load(std::memory_order_relaxed);
   return st;
 }
 
@@ -129,7 +130,7 @@ Future ClientImpl::PullKeys(const Table& t, const PullOptions& o) {
   if (!st.ok()) return sender_.FailedPull(st, o.view);
   auto fs = sender_.NewState(o.slot < 0 ? "pull from table" : "pull of optimizer slot from", t.name,
                              static_cast<int64_t>(o.keys->size()), static_cast<int>(cmds.size()));
-  fs->writes_destination = o.out != nullptr;
+  if (o.out) fs->dropped = state_.dropped_pulls;  // a pull into the caller's memory
   return PostCall(std::move(fs), std::move(cmds));
 }
 
@@ -141,7 +142,7 @@ Future ClientImpl::PullWholeTable(const Table& t, const PullOptions& o) {
   st = SplitPullDense(*info, o.out, o.view, num_servers(), state_.clock, &cmds);
   if (!st.ok()) return sender_.FailedPull(st, o.view);
   auto fs = sender_.NewState("dense pull from table", t.name, -1, static_cast<int>(cmds.size()));
-  fs->writes_destination = o.out != nullptr;
+  if (o.out) fs->dropped = state_.dropped_pulls;
   return PostCall(std::move(fs), std::move(cmds));
 }
 

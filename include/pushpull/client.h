@@ -156,9 +156,13 @@ class SharedFloats {
 };
 
 // The result of an asynchronous Push or Pull.
-// Copies share the call. Once the last copy of a pull's Future goes before the call completed,
-// the call is given up as by an expired WaitFor: nothing more is written into its destination,
-// so the destination may go with it (an app that returns early on an error).
+// Copies share the call. Once the last copy of the Future of a pull into a buffer
+// (PullOptions::out) goes before the call completed, the call is given up as by an expired
+// WaitFor: nothing more is written into its destination, so the destination may go with it (an
+// app that returns early on an error). That is counted (ClientStats::pulls_dropped) and logged,
+// once per client, as a warning naming the table: a pull whose Future is dropped by mistake
+// (never waited on) reads nothing. (A pull into a view is not given up: its rows land in the
+// view, which keeps them.) A push's Future may be dropped: the push goes on (see Push).
 class Future {
  public:
   Future() = default;
@@ -194,6 +198,7 @@ struct ClientStats {
   uint64_t resent = 0;            // requests sent to a server again after a connection to it dropped
   uint64_t unanswered_bytes = 0;  // now: payload of requests not answered yet (max_unanswered_mb)
   uint64_t waits_for_room = 0;  // calls that waited for room (max_unanswered_mb, or kMaxUnansweredRequests to a server)
+  uint64_t pulls_dropped = 0;   // pulls into a buffer given up because their last Future went first (see Future)
 };
 
 // The keys of a call, in a buffer the library may hold and send without a copy (see Client::Push).

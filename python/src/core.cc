@@ -471,6 +471,7 @@ PYBIND11_MODULE(_core, m) {
         d["resent"] = s.resent;
         d["unanswered_bytes"] = s.unanswered_bytes;
         d["waits_for_room"] = s.waits_for_room;
+        d["pulls_dropped"] = s.pulls_dropped;
         return d;
       });
 
