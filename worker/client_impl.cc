@@ -42,14 +42,13 @@ ClientImpl::~ClientImpl() {
 Status ClientImpl::Start() {
   PP_RETURN_IF_ERROR(control_.Register(""));
   state_.clock = control_.cluster().start_clock;  // a restored job resumes at its checkpoint's clock
-  Result<int64_t> lowest = links_.Open();
-  if (!lowest.ok()) return lowest.status();
+  PP_ASSIGN_OR_RETURN(int64_t lowest, links_.Open());
   // Each server says where this rank's clock is. Ahead of the job's start: this client takes the
   // place of a dead worker, and goes on from the lowest of them (a server ahead, which the dead
   // one's last clock reached, answers what it redoes of that clock without applying it).
-  if (*lowest > state_.clock) {
-    PP_LOG(Warning) << "worker " << control_.rank() << " takes a dead worker's place at clock " << *lowest;
-    state_.clock = *lowest;
+  if (lowest > state_.clock) {
+    PP_LOG(Warning) << "worker " << control_.rank() << " takes a dead worker's place at clock " << lowest;
+    state_.clock = lowest;
     replacement_ = true;
   }
   PP_RETURN_IF_ERROR(queue_.Open());
@@ -155,9 +154,7 @@ Result<std::vector<uint32_t>> ClientImpl::GroupByServer(const Table& t, std::vec
 }
 
 Result<std::unique_ptr<Client>> ConnectOver(const ClientOptions& given, std::shared_ptr<Transport> transport) {
-  Result<ClientOptions> resolved = ResolveOptions(given);
-  if (!resolved.ok()) return resolved.status();
-  const ClientOptions& options = *resolved;
+  PP_ASSIGN_OR_RETURN(const ClientOptions options, ResolveOptions(given));
   PP_RETURN_IF_ERROR(ControlOptionsOf(options).Validate());
   if (options.request_timeout_ms < 1)
     return Status::InvalidArgument("request_timeout_ms must be at least 1, not " +
