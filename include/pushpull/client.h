@@ -49,33 +49,44 @@ namespace pushpull {
 // environment pushpull-launch gives every worker (docs: "The launcher's environment"), so that
 // Client::Connect(ClientOptions{}) joins the job it was started in; a field set in code wins.
 struct ClientOptions {
-  std::string scheduler;            // tcp://host:port of pushpull-scheduler ("": PUSHPULL_SCHEDULER)
-  int requested_rank = -1;          // >= 0: ask for this worker rank, if free (-1: PUSHPULL_RANK, else any)
-  std::string consistency;          // the job's consistency model, Client::consistency() ("": PUSHPULL_CONSISTENCY,
-                                    // else "bsp"): "bsp", "ssp:K" or "asp"
-  int heartbeat_interval_ms = 0;    // how often this worker tells the scheduler it is alive
-                                    // (0: PUSHPULL_HEARTBEAT_INTERVAL_MS, else 500)
-  int scheduler_timeout_ms = 0;     // scheduler silent this long: calls fail with Unavailable
-                                    // (0: PUSHPULL_SCHEDULER_TIMEOUT_MS, else 15000)
-  int register_timeout_ms = 0;      // how long Connect waits for the whole job to register
-                                    // (0: PUSHPULL_REGISTER_TIMEOUT_MS, else 120000)
-  int connect_timeout_ms = 0;       // a scheduler address that does not resolve or refuses
-                                    // connections this long fails Connect with the reason
-                                    // (Unavailable; asked again meanwhile, for a name that
-                                    // resolves late or a scheduler that starts late; once it
-                                    // answers, register_timeout_ms alone applies)
-                                    // (0: PUSHPULL_CONNECT_TIMEOUT_MS, else 10000)
-  int request_timeout_ms = 120000;  // default deadline of Future::Wait, Barrier, CreateTable
+  // tcp://host:port of pushpull-scheduler.
+  // Default: "": PUSHPULL_SCHEDULER (Connect fails, saying so, when that is unset too).
+  std::string scheduler;
+  // >= 0: ask for this worker rank, if free.
+  // Default: -1: PUSHPULL_RANK, else any free rank.
+  int requested_rank = -1;
+  // The job's consistency model, Client::consistency(): "bsp", "ssp:K" or "asp".
+  // Default: "": PUSHPULL_CONSISTENCY, else "bsp".
+  std::string consistency;
+  // How often this worker tells the scheduler it is alive.
+  // Default: 0: PUSHPULL_HEARTBEAT_INTERVAL_MS, else 500.
+  int heartbeat_interval_ms = 0;
+  // Scheduler silent this long: calls fail with Unavailable.
+  // Default: 0: PUSHPULL_SCHEDULER_TIMEOUT_MS, else 15000.
+  int scheduler_timeout_ms = 0;
+  // How long Connect waits for the whole job to register.
+  // Default: 0: PUSHPULL_REGISTER_TIMEOUT_MS, else 120000.
+  int register_timeout_ms = 0;
+  // A scheduler address that does not resolve or refuses connections this long fails Connect
+  // with the reason (Unavailable; asked again meanwhile, for a name that resolves late or a
+  // scheduler that starts late; once it answers, register_timeout_ms alone applies).
+  // Default: 0: PUSHPULL_CONNECT_TIMEOUT_MS, else 10000.
+  int connect_timeout_ms = 0;
+  // The deadline of Future::Wait, Barrier and CreateTable.
+  // Default: 120000 (not read from the environment).
+  int request_timeout_ms = 120000;
   // Backpressure: a call whose payload (a push's keys and values, a keyed pull's keys) would take
   // the payload of this worker's unanswered requests over this many MiB waits in the call, at most
   // request_timeout_ms, for earlier ones to be answered, rather than keep them all in memory while
   // a server is slow or unreachable; past that it fails unsent, and the client's error is sticky
   // (a push left out must not be clocked). 0: no limit. A single call over it is sent once nothing
   // else is unanswered.
+  // Default: 1024 (not read from the environment).
   int max_unanswered_mb = 1024;
-  // Checkpoint() waits this long. 0: longer than the scheduler's two deadlines, which answer it
-  // first (every worker asking, then every server writing: its --checkpoint_timeout_s each, told
-  // at registration), plus request_timeout_ms.
+  // How long Checkpoint() waits.
+  // Default: 0: longer than the scheduler's two deadlines, which answer it first (every worker
+  // asking, then every server writing: its --checkpoint_timeout_s each, told at registration),
+  // plus request_timeout_ms.
   int checkpoint_timeout_ms = 0;
 };
 
