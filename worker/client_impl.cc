@@ -97,7 +97,7 @@ Future ClientImpl::PushDense(const Table& t, SharedFloats grads) {
   return PostCall(std::move(fs), std::move(cmds));
 }
 
-Future ClientImpl::Pull(const Table& t, const PullOptions& o) {
+Future ClientImpl::DoPull(const Table& t, const PullOptions& o) {
   if (o.view) ClientAccess::parts(o.view).reset();  // nothing of an earlier pull stays readable
   // Options that do not fit together, whatever the table holds.
   const std::string what = "pull from '" + t.name + "'";

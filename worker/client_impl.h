@@ -60,11 +60,9 @@ class ClientImpl final : public Client {
   const std::string& restored_run() const override { return control_.cluster().restore_run; }
 
   Result<Table> CreateTable(const TableSpec& spec) override { return control_calls_.CreateTable(spec); }
-  using Client::Pull;
   using Client::Push;
   Future Push(const Table& t, KeyBuffer keys, SharedFloats grads) override;
   Future PushDense(const Table& t, SharedFloats grads) override;
-  [[nodiscard]] Future Pull(const Table& t, const PullOptions& options) override;
   Result<std::vector<uint32_t>> GroupByServer(const Table& t, std::vector<Key>* keys) override;
 
   Status Clock() override { return control_calls_.Clock(); }
@@ -75,6 +73,9 @@ class ClientImpl final : public Client {
   Status Leave(const Status& why) override { return control_calls_.Leave(why); }
 
   ClientStats stats() const override;
+
+ protected:
+  Future DoPull(const Table& t, const PullOptions& options) override;
 
  private:
   // Keyed pulls (o.keys set): into `out`, or kept in `view` (no copy); `create` false: a lookup

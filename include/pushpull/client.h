@@ -308,7 +308,7 @@ class Client {
   // or SSP pull waits for the slower workers): which rows, where to and what of them as
   // `options` says (PullOptions). Its values are in the destination once the Future succeeded.
   // The Future must be kept until then: dropping it gives the pull up (see Future).
-  [[nodiscard]] virtual Future Pull(const Table& t, const PullOptions& options) = 0;
+  [[nodiscard]] Future Pull(const Table& t, const PullOptions& options) { return DoPull(t, options); }
   // The common pulls, as the options above make them:
   // the rows of keys into out (keys.size() * dim floats), creating sparse keys not there yet;
   [[nodiscard]] Future Pull(const Table& t, KeyBuffer keys, float* out);  // (null keys: refused)
@@ -379,6 +379,12 @@ class Client {
   virtual Status Leave(const Status& why) = 0;
 
   virtual ClientStats stats() const = 0;
+
+ protected:
+  // The one read behind every pull above (Pull(table, options) calls it), which an implementation
+  // of Client overrides. Not called directly: GCC does not warn about the dropped result of a
+  // virtual call, so the non-virtual Pull carries the [[nodiscard]].
+  virtual Future DoPull(const Table& t, const PullOptions& options) = 0;
 };
 
 }  // namespace pushpull
