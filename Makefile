@@ -256,7 +256,8 @@ test-unit: deps
 # their own ($(BUILD)-asan; CUDA=0: the sanitizers do not see device code). A report fails them.
 ASAN_BUILD := $(BUILD)-asan
 test-asan: deps
-	$(MAKE) ASAN=1 CUDA=0 BUILD=$(ASAN_BUILD) $(BINS) $(call test_bin_of,unit) $(call test_bin_of,cluster)
+	$(MAKE) ASAN=1 CUDA=0 BUILD=$(ASAN_BUILD) \
+	  $(patsubst $(BUILD)/%,$(ASAN_BUILD)/%,$(filter-out %/pushpull-bench,$(BINS)) $(call test_bin_of,unit) $(call test_bin_of,cluster))
 	tests/run_tests.sh $(ASAN_BUILD) unit cluster
 
 demo: deps

@@ -117,10 +117,9 @@ Status ReadPayload(gzFile f, const std::string& path, size_t want, const std::st
 }  // namespace
 
 Result<IdxImages> LoadIdxImages(const std::string& path, int rows, int cols) {
-  auto file = Open(path);
-  if (!file.ok()) return file.status();
+  PP_ASSIGN_OR_RETURN(auto file, Open(path));
   uint32_t h[4];
-  PP_RETURN_IF_ERROR(ReadHeader(file->get(), path, kImagesMagic, 4, h));
+  PP_RETURN_IF_ERROR(ReadHeader(file.get(), path, kImagesMagic, 4, h));
   if (h[1] > kMaxCount || h[2] == 0 || h[2] > kMaxSide || h[3] == 0 || h[3] > kMaxSide) {
     return Status::Corruption(path + ": implausible header: " + std::to_string(h[1]) + " images of " +
                               std::to_string(h[2]) + "x" + std::to_string(h[3]));
@@ -136,21 +135,20 @@ Result<IdxImages> LoadIdxImages(const std::string& path, int rows, int cols) {
   img.cols = int(h[3]);
   const size_t want = size_t(img.n) * img.rows * img.cols;
   PP_RETURN_IF_ERROR(ReadPayload(
-      file->get(), path, want,
+      file.get(), path, want,
       std::to_string(img.n) + " images x " + std::to_string(img.rows) + "x" + std::to_string(img.cols), &img.pixels));
   return img;
 }
 
 Result<std::vector<uint8_t>> LoadIdxLabels(const std::string& path) {
-  auto file = Open(path);
-  if (!file.ok()) return file.status();
+  PP_ASSIGN_OR_RETURN(auto file, Open(path));
   uint32_t h[2];
-  PP_RETURN_IF_ERROR(ReadHeader(file->get(), path, kLabelsMagic, 2, h));
+  PP_RETURN_IF_ERROR(ReadHeader(file.get(), path, kLabelsMagic, 2, h));
   if (h[1] > kMaxCount) {
     return Status::Corruption(path + ": implausible header: " + std::to_string(h[1]) + " labels");
   }
   std::vector<uint8_t> labels;
-  PP_RETURN_IF_ERROR(ReadPayload(file->get(), path, h[1], std::to_string(h[1]) + " labels", &labels));
+  PP_RETURN_IF_ERROR(ReadPayload(file.get(), path, h[1], std::to_string(h[1]) + " labels", &labels));
   return labels;
 }
 
@@ -169,8 +167,7 @@ Status CheckFashionMnistFiles(const std::string& dir, bool test_set) {
   for (bool train : {true, false})
     for (bool images : {true, false}) {
       if (!train && !test_set) continue;
-      auto f = Open(SetPath(dir, train, images));
-      if (!f.ok()) return f.status();
+      PP_RETURN_IF_ERROR(Open(SetPath(dir, train, images)).status());
     }
   return Status::OK();
 }
@@ -178,27 +175,25 @@ Status CheckFashionMnistFiles(const std::string& dir, bool test_set) {
 Result<Dataset> LoadFashionMnist(const std::string& dir, bool train) {
   const std::string images_path = SetPath(dir, train, true);
   const std::string labels_path = SetPath(dir, train, false);
-  auto images = LoadIdxImages(images_path, 28, 28);
-  if (!images.ok()) return images.status();
-  auto labels = LoadIdxLabels(labels_path);
-  if (!labels.ok()) return labels.status();
-  if (size_t(images->n) != labels->size()) {
-    return Status::Corruption(images_path + " holds " + std::to_string(images->n) + " images but " + labels_path +
-                              " holds " + std::to_string(labels->size()) + " labels");
+  PP_ASSIGN_OR_RETURN(auto images, LoadIdxImages(images_path, 28, 28));
+  PP_ASSIGN_OR_RETURN(auto labels, LoadIdxLabels(labels_path));
+  if (size_t(images.n) != labels.size()) {
+    return Status::Corruption(images_path + " holds " + std::to_string(images.n) + " images but " + labels_path +
+                              " holds " + std::to_string(labels.size()) + " labels");
   }
-  for (size_t i = 0; i < labels->size(); ++i) {
-    if ((*labels)[i] >= 10) {
-      return Status::Corruption(labels_path + ": label " + std::to_string((*labels)[i]) + " of example " +
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] >= 10) {
+      return Status::Corruption(labels_path + ": label " + std::to_string(labels[i]) + " of example " +
                                 std::to_string(i) + " is not in [0, 10)");
     }
   }
   Dataset d;
-  d.n = images->n;
-  d.rows = images->rows;
-  d.cols = images->cols;
-  d.images.resize(images->pixels.size());
-  for (size_t i = 0; i < d.images.size(); ++i) d.images[i] = images->pixels[i] * (1.0f / 255.0f);
-  d.labels = std::move(labels).value();
+  d.n = images.n;
+  d.rows = images.rows;
+  d.cols = images.cols;
+  d.images.resize(images.pixels.size());
+  for (size_t i = 0; i < d.images.size(); ++i) d.images[i] = images.pixels[i] * (1.0f / 255.0f);
+  d.labels = std::move(labels);
   return d;
 }
 

@@ -34,29 +34,24 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
   const int rank = client.rank(), W = client.num_workers();
   if (o.layers.front() != 784 || o.layers.back() != 10)
     return Status::InvalidArgument("fmnist_mlp: the first layer must be 784 (28x28) and the last 10 (classes)");
-  auto train_all = LoadFashionMnist(o.data_dir, true);
-  if (!train_all.ok()) return train_all.status();
-  if (o.train_limit > 0 && o.train_limit < train_all->n) {
-    train_all->n = o.train_limit;
-    train_all->images.resize(size_t(o.train_limit) * train_all->dim());
-    train_all->labels.resize(o.train_limit);
+  PP_ASSIGN_OR_RETURN(auto train_all, LoadFashionMnist(o.data_dir, true));
+  if (o.train_limit > 0 && o.train_limit < train_all.n) {
+    train_all.n = o.train_limit;
+    train_all.images.resize(size_t(o.train_limit) * train_all.dim());
+    train_all.labels.resize(o.train_limit);
   }
   // Every worker needs a batch's worth of steps at least: too few images (a small --train_limit,
   // or a data set that holds none) is said as such, not as the schedule's length of 0.
-  const int total_n = train_all->n;
+  const int total_n = train_all.n;
   if (total_n / W < 1)
     return Status::InvalidArgument("fmnist_mlp: " + std::to_string(total_n) + " training images for " +
                                    Count(W, "worker") + ": each needs one at least (--train_limit, or the data in " +
                                    o.data_dir + ")");
-  auto shard = Shard(*train_all, rank, W);
-  if (!shard.ok()) return shard.status();
-  const Dataset& train = *shard;
-  *train_all = Dataset();  // (this worker's shard is all it reads from here: the rest goes)
+  PP_ASSIGN_OR_RETURN(const Dataset train, Shard(train_all, rank, W));
+  train_all = Dataset();  // (this worker's shard is all it reads from here: the rest goes)
   Dataset test;
   if (rank == 0) {
-    auto t = LoadFashionMnist(o.data_dir, false);
-    if (!t.ok()) return t.status();
-    test = std::move(t.value());
+    PP_ASSIGN_OR_RETURN(test, LoadFashionMnist(o.data_dir, false));
     if (o.test_limit > 0 && o.test_limit < test.n) {
       test.n = o.test_limit;
       test.images.resize(size_t(o.test_limit) * test.dim());
@@ -67,9 +62,8 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
   const int batch = app.batch;
   const int gpu =
       o.gpu >= 0 || o.device == mlp::Device::kCpu ? std::max(o.gpu, 0) : rank % std::max(1, mlp::GpuCount());
-  auto backend = mlp::MlpBackend::Create(o.device, o.layers, std::max(batch, 1024), gpu);
-  if (!backend.ok()) return backend.status();
-  mlp::MlpBackend& net = **backend;
+  PP_ASSIGN_OR_RETURN(auto backend, mlp::MlpBackend::Create(o.device, o.layers, std::max(batch, 1024), gpu));
+  mlp::MlpBackend& net = *backend;
   PP_LOG(Info) << "fmnist_mlp: worker " << rank << "/" << W << " on " << train.n << " training images, backend "
                << net.name() << ", batch " << batch;
 
@@ -85,18 +79,15 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
     spec.seed = app.seed + l;
     spec.consistency = app.consistency;
     spec.optimizer.staleness_aware = app.staleness_aware;
-    auto kind = opt::ParseKind(app.optimizer.empty() ? "adam" : app.optimizer);
-    if (!kind.ok()) return kind.status();
-    spec.optimizer.kind = *kind;
+    PP_ASSIGN_OR_RETURN(spec.optimizer.kind, opt::ParseKind(app.optimizer.empty() ? "adam" : app.optimizer));
     spec.optimizer.lr = app.lr > 0 ? app.lr : 2e-3f;
     // Cosine decay to zero over the run, counted in applied updates: one per clock under BSP
     // (the workers' mean), one per push otherwise.
     spec.optimizer.schedule.kind = opt::ScheduleKind::kCosine;
     spec.optimizer.schedule.total_steps = int64_t(app.epochs) * ((total_n / W + batch - 1) / batch) *
                                           (app.consistency.model == Consistency::kBsp ? 1 : W);
-    auto t = client.CreateTable(spec);
-    if (!t.ok()) return t.status();
-    tables.push_back(*t);
+    PP_ASSIGN_OR_RETURN(auto t, client.CreateTable(spec));
+    tables.push_back(t);
   }
   std::vector<std::vector<float>> params(L), grads(L);
   std::vector<const float*> pptr(L);
@@ -144,10 +135,9 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
                                   : RunDescription("fmnist_mlp", clock_after,
                                                    "batch " + std::to_string(batch) + ", " + Count(W, "worker") + ", " +
                                                        std::to_string(total_n) + " training images");
-  auto first = FirstEpoch(client, app, clock_after, "fmnist_mlp", run, earlier);
-  if (!first.ok()) return first.status();
+  PP_ASSIGN_OR_RETURN(auto first, FirstEpoch(client, app, clock_after, "fmnist_mlp", run, earlier));
   // Resuming: the skipped epochs' shuffles, so that the next epoch sees the order it would have.
-  for (int e = 1; e < first->epoch; ++e) std::shuffle(order.begin(), order.end(), rng);
+  for (int e = 1; e < first.epoch; ++e) std::shuffle(order.begin(), order.end(), rng);
   int64_t start = NowMs(), samples = 0;
   double accuracy = 0;
   double wait_s = 0, compute_s = 0;
@@ -161,18 +151,18 @@ Status RunFmnistMlp(Client& client, const AppOptions& app, const FmnistOptions& 
     accuracy = double(correct) / test.n;
     return Status::OK();
   };
-  if (first->epoch > app.epochs && rank == 0) {  // restored after the last epoch
+  if (first.epoch > app.epochs && rank == 0) {  // restored after the last epoch
     int32_t stale = 0;
     float test_loss = 0;
     PP_RETURN_IF_ERROR(evaluate(&test_loss, &stale).Annotate("fmnist_mlp: evaluating the restored model"));
     PP_LOG(Info) << "fmnist_mlp restored model: test_accuracy " << accuracy << " test_loss " << test_loss;
   }
-  for (int epoch = first->epoch; epoch <= app.epochs; ++epoch) {
+  for (int epoch = first.epoch; epoch <= app.epochs; ++epoch) {
     int64_t epoch_start = NowMs();
     std::shuffle(order.begin(), order.end(), rng);
     double loss_sum = 0;
     int64_t epoch_samples = 0;  // (fewer than the shard when resumed mid-epoch)
-    for (int s = epoch == first->epoch ? int(first->skip) : 0; s < steps; ++s) {
+    for (int s = epoch == first.epoch ? int(first.skip) : 0; s < steps; ++s) {
       int n = std::min(batch, train.n - s * batch);
       for (int i = 0; i < n; ++i) {
         int idx = order[s * batch + i];

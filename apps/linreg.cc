@@ -49,12 +49,9 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
   spec.dim = 1;
   spec.consistency = app.consistency;
   spec.optimizer.staleness_aware = app.staleness_aware;
-  auto kind = opt::ParseKind(app.optimizer.empty() ? "sgd" : app.optimizer);
-  if (!kind.ok()) return kind.status();
-  spec.optimizer.kind = *kind;
+  PP_ASSIGN_OR_RETURN(spec.optimizer.kind, opt::ParseKind(app.optimizer.empty() ? "sgd" : app.optimizer));
   spec.optimizer.lr = app.lr > 0 ? app.lr : 0.05f;
-  auto table = client.CreateTable(spec);
-  if (!table.ok()) return table.status();
+  PP_ASSIGN_OR_RETURN(auto table, client.CreateTable(spec));
 
   const double floor = 0.5 * o.noise * o.noise;
   // (--noise=0: the floor is 0, which float arithmetic never quite reaches; 1e-6 is converged.)
@@ -80,26 +77,25 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
                                   : RunDescription("linreg", clock_after,
                                                    "batch " + std::to_string(app.batch) + ", " +
                                                        std::to_string(o.examples_per_worker) + " examples a worker");
-  auto first = FirstEpoch(client, app, clock_after, "linreg", run, earlier);
-  if (!first.ok()) return first.status();
+  PP_ASSIGN_OR_RETURN(auto first, FirstEpoch(client, app, clock_after, "linreg", run, earlier));
   int64_t start = NowMs(), samples = 0;
   double loss = 0;
   // Loss of the current model over this worker's whole shard.
   auto evaluate = [&]() -> Status {
-    PP_RETURN_IF_ERROR(client.PullDense(*table, w.data()).Wait());
+    PP_RETURN_IF_ERROR(client.PullDense(table, w.data()).Wait());
     Eigen::Map<const Eigen::VectorXf> W(w.data(), o.dim);
     loss = 0.5 * (X * W - Y).squaredNorm() / o.examples_per_worker;
     return Status::OK();
   };
-  if (first->epoch > app.epochs) {  // restored after the last epoch
+  if (first.epoch > app.epochs) {  // restored after the last epoch
     PP_RETURN_IF_ERROR(evaluate().Annotate("linreg: evaluating the restored model"));
     PP_LOG(Info) << "linreg restored model: loss " << loss << " (noise floor " << floor << ") clock " << client.clock();
   }
-  for (int epoch = first->epoch; epoch <= app.epochs; ++epoch) {
+  for (int epoch = first.epoch; epoch <= app.epochs; ++epoch) {
     double epoch_loss = 0;
     const int64_t epoch_start = NowMs(), epoch_first = samples;
-    for (int b = epoch == first->epoch ? int(first->skip) : 0; b < batches; ++b) {
-      Future pull = client.PullDense(*table, w.data());
+    for (int b = epoch == first.epoch ? int(first.skip) : 0; b < batches; ++b) {
+      Future pull = client.PullDense(table, w.data());
       PP_RETURN_IF_ERROR(pull.Wait().Annotate("linreg epoch " + std::to_string(epoch)));
       PP_RETURN_IF_ERROR(CheckStaleness(pull, app.consistency, "linreg"));
       result->max_staleness = std::max(result->max_staleness, pull.staleness());
@@ -111,7 +107,7 @@ Status RunLinreg(Client& client, const AppOptions& app, const LinregOptions& o, 
       std::vector<float> grad(o.dim);
       Eigen::Map<Eigen::VectorXf>(grad.data(), o.dim) = X.middleRows(begin, n).transpose() * r / float(n);
       injector.AfterStep((NowUs() - t0) * 1e-6);
-      client.PushDense(*table, std::move(grad));
+      client.PushDense(table, std::move(grad));
       PP_RETURN_IF_ERROR(client.Clock());
       samples += n;
       double batch_loss = 0.5 * r.squaredNorm() / n;

@@ -38,10 +38,9 @@ struct Batch {
   // Puts the keys in the order the servers hold them (Client::GroupByServer: the push is then
   // sent in slices of the gradient, gathered nowhere); the slots follow their keys.
   Status GroupByServer(Client& client, const Table& t) {
-    auto order = client.GroupByServer(t, &keys);
-    if (!order.ok()) return order.status();
+    PP_ASSIGN_OR_RETURN(auto order, client.GroupByServer(t, &keys));
     where.resize(keys.size());
-    for (uint32_t i = 0; i < order->size(); ++i) where[(*order)[i]] = i;
+    for (uint32_t i = 0; i < order.size(); ++i) where[order[i]] = i;
     for (uint32_t& s : slots) s = where[s];
     return Status::OK();
   }
@@ -56,8 +55,7 @@ double Sigmoid(double z) { return z >= 0 ? 1 / (1 + std::exp(-z)) : std::exp(z) 
 
 Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions& o, AppResult* result) {
   const int rank = client.rank(), W = client.num_workers();
-  auto gen = CtrGenerator::Create(o.data, static_cast<uint64_t>(rank));
-  if (!gen.ok()) return gen.status();
+  PP_ASSIGN_OR_RETURN(auto gen, CtrGenerator::Create(o.data, static_cast<uint64_t>(rank)));
   const Key bias_id = o.data.id_space;  // outside the generator's ids
   const int per_example = o.data.active + 1;
   if (app.batch < 1 || app.epochs < 1 || o.examples_total < W)
@@ -69,17 +67,14 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   spec.dim = 1;
   spec.consistency = app.consistency;
   spec.optimizer.staleness_aware = app.staleness_aware;
-  auto kind = opt::ParseKind(app.optimizer.empty() ? "ftrl" : app.optimizer);
-  if (!kind.ok()) return kind.status();
-  spec.optimizer.kind = *kind;
+  PP_ASSIGN_OR_RETURN(spec.optimizer.kind, opt::ParseKind(app.optimizer.empty() ? "ftrl" : app.optimizer));
   spec.optimizer.lr = app.lr > 0 ? app.lr : 0.05f;
   spec.optimizer.ftrl_alpha = app.lr > 0 ? app.lr : o.ftrl_alpha;
   spec.optimizer.ftrl_beta = o.ftrl_beta;
   spec.optimizer.ftrl_l1 = o.ftrl_l1;
   spec.optimizer.ftrl_l2 = o.ftrl_l2;
   spec.optimizer.initial_accumulator = 0.1f;
-  auto table = client.CreateTable(spec);
-  if (!table.ok()) return table.status();
+  PP_ASSIGN_OR_RETURN(auto table, client.CreateTable(spec));
 
   // Held-out set (worker 0 evaluates): examples, their unique ids, the optimal log loss.
   std::vector<CtrExample> held;
@@ -88,25 +83,21 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   double optimal = 0;
   double optimal_subset = 0;  // the same over the first eval_subset examples (periodic gaps)
   if (rank == 0) {
-    auto hg = CtrGenerator::Create(o.data, kCtrHeldOutStream);
-    if (!hg.ok()) return hg.status();
+    PP_ASSIGN_OR_RETURN(auto hg, CtrGenerator::Create(o.data, kCtrHeldOutStream));
     held.resize(o.heldout);
     std::vector<double> p(o.heldout);
     std::vector<uint8_t> y(o.heldout);
     for (int i = 0; i < o.heldout; ++i) {
-      hg->Next(&held[i]);
+      hg.Next(&held[i]);
       p[i] = held[i].p;
       y[i] = held[i].label;
     }
-    auto ll = LogLoss(p, y);
-    if (!ll.ok()) return ll.status();
-    optimal = *ll;
+    PP_ASSIGN_OR_RETURN(optimal, LogLoss(p, y));
     held_batch.Build(held, o.heldout, bias_id);
     // Ids are numbered in first-touch order, so the first m examples use ids below a prefix.
     int m = std::min(app.eval_subset, o.heldout);
-    auto lls = LogLoss(std::vector<double>(p.begin(), p.begin() + m), std::vector<uint8_t>(y.begin(), y.begin() + m));
-    if (!lls.ok()) return lls.status();
-    optimal_subset = *lls;
+    PP_ASSIGN_OR_RETURN(optimal_subset, LogLoss(std::vector<double>(p.begin(), p.begin() + m),
+                                                std::vector<uint8_t>(y.begin(), y.begin() + m)));
     uint32_t max_slot = 0;
     for (size_t i = 0; i < size_t(m) * per_example; ++i) max_slot = std::max(max_slot, held_batch.slots[i]);
     held_prefix_keys[m] = max_slot + 1;
@@ -119,7 +110,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
     std::vector<float> w(nkeys);
     std::vector<Key> keys(held_batch.keys.begin(), held_batch.keys.begin() + nkeys);
     // (Lookup: ids the training never drew read as their start, 0, and are not added to the table.)
-    PP_RETURN_IF_ERROR(client.Lookup(*table, std::move(keys), w.data()).Wait());
+    PP_RETURN_IF_ERROR(client.Lookup(table, std::move(keys), w.data()).Wait());
     std::vector<double> p(m);
     std::vector<uint8_t> y(m);
     for (int i = 0; i < m; ++i) {
@@ -128,9 +119,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
       p[i] = Sigmoid(z);
       y[i] = held[i].label;
     }
-    auto ll = LogLoss(p, y);
-    if (!ll.ok()) return ll.status();
-    *logloss = *ll;
+    PP_ASSIGN_OR_RETURN(*logloss, LogLoss(p, y));
     auto a = Auc(p, y);  // (NaN for a subset of one class: the periodic gap needs only the loss)
     *auc = a.ok() ? *a : NAN;
     return Status::OK();
@@ -167,20 +156,18 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
           : RunDescription("sparse_lr", clock_after,
                            Count(app.epochs, "epoch") + ", batch " + std::to_string(app.batch) + ", " +
                                Count(W, "worker") + ", " + std::to_string(o.examples_total) + " examples");
-  auto first = FirstEpoch(client, app, clock_after, "sparse_lr", run, earlier);
-  if (!first.ok()) return first.status();
+  PP_ASSIGN_OR_RETURN(auto first, FirstEpoch(client, app, clock_after, "sparse_lr", run, earlier));
   // Resuming: the examples of the skipped epochs are drawn and dropped (the stream is seeded).
-  if (first->epoch <= app.epochs) {
-    if (examples_after(first->epoch - 1) > 0 || first->skip > 0)
+  if (first.epoch <= app.epochs) {
+    if (examples_after(first.epoch - 1) > 0 || first.skip > 0)
       PP_LOG(Info) << "sparse_lr: resuming at clock " << client.clock() << ": drawing and dropping the examples "
                    << "trained before it from the seeded stream (about "
-                   << examples_after(first->epoch - 1) + first->skip * app.batch
-                   << " examples; a few seconds a million)";
-    for (; done < examples_after(first->epoch - 1); ++done) gen->Next(&ex[0]);
+                   << examples_after(first.epoch - 1) + first.skip * app.batch << " examples; a few seconds a million)";
+    for (; done < examples_after(first.epoch - 1); ++done) gen.Next(&ex[0]);
     // Taking a dead worker's place mid-epoch: the batches it had done, likewise.
-    const int64_t until = examples_after(first->epoch);
-    for (int64_t k = 0; k < first->skip && done < until; ++k)
-      for (int64_t n = std::min<int64_t>(app.batch, until - done); n > 0; --n, ++done) gen->Next(&ex[0]);
+    const int64_t until = examples_after(first.epoch);
+    for (int64_t k = 0; k < first.skip && done < until; ++k)
+      for (int64_t n = std::min<int64_t>(app.batch, until - done); n > 0; --n, ++done) gen.Next(&ex[0]);
   }
   // What this run trains, and its rate, leave the skipped examples out: they were drawn and
   // dropped, not trained on, and the time to skip them is no training time.
@@ -188,23 +175,23 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
   start = NowMs();
   Progress progress("sparse_lr", app.progress_interval_s);  // (from here: its rate leaves the skip out)
   EpochLines lines(app.progress_every_s, app.epochs);
-  if (first->epoch > app.epochs && rank == 0) {  // restored after the last epoch
+  if (first.epoch > app.epochs && rank == 0) {  // restored after the last epoch
     PP_RETURN_IF_ERROR(evaluate(&logloss, &auc, o.heldout).Annotate("sparse_lr: evaluating the restored model"));
     PP_LOG(Info) << "sparse_lr restored model: held-out logloss " << logloss << " (optimal " << optimal << ", gap "
                  << 100 * (logloss / optimal - 1) << "%) auc " << auc;
   }
-  for (int epoch = first->epoch; epoch <= app.epochs; ++epoch) {
+  for (int epoch = first.epoch; epoch <= app.epochs; ++epoch) {
     int64_t until = std::min(mine, per_eval * epoch);
     int64_t epoch_start = NowMs(), epoch_first = done;
     double loss_sum = 0;
     while (done < until) {
       int n = static_cast<int>(std::min<int64_t>(app.batch, until - done));
-      for (int i = 0; i < n; ++i) gen->Next(&ex[i]);
+      for (int i = 0; i < n; ++i) gen.Next(&ex[i]);
       b.Build(ex, n, bias_id);
-      PP_RETURN_IF_ERROR(b.GroupByServer(client, *table).Annotate("sparse_lr"));
+      PP_RETURN_IF_ERROR(b.GroupByServer(client, table).Annotate("sparse_lr"));
       w.resize(b.keys.size());
       int64_t t0 = NowUs();
-      Future pull = client.Pull(*table, b.keys, w.data());
+      Future pull = client.Pull(table, b.keys, w.data());
       PP_RETURN_IF_ERROR(pull.Wait().Annotate("sparse_lr"));
       PP_RETURN_IF_ERROR(CheckStaleness(pull, app.consistency, "sparse_lr"));
       result->max_staleness = std::max(result->max_staleness, pull.staleness());
@@ -225,7 +212,7 @@ Status RunSparseLr(Client& client, const AppOptions& app, const SparseLrOptions&
       const int64_t t2 = NowUs();
       compute_s += (t2 - t1) * 1e-6;
       injector.AfterStep((t2 - t1) * 1e-6);
-      client.Push(*table, b.keys, std::move(grad));
+      client.Push(table, b.keys, std::move(grad));
       grad = std::vector<float>();
       PP_RETURN_IF_ERROR(client.Clock());
       done += n;

@@ -164,14 +164,11 @@ pushpull::Status ParseAppOptions(pushpull::AppOptions* out) {
     PP_RETURN_IF_ERROR(at_least("heldout", FLAGS_heldout, 1));
   }
   if (!FLAGS_optimizer.empty()) {
-    auto k = pushpull::opt::ParseKind(FLAGS_optimizer);
-    if (!k.ok()) return k.status();
+    PP_RETURN_IF_ERROR(pushpull::opt::ParseKind(FLAGS_optimizer).status());
   }
   if (FLAGS_app == "fmnist_mlp") {
-    auto layers = pushpull::ParseLayers(FLAGS_layers);
-    if (!layers.ok()) return layers.status();
-    auto dev = pushpull::mlp::ParseDevice(FLAGS_device);
-    if (!dev.ok()) return dev.status();
+    PP_RETURN_IF_ERROR(pushpull::ParseLayers(FLAGS_layers).status());
+    PP_RETURN_IF_ERROR(pushpull::mlp::ParseDevice(FLAGS_device).status());
     PP_RETURN_IF_ERROR(at_least("gpu", FLAGS_gpu, -1));
     PP_RETURN_IF_ERROR(at_least("train_limit", FLAGS_train_limit, 0));
     PP_RETURN_IF_ERROR(at_least("test_limit", FLAGS_test_limit, 0));
@@ -181,9 +178,7 @@ pushpull::Status ParseAppOptions(pushpull::AppOptions* out) {
   }
   PP_RETURN_IF_ERROR(at_least("eval_subset", FLAGS_eval_subset, 1));
   pushpull::AppOptions& app = *out;
-  auto c = pushpull::ParseConsistency(FLAGS_consistency);
-  if (!c.ok()) return c.status();
-  app.consistency = *c;
+  PP_ASSIGN_OR_RETURN(app.consistency, pushpull::ParseConsistency(FLAGS_consistency));
   app.epochs = FLAGS_epochs;
   app.lr = static_cast<float>(FLAGS_lr);
   app.optimizer = FLAGS_optimizer;
@@ -212,13 +207,9 @@ pushpull::Status RunApp(pushpull::Client& client, pushpull::AppOptions app, push
   if (FLAGS_app == "fmnist_mlp") {
     app.batch = FLAGS_batch > 0 ? FLAGS_batch : 64;
     pushpull::FmnistOptions o;
-    auto layers = pushpull::ParseLayers(FLAGS_layers);
-    if (!layers.ok()) return layers.status();
-    o.layers = *layers;
+    PP_ASSIGN_OR_RETURN(o.layers, pushpull::ParseLayers(FLAGS_layers));
     o.data_dir = FLAGS_data_dir;
-    auto dev = pushpull::mlp::ParseDevice(FLAGS_device);
-    if (!dev.ok()) return dev.status();
-    o.device = *dev;
+    PP_ASSIGN_OR_RETURN(o.device, pushpull::mlp::ParseDevice(FLAGS_device));
     o.gpu = FLAGS_gpu;
     o.train_limit = FLAGS_train_limit;
     o.test_limit = FLAGS_test_limit;

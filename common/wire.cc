@@ -550,10 +550,9 @@ Status SendDataFrames(Socket& sock, Frame header, Frame keys, Frame values, bool
 Result<std::string> BindTcp(Socket& sock, const std::string& bind_host, int port, const std::string& advertise_host,
                             int advertise_port) {
   const std::string ep = "tcp://" + bind_host + ":" + (port == 0 ? std::string("*") : std::to_string(port));
-  Result<std::string> last = sock.Bind(ep);  // tcp://0.0.0.0:41234
-  if (!last.ok()) return last.status();
-  const auto colon = last->rfind(':');
-  return "tcp://" + advertise_host + (advertise_port > 0 ? ":" + std::to_string(advertise_port) : last->substr(colon));
+  PP_ASSIGN_OR_RETURN(std::string last, sock.Bind(ep));
+  const auto colon = last.rfind(':');
+  return "tcp://" + advertise_host + (advertise_port > 0 ? ":" + std::to_string(advertise_port) : last.substr(colon));
 }
 
 std::string RandomRoutingId(const std::string& prefix) {

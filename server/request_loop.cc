@@ -56,12 +56,8 @@ Status RequestLoop::Bind() {
   const ServerOptions& o = ctx_->options;
   SocketOptions so;
   so.max_msg_bytes = o.max_message_bytes;
-  auto sock = transport_->MakeSocket(SocketKind::kRouter, so);
-  if (!sock.ok()) return sock.status();
-  router_ = std::move(*sock);
-  auto addr = BindTcp(*router_, o.bind_host, o.port, o.advertise_host, o.advertise_port);
-  if (!addr.ok()) return addr.status();
-  address_ = addr.value();
+  PP_ASSIGN_OR_RETURN(router_, transport_->MakeSocket(SocketKind::kRouter, so));
+  PP_ASSIGN_OR_RETURN(address_, BindTcp(*router_, o.bind_host, o.port, o.advertise_host, o.advertise_port));
   return Status::OK();
 }
 

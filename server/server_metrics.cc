@@ -15,9 +15,7 @@ ServerMetrics::ServerMetrics(ServerContext* ctx, const Tables* tables, const Min
     : ctx_(ctx), tables_(tables), min_clock_(min_clock), checkpoint_(checkpoint), control_(control) {}
 
 Status ServerMetrics::Serve(const std::string& host, int port) {
-  auto m = MetricsEndpoint::Start(host, port, [this] { return Render(); });
-  if (!m.ok()) return m.status();
-  endpoint_ = std::move(m.value());
+  PP_ASSIGN_OR_RETURN(endpoint_, MetricsEndpoint::Start(host, port, [this] { return Render(); }));
   return Status::OK();
 }
 

@@ -29,9 +29,7 @@ SocketOptions DoneChannel() {
 
 Status UpdateThreads::Bind() {
   done_endpoint_ = "inproc://pp-done-" + std::to_string(reinterpret_cast<uintptr_t>(this));
-  auto sock = transport_->MakeSocket(SocketKind::kPull, DoneChannel());
-  if (!sock.ok()) return sock.status();
-  done_ = std::move(*sock);
+  PP_ASSIGN_OR_RETURN(done_, transport_->MakeSocket(SocketKind::kPull, DoneChannel()));
   return done_->Bind(done_endpoint_).status();
 }
 

@@ -187,7 +187,7 @@ Status SplitPull(const TableInfo& info, const KeyBuffer& kbuf, int slot, bool cr
   const std::string& name = info.spec.name;
   if (!kbuf) return Status::InvalidArgument("pull from '" + name + "': no key buffer (null)");
   if (!out && !view && !kbuf->empty())
-    return Status::InvalidArgument("pull from '" + name + "': no destination (null)");
+    return Status::InvalidArgument("pull from '" + name + "': no destination (neither PullOptions::out nor view)");
   const std::vector<Key>& keys = *kbuf;
   const uint32_t dim = info.spec.dim;
   if (keys.size() > kMaxKeysPerMessage)
@@ -275,8 +275,9 @@ Status SplitPull(const TableInfo& info, const KeyBuffer& kbuf, int slot, bool cr
 
 Status SplitPullDense(const TableInfo& info, float* out, PulledRows* view, int S, int64_t clock, Commands* cmds) {
   const std::string& name = info.spec.name;
-  if (!out && !view) return Status::InvalidArgument("PullDense from '" + name + "': no destination (null)");
-  if (info.spec.sparse) return Status::InvalidArgument("PullDense on sparse table '" + name + "'");
+  if (!out && !view)
+    return Status::InvalidArgument("pull from '" + name + "': no destination (neither PullOptions::out nor view)");
+  if (info.spec.sparse) return Status::InvalidArgument("whole-table pull (PullDense) of sparse table '" + name + "'");
   const uint32_t dim = info.spec.dim;
   std::shared_ptr<PulledParts> parts;
   if (view) {

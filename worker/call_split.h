@@ -41,8 +41,9 @@ KeysByServer SplitByServer(const TableInfo& info, const std::vector<Key>& keys, 
 Status GroupKeysByServer(const TableInfo& info, std::vector<Key>* keys, int num_servers, std::vector<uint32_t>* order);
 
 // The requests of a keyed push (Client::Push), of a whole dense table's push (PushDense), of a
-// keyed pull (Pull, Lookup with `create` false, PullSlot with slot >= 0, PullView with `view`),
-// and of a whole dense table's pull (PullDense into `out`, PullDenseView into `view`), each
+// keyed pull (Client::Pull with PullOptions::keys: `create` false for a lookup, slot >= 0 for an
+// optimizer slot, into `out` or kept in `view`), and of a whole dense table's pull (no keys: into
+// `out` or `view`), each
 // stamped with `clock`. A view is given its PulledParts here. InvalidArgument, naming the table,
 // for arguments that do not fit it (nothing is made then).
 Status SplitPush(const TableInfo& info, const KeyBuffer& keys, const FloatBuffer& grads, int num_servers, int64_t clock,

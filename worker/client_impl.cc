@@ -42,14 +42,13 @@ ClientImpl::~ClientImpl() {
 Status ClientImpl::Start() {
   PP_RETURN_IF_ERROR(control_.Register(""));
   state_.clock = control_.cluster().start_clock;  // a restored job resumes at its checkpoint's clock
-  Result<int64_t> lowest = links_.Open();
-  if (!lowest.ok()) return lowest.status();
+  PP_ASSIGN_OR_RETURN(int64_t lowest, links_.Open());
   // Each server says where this rank's clock is. Ahead of the job's start: this client takes the
   // place of a dead worker, and goes on from the lowest of them (a server ahead, which the dead
   // one's last clock reached, answers what it redoes of that clock without applying it).
-  if (*lowest > state_.clock) {
-    PP_LOG(Warning) << "worker " << control_.rank() << " takes a dead worker's place at clock " << *lowest;
-    state_.clock = *lowest;
+  if (lowest > state_.clock) {
+    PP_LOG(Warning) << "worker " << control_.rank() << " takes a dead worker's place at clock " << lowest;
+    state_.clock = lowest;
     replacement_ = true;
   }
   PP_RETURN_IF_ERROR(queue_.Open());
@@ -65,6 +64,7 @@ ClientStats ClientImpl::stats() const {
     st = state_.stats;
   }
   st.unanswered_bytes = requests_.bytes();
+  st.pulls_dropped = state_.dropped_pulls->count.load(std::memory_order_relaxed);
   return st;
 }
 
@@ -97,30 +97,51 @@ Future ClientImpl::PushDense(const Table& t, SharedFloats grads) {
   return PostCall(std::move(fs), std::move(cmds));
 }
 
-Future ClientImpl::PullKeys(const Table& t, KeyBuffer keys, int slot, float* out, PulledRows* view, bool create) {
-  if (view) ClientAccess::parts(view).reset();  // nothing of an earlier pull stays readable
+Future ClientImpl::DoPull(const Table& t, const PullOptions& o) {
+  if (o.view) ClientAccess::parts(o.view).reset();  // nothing of an earlier pull stays readable
+  // Options that do not fit together, whatever the table holds.
+  const std::string what = "pull from '" + t.name + "'";
+  if (o.out && o.view)
+    return sender_.FailedPull(
+        Status::InvalidArgument(what + ": both PullOptions::out and view are set; a pull goes to one of them"), o.view);
+  if (o.slot < -1)
+    return sender_.FailedPull(Status::InvalidArgument(what + ": PullOptions::slot " + std::to_string(o.slot) +
+                                                      ": -1 reads the parameters, 0 and up an optimizer slot"),
+                              o.view);
+  if (!o.keys && o.slot >= 0)
+    return sender_.FailedPull(Status::InvalidArgument(what + ": PullOptions::slot " + std::to_string(o.slot) +
+                                                      " without keys: a whole-table pull reads the parameters "
+                                                      "only; name the rows whose optimizer state to read"),
+                              o.view);
+  if (!o.keys && t.sparse)
+    return sender_.FailedPull(Status::InvalidArgument(what + ": no PullOptions::keys (a whole-table pull), but the "
+                                                             "table is sparse: a pull of it names its keys"),
+                              o.view);
+  return o.keys ? PullKeys(t, o) : PullWholeTable(t, o);
+}
+
+Future ClientImpl::PullKeys(const Table& t, const PullOptions& o) {
   const TableInfo* info;
   Status st = state_.CheckTable(t, &info);
-  if (!st.ok()) return sender_.FailedPull(st, view);  // (marks the view failed)
+  if (!st.ok()) return sender_.FailedPull(st, o.view);  // (marks the view failed)
   Commands cmds;
-  st = SplitPull(*info, keys, slot, create, out, view, num_servers(), state_.clock, &cmds);
-  if (!st.ok()) return sender_.FailedPull(st, view);
-  auto fs = sender_.NewState(slot < 0 ? "pull from table" : "pull of optimizer slot from", t.name,
-                             static_cast<int64_t>(keys->size()), static_cast<int>(cmds.size()));
-  fs->writes_destination = out != nullptr;
+  st = SplitPull(*info, o.keys, o.slot, o.create, o.out, o.view, num_servers(), state_.clock, &cmds);
+  if (!st.ok()) return sender_.FailedPull(st, o.view);
+  auto fs = sender_.NewState(o.slot < 0 ? "pull from table" : "pull of optimizer slot from", t.name,
+                             static_cast<int64_t>(o.keys->size()), static_cast<int>(cmds.size()));
+  if (o.out) fs->dropped = state_.dropped_pulls;  // a pull into the caller's memory
   return PostCall(std::move(fs), std::move(cmds));
 }
 
-Future ClientImpl::PullWholeTable(const Table& t, float* out, PulledRows* view) {
-  if (view) ClientAccess::parts(view).reset();
+Future ClientImpl::PullWholeTable(const Table& t, const PullOptions& o) {
   const TableInfo* info;
   Status st = state_.CheckTable(t, &info);
-  if (!st.ok()) return sender_.FailedPull(st, view);
+  if (!st.ok()) return sender_.FailedPull(st, o.view);
   Commands cmds;
-  st = SplitPullDense(*info, out, view, num_servers(), state_.clock, &cmds);
-  if (!st.ok()) return sender_.FailedPull(st, view);
+  st = SplitPullDense(*info, o.out, o.view, num_servers(), state_.clock, &cmds);
+  if (!st.ok()) return sender_.FailedPull(st, o.view);
   auto fs = sender_.NewState("dense pull from table", t.name, -1, static_cast<int>(cmds.size()));
-  fs->writes_destination = out != nullptr;
+  if (o.out) fs->dropped = state_.dropped_pulls;
   return PostCall(std::move(fs), std::move(cmds));
 }
 
@@ -133,9 +154,7 @@ Result<std::vector<uint32_t>> ClientImpl::GroupByServer(const Table& t, std::vec
 }
 
 Result<std::unique_ptr<Client>> ConnectOver(const ClientOptions& given, std::shared_ptr<Transport> transport) {
-  Result<ClientOptions> resolved = ResolveOptions(given);
-  if (!resolved.ok()) return resolved.status();
-  const ClientOptions& options = *resolved;
+  PP_ASSIGN_OR_RETURN(const ClientOptions options, ResolveOptions(given));
   PP_RETURN_IF_ERROR(ControlOptionsOf(options).Validate());
   if (options.request_timeout_ms < 1)
     return Status::InvalidArgument("request_timeout_ms must be at least 1, not " +
@@ -152,6 +171,34 @@ Result<std::unique_ptr<Client>> ConnectOver(const ClientOptions& given, std::sha
 
 Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   return internal::ConnectOver(options, NewZmqTransport());
+}
+
+namespace {
+// The keyed pulls' own check: null keys would make them whole-table pulls, writing rows * dim
+// floats into a destination sized for keys.
+Future RefusedNullKeys(const char* call, const Table& t) {
+  return Future(std::make_shared<internal::FutureState>(
+      std::string(), 0, 0, 0, nullptr,
+      Status::InvalidArgument(std::string(call) + " from '" + t.name +
+                              "': no key buffer (null); the whole table is PullDense, or PullOptions with no keys")));
+}
+}  // namespace
+
+Future Client::Pull(const Table& t, KeyBuffer keys, float* out) {
+  if (!keys) return RefusedNullKeys("pull", t);
+  PullOptions o;
+  o.keys = std::move(keys);
+  o.out = out;
+  return Pull(t, o);
+}
+
+Future Client::Lookup(const Table& t, KeyBuffer keys, float* out) {
+  if (!keys) return RefusedNullKeys("lookup", t);
+  PullOptions o;
+  o.keys = std::move(keys);
+  o.out = out;
+  o.create = false;
+  return Pull(t, o);
 }
 
 }  // namespace pushpull

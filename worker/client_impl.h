@@ -60,28 +60,10 @@ class ClientImpl final : public Client {
   const std::string& restored_run() const override { return control_.cluster().restore_run; }
 
   Result<Table> CreateTable(const TableSpec& spec) override { return control_calls_.CreateTable(spec); }
-  using Client::Lookup;
-  using Client::Pull;
-  using Client::PullSlot;
-  using Client::PullView;
   using Client::Push;
   Future Push(const Table& t, KeyBuffer keys, SharedFloats grads) override;
-  Future Pull(const Table& t, KeyBuffer keys, float* out) override {
-    return PullKeys(t, std::move(keys), -1, out, nullptr);
-  }
-  Future Lookup(const Table& t, KeyBuffer keys, float* out) override {
-    return PullKeys(t, std::move(keys), -1, out, nullptr, /*create=*/false);
-  }
-  Future PullSlot(const Table& t, KeyBuffer keys, int slot, float* out) override {
-    return PullKeys(t, std::move(keys), slot, out, nullptr);
-  }
   Future PushDense(const Table& t, SharedFloats grads) override;
   Result<std::vector<uint32_t>> GroupByServer(const Table& t, std::vector<Key>* keys) override;
-  Future PullView(const Table& t, KeyBuffer keys, PulledRows* out) override {
-    return PullKeys(t, std::move(keys), -1, nullptr, out);
-  }
-  Future PullDense(const Table& t, float* out) override { return PullWholeTable(t, out, nullptr); }
-  Future PullDenseView(const Table& t, PulledRows* out) override { return PullWholeTable(t, nullptr, out); }
 
   Status Clock() override { return control_calls_.Clock(); }
   using Client::Checkpoint;
@@ -92,11 +74,15 @@ class ClientImpl final : public Client {
 
   ClientStats stats() const override;
 
+ protected:
+  Future DoPull(const Table& t, const PullOptions& options) override;
+
  private:
-  // Keyed pulls: into `out`, or kept in `view` (no copy); `create` false: Lookup (kFlagNoCreate).
-  Future PullKeys(const Table& t, KeyBuffer keys, int slot, float* out, PulledRows* view, bool create = true);
-  // Whole dense table: into `out`, or kept in `view`.
-  Future PullWholeTable(const Table& t, float* out, PulledRows* view);
+  // Keyed pulls (o.keys set): into `out`, or kept in `view` (no copy); `create` false: a lookup
+  // (kFlagNoCreate).
+  Future PullKeys(const Table& t, const PullOptions& o);
+  // Whole dense table (o.keys null): into `out`, or kept in `view`.
+  Future PullWholeTable(const Table& t, const PullOptions& o);
   // Gives the call's requests its state, posts them and returns its Future.
   Future PostCall(std::shared_ptr<FutureState> fs, Commands cmds);
 

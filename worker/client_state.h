@@ -28,7 +28,9 @@ struct ClientState {
   mutable Mutex mu;                    // a leaf: nothing else is taken while it is held
   Status sticky GUARDED_BY(mu);        // a failure that stays (a dead server, a refused clock)
   Status refused_push GUARDED_BY(mu);  // the first push refused before it was sent, for the next Clock()
-  ClientStats stats GUARDED_BY(mu);    // (unanswered_bytes: RequestTable)
+  ClientStats stats GUARDED_BY(mu);    // (unanswered_bytes: RequestTable; pulls_dropped: dropped_pulls)
+  // Pulls given up because their last Future went first (see FutureState::dropped).
+  const std::shared_ptr<DroppedPulls> dropped_pulls = std::make_shared<DroppedPulls>();
   // The next request's id: ids are assigned in sending order (under ServerLinks' send_mu too).
   uint64_t next_request_id GUARDED_BY(mu) = 1;
   // Never overwritten once added: CheckTable hands out pointers into it.

@@ -45,9 +45,8 @@ Result<Table> ControlCalls::CreateTable(const TableSpec& spec) {
   Header h;
   h.type = MsgType::kCreateTable;
   h.spec = spec;
-  auto r = ControlCall(h, "create table '" + spec.name + "'");
-  if (!r.ok()) return r.status();
-  const TableInfo& info = r->info;
+  PP_ASSIGN_OR_RETURN(auto r, ControlCall(h, "create table '" + spec.name + "'"));
+  const TableInfo& info = r.info;
   // The scheduler's partition indexes this client's per-server arrays: check it first.
   const size_t S = static_cast<size_t>(num_servers());
   bool fits = info.spec.sparse ? info.bucket_owner.size() == TableInfo::kBuckets

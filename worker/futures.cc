@@ -8,6 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "common/log.h"
 #include "common/time.h"
 
 namespace pushpull {
@@ -187,9 +188,30 @@ Future& Future::operator=(Future&& o) noexcept {
 Future::~Future() { Release(); }
 void Future::Release() {
   if (!s_) return;
-  if (s_->handles.fetch_sub(1, std::memory_order_acq_rel) == 1 && s_->writes_destination) {
-    MutexLock l(&s_->mu);
-    if (s_->remaining > 0) s_->abandoned = true;  // the reply is not written (see Complete)
+  if (s_->handles.fetch_sub(1, std::memory_order_acq_rel) == 1 && s_->dropped) {
+    bool given_up = false;
+    std::string what;
+    {
+      MutexLock l(&s_->mu);
+      // (One a wait gave up already was given up where the caller heard of it.)
+      if (s_->remaining > 0 && !s_->abandoned) {
+        s_->abandoned = true;  // the reply is not written (see Complete)
+        given_up = true;
+        what = s_->What();
+      }
+    }
+    if (given_up) {
+      s_->dropped->count.fetch_add(1, std::memory_order_relaxed);
+      if (!s_->dropped->warned.exchange(true)) {
+        try {
+          PP_LOG(Warning) << what
+                          << ": its last Future went before the pull completed, so the pull was given up and "
+                             "nothing was written into its destination (keep a pull's Future until it is done; "
+                             "ClientStats::pulls_dropped counts these, this is logged once per client)";
+        } catch (...) {  // (out of memory for the line: the count stays)
+        }
+      }
+    }
   }
   s_.reset();
 }

@@ -1,6 +1,6 @@
 // Futures and pulled rows: the state of one call (FutureState), shared by the thread that made
 // it, the threads that complete it and every Future copy that refers to it; the received frames
-// a PullView or PullDenseView is read from in place (PulledParts); and how a waiting thread
+// a pull into a view (PullOptions::view) is read from in place (PulledParts); and how a waiting thread
 // receives replies itself (Receiver, ReceiverHandle, WaitState). The public classes over them,
 // Future and PulledRows (include/pushpull/client.h), are implemented in futures.cc.
 //
@@ -64,6 +64,14 @@ constexpr int64_t kReceiveSliceMs = 50;
 // lock (TryLock) and its mu, one at a time.
 Status WaitState(const std::shared_ptr<FutureState>& s, int64_t timeout_ms, bool abandon);
 
+// A client's count of the pulls given up because their last Future went before they completed
+// (Future's destructor), shared with the state of every pull into the caller's memory, which may
+// outlive the client: ClientStats::pulls_dropped, and whether the warning was logged.
+struct DroppedPulls {
+  std::atomic<uint64_t> count{0};
+  std::atomic<bool> warned{false};
+};
+
 struct FutureState {
   // `parts`: the requests to answer; `targets`: the job's servers (waiting_on has one more entry,
   // the scheduler's). `receiver`: set for calls to servers (the waiter may receive their replies).
@@ -87,7 +95,8 @@ struct FutureState {
   Status answered_status GUARDED_BY(mu);
   bool abandoned GUARDED_BY(mu) = false;  // the waiter gave up: never touch `out` again
   std::atomic<int> handles{0};            // Future copies that refer to it
-  bool writes_destination = false;        // a pull into the caller's memory: given up with its last Future
+  // A pull into the caller's memory: given up with its last Future, and counted here then.
+  std::shared_ptr<DroppedPulls> dropped;
   int32_t staleness GUARDED_BY(mu) = 0;
   // What the call was, for errors: `what`, or else what_kind, what_table and what_rows, spelled
   // out only when needed (What()), so that no call pays an allocation for it.
@@ -111,7 +120,7 @@ struct FutureState {
   void Complete(int target, const Status& st, int32_t stale = 0) EXCLUDES(mu);
 };
 
-// The received value frames of a PullDenseView or PullView: per request ("server part": a
+// The received value frames of a pull into a view (PullOptions::view), keyed or dense: per request ("server part": a
 // server's part of the pull; of a dense one a block, of a sparse one up to a block's keys), in
 // row order, the frames of its reply (one per stripe of its rows: of a dense pull in row order,
 // of a keyed one over several stripes each stripe's rows in turn, see key_of_row).

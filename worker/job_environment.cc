@@ -43,9 +43,7 @@ Result<ClientOptions> ResolveOptions(ClientOptions o) {
     return Status::InvalidArgument(std::string("no scheduler to join: set ClientOptions::scheduler, or ") +
                                    kEnvScheduler + " (pushpull-launch sets it for the commands it starts)");
   if (o.requested_rank == -1) {
-    auto r = EnvInt(kEnvRank, 0, kMaxInt, -1);
-    if (!r.ok()) return r.status();
-    o.requested_rank = *r;
+    PP_ASSIGN_OR_RETURN(o.requested_rank, EnvInt(kEnvRank, 0, kMaxInt, -1));
   }
   if (o.consistency.empty()) {
     const char* v = Env(kEnvConsistency);
@@ -66,9 +64,7 @@ Result<ClientOptions> ResolveOptions(ClientOptions o) {
                          Field{&o.register_timeout_ms, kEnvRegisterTimeoutMs, 120000},
                          Field{&o.connect_timeout_ms, kEnvConnectTimeoutMs, 10000}}) {
     if (*f.value != 0) continue;
-    auto v = EnvInt(f.env, 1, kMaxInt, f.fallback);
-    if (!v.ok()) return v.status();
-    *f.value = *v;
+    PP_ASSIGN_OR_RETURN(*f.value, EnvInt(f.env, 1, kMaxInt, f.fallback));
   }
   return o;
 }

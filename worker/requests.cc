@@ -235,15 +235,13 @@ Status CommandQueue::Open() {
   SocketOptions o;
   o.network = false;
   o.send_hwm = 0;  // a caller never blocks handing a command over
-  auto in = transport_.MakeSocket(SocketKind::kPull, o);
-  if (!in.ok()) return in.status();
-  auto out = transport_.MakeSocket(SocketKind::kPush, o);
-  if (!out.ok()) return out.status();
-  in_ = std::move(*in);
+  PP_ASSIGN_OR_RETURN(auto in, transport_.MakeSocket(SocketKind::kPull, o));
+  PP_ASSIGN_OR_RETURN(auto out, transport_.MakeSocket(SocketKind::kPush, o));
+  in_ = std::move(in);
   const std::string ep = "inproc://pp-cmd-" + std::to_string(reinterpret_cast<uintptr_t>(this));
   PP_RETURN_IF_ERROR(in_->Bind(ep).status());
   MutexLock l(&mu_);
-  out_ = std::move(*out);
+  out_ = std::move(out);
   return out_->Connect(ep);
 }
 

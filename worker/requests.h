@@ -35,7 +35,7 @@ struct CallPart {
   int target = 0;  // server rank, or kScheduler
   MsgType reply_type = MsgType::kPushReply;
   bool bsp = false;                   // a push to a BSP table (its Clock() is settled)
-  std::shared_ptr<PulledParts> view;  // PullDenseView, PullView: keep the frames here, at view_index
+  std::shared_ptr<PulledParts> view;  // a pull into a view (PullOptions::view): keep the frames here, at view_index
   size_t view_index = 0;
   float* out = nullptr;             // pulls: where row i of the reply goes ...
   std::vector<uint32_t> positions;  // ... out + positions[i]*dim, or out + i*dim when empty

@@ -30,13 +30,9 @@ Result<int64_t> ServerLinks::Open() {
     MutexLock l(&receiver_->mu);
     SocketOptions o;
     o.routing_id = rx_id_;
-    auto rx = transport_.MakeSocket(SocketKind::kDealer, o);
-    if (!rx.ok()) return rx.status();
-    rx_ = std::move(*rx);
+    PP_ASSIGN_OR_RETURN(rx_, transport_.MakeSocket(SocketKind::kDealer, o));
     // A dropped connection (OnConnectionEvents): rx_ reconnects by itself, under its routing id.
-    auto watch = rx_->WatchConnections();
-    if (!watch.ok()) return watch.status();
-    rx_watch_ = std::move(*watch);
+    PP_ASSIGN_OR_RETURN(rx_watch_, rx_->WatchConnections());
   }
   tx_watches_.resize(n);
   rx_state_.resize(n);

@@ -35,7 +35,7 @@ Result<Table> StartWithDenseTable(LocalCluster& cl, const std::string& name, siz
 const opt::Optimizer* BenchSgd();
 
 // pushpull's driver: one worker's operations through its Client. Pushes send one warm shared
-// buffer zero-copy and pulls are read in place (PullDenseView, PullView), as the raw baseline
+// buffer zero-copy and pulls are read in place (into a PulledRows view), as the raw baseline
 // sends from and receives into its own buffers. Issue() and WaitOldest() are defined here so that
 // RunLoop's calls to them inline, as the raw driver's do.
 class PushPullDriver {
@@ -65,8 +65,12 @@ class PushPullDriver {
     if (op != Op::kPush) {
       PulledRows* view = &views_[slot_];
       slot_ = (slot_ + 1) % views_.size();
-      // The zero-copy views (values read in place, as the raw baseline reads its frames).
-      fs.push_back(keys_ ? c_.PullView(t_, keys_, view) : c_.PullDenseView(t_, view));
+      // The zero-copy views (values read in place, as the raw baseline reads its frames): the
+      // keys' rows, or the whole dense table (no keys).
+      PullOptions into_view;
+      into_view.keys = keys_;
+      into_view.view = view;
+      fs.push_back(c_.Pull(t_, into_view));
     }
     q_.push_back(std::move(fs));
     return true;

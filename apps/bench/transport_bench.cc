@@ -9,7 +9,7 @@
 // of a sparse table, in the order the servers hold them (Client::GroupByServer, what the library
 // asks of a recurring key set); with more than one server, also in the order they were drawn
 // ("sparse_ungrouped_" figures: the client gathers each server's rows). Pushes send one warm
-// shared buffer zero-copy and pulls are read in place (PullDenseView, PullView).
+// shared buffer zero-copy and pulls are read in place (into a PulledRows view).
 //
 // How runs go and what they count: harness.h.
 #include <malloc.h>
@@ -326,9 +326,9 @@ class TransportBench : public FigureLog {
     const std::string what =
         sparse ? "sparse table dim 64, " + std::to_string(rows) + " random keys" +
                      (layout == Layout::kSparse ? " in server order (GroupByServer)" : " in the order drawn") +
-                     " (Push of a shared buffer, PullView)"
+                     " (Push of a shared buffer, Pull into a view)"
                : "dense table " + std::to_string(rows) + "x" + std::to_string(dim) +
-                     " (PushDense of a shared buffer, PullDenseView)";
+                     " (PushDense of a shared buffer, whole-table Pull into a view)";
     auto fail_note = [](const RunResult& a, const RunResult& b) {
       std::string e = !a.ok ? "pushpull FAILED: " + a.error : "";
       if (!b.ok) e += (e.empty() ? "" : "; ") + std::string("raw FAILED: ") + b.error;
@@ -426,12 +426,12 @@ class TransportBench : public FigureLog {
       Add(name, "GB/s", NAN, 0.0, "FAILED: " + error);
     else
       Add(name, "GB/s", best[0], best[1],
-          "dense 16MB PullDenseView from 1 server with " + std::to_string(K) +
+          "dense 16MB whole-table Pull into a view from 1 server with " + std::to_string(K) +
               " update threads (a zero-copy values frame per stripe) vs raw ZeroMQ, pipelined depth " +
               std::to_string(plan.depth) + ", alternating, best of " + std::to_string(cfg_.reps));
   }
 
-  // The same for a sparse table (dim 64, 65536 random keys, PullView): a request per block's keys,
+  // The same for a sparse table (dim 64, 65536 random keys, a Pull into a view): a request per block's keys,
   // each answered with a frame per stripe, each stripe's rows in place (kFlagByStripe), against
   // raw ZeroMQ sending the keys and moving the same bytes.
   void RunStripedSparsePull() {
@@ -466,8 +466,8 @@ class TransportBench : public FigureLog {
       Add(name, "GB/s", NAN, 0.0, "FAILED: " + error);
     else
       Add(name, "GB/s", best[0], best[1],
-          "sparse 16MB PullView (dim 64, " + std::to_string(keys->size()) + " random keys) from 1 server with " +
-              std::to_string(K) +
+          "sparse 16MB Pull into a view (dim 64, " + std::to_string(keys->size()) +
+              " random keys) from 1 server with " + std::to_string(K) +
               " update threads (a zero-copy values frame per stripe a request) vs raw ZeroMQ, "
               "pipelined depth " +
               std::to_string(plan.depth) + ", alternating, best of " + std::to_string(cfg_.reps));
@@ -523,7 +523,9 @@ class TransportBench : public FigureLog {
         auto rss_after = [&](int rounds, bool with_pull, const std::string& name, const char* what) {
           for (int i = 0; i < rounds && st.ok(); ++i) {
             PulledRows view;
-            Future pull = with_pull ? c.PullDenseView(*t, &view) : Future();
+            PullOptions whole_table;
+            whole_table.view = &view;
+            Future pull = with_pull ? c.Pull(*t, whole_table) : Future();
             Future push = c.PushDense(*t, grad);
             st = pull.WaitFor(kWaitMs);
             if (st.ok()) st = push.WaitFor(kWaitMs);

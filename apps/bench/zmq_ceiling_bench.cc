@@ -251,9 +251,11 @@ class CeilingBench : public FigureLog {
             how + " (cf. transport pull_2s_vs_1s/16MB/1w)");
     if (with_pushpull) {
       Add("pushpull_vs_raw_blocks_pull/16MB/1s1w", "GB/s", best[3], best[1],
-          "pushpull's dense 16MB PullDenseView from 1 server (value) vs raw ZeroMQ's in 1MB requests (baseline)" + how);
+          "pushpull's dense 16MB whole-table Pull into a view from 1 server (value) vs raw ZeroMQ's in 1MB requests "
+          "(baseline)" +
+              how);
       Add("pushpull_pull_2s_vs_1s/16MB/1w", "GB/s", best[2], best[3],
-          "pushpull's dense 16MB PullDenseView from 2 servers (value) vs 1 (baseline)" + how +
+          "pushpull's dense 16MB whole-table Pull into a view from 2 servers (value) vs 1 (baseline)" + how +
               " (the transport bench's pull_2s_vs_1s/16MB/1w, measured beside raw's)");
     }
   }

@@ -49,33 +49,44 @@ namespace pushpull {
 // environment pushpull-launch gives every worker (docs: "The launcher's environment"), so that
 // Client::Connect(ClientOptions{}) joins the job it was started in; a field set in code wins.
 struct ClientOptions {
-  std::string scheduler;            // tcp://host:port of pushpull-scheduler ("": PUSHPULL_SCHEDULER)
-  int requested_rank = -1;          // >= 0: ask for this worker rank, if free (-1: PUSHPULL_RANK, else any)
-  std::string consistency;          // the job's consistency model, Client::consistency() ("": PUSHPULL_CONSISTENCY,
-                                    // else "bsp"): "bsp", "ssp:K" or "asp"
-  int heartbeat_interval_ms = 0;    // how often this worker tells the scheduler it is alive
-                                    // (0: PUSHPULL_HEARTBEAT_INTERVAL_MS, else 500)
-  int scheduler_timeout_ms = 0;     // scheduler silent this long: calls fail with Unavailable
-                                    // (0: PUSHPULL_SCHEDULER_TIMEOUT_MS, else 15000)
-  int register_timeout_ms = 0;      // how long Connect waits for the whole job to register
-                                    // (0: PUSHPULL_REGISTER_TIMEOUT_MS, else 120000)
-  int connect_timeout_ms = 0;       // a scheduler address that does not resolve or refuses
-                                    // connections this long fails Connect with the reason
-                                    // (Unavailable; asked again meanwhile, for a name that
-                                    // resolves late or a scheduler that starts late; once it
-                                    // answers, register_timeout_ms alone applies)
-                                    // (0: PUSHPULL_CONNECT_TIMEOUT_MS, else 10000)
-  int request_timeout_ms = 120000;  // default deadline of Future::Wait, Barrier, CreateTable
+  // tcp://host:port of pushpull-scheduler.
+  // Default: "": PUSHPULL_SCHEDULER (Connect fails, saying so, when that is unset too).
+  std::string scheduler;
+  // >= 0: ask for this worker rank, if free.
+  // Default: -1: PUSHPULL_RANK, else any free rank.
+  int requested_rank = -1;
+  // The job's consistency model, Client::consistency(): "bsp", "ssp:K" or "asp".
+  // Default: "": PUSHPULL_CONSISTENCY, else "bsp".
+  std::string consistency;
+  // How often this worker tells the scheduler it is alive.
+  // Default: 0: PUSHPULL_HEARTBEAT_INTERVAL_MS, else 500.
+  int heartbeat_interval_ms = 0;
+  // Scheduler silent this long: calls fail with Unavailable.
+  // Default: 0: PUSHPULL_SCHEDULER_TIMEOUT_MS, else 15000.
+  int scheduler_timeout_ms = 0;
+  // How long Connect waits for the whole job to register.
+  // Default: 0: PUSHPULL_REGISTER_TIMEOUT_MS, else 120000.
+  int register_timeout_ms = 0;
+  // A scheduler address that does not resolve or refuses connections this long fails Connect
+  // with the reason (Unavailable; asked again meanwhile, for a name that resolves late or a
+  // scheduler that starts late; once it answers, register_timeout_ms alone applies).
+  // Default: 0: PUSHPULL_CONNECT_TIMEOUT_MS, else 10000.
+  int connect_timeout_ms = 0;
+  // The deadline of Future::Wait, Barrier and CreateTable.
+  // Default: 120000 (not read from the environment).
+  int request_timeout_ms = 120000;
   // Backpressure: a call whose payload (a push's keys and values, a keyed pull's keys) would take
   // the payload of this worker's unanswered requests over this many MiB waits in the call, at most
   // request_timeout_ms, for earlier ones to be answered, rather than keep them all in memory while
   // a server is slow or unreachable; past that it fails unsent, and the client's error is sticky
   // (a push left out must not be clocked). 0: no limit. A single call over it is sent once nothing
   // else is unanswered.
+  // Default: 1024 (not read from the environment).
   int max_unanswered_mb = 1024;
-  // Checkpoint() waits this long. 0: longer than the scheduler's two deadlines, which answer it
-  // first (every worker asking, then every server writing: its --checkpoint_timeout_s each, told
-  // at registration), plus request_timeout_ms.
+  // How long Checkpoint() waits.
+  // Default: 0: longer than the scheduler's two deadlines, which answer it first (every worker
+  // asking, then every server writing: its --checkpoint_timeout_s each, told at registration),
+  // plus request_timeout_ms.
   int checkpoint_timeout_ms = 0;
 };
 
@@ -99,8 +110,8 @@ struct PulledParts;
 // std::logic_error; num_rows() too once it failed), for as long as this object lives (it keeps the messages); a new
 // pull into it drops the old one's at once.
 //
-// row(i) is the i-th row: of the table for a dense pull (PullDenseView), of the key list for a
-// keyed one (PullView), dim floats. Dense pulls also list their parts: contiguous runs of whole
+// row(i) is the i-th row: of the table for a whole-table pull (PullOptions::keys null), of the
+// key list for a keyed one, dim floats. Dense pulls also list their parts: contiguous runs of whole
 // rows in row order, one per frame the servers sent: a dense pull goes to each server as a
 // request per 1 MB block of its rows, each answered with a frame per stripe holding its rows
 // (one when the pull is small), so num_parts() is not the number of servers.
@@ -156,9 +167,13 @@ class SharedFloats {
 };
 
 // The result of an asynchronous Push or Pull.
-// Copies share the call. Once the last copy of a pull's Future goes before the call completed,
-// the call is given up as by an expired WaitFor: nothing more is written into its destination,
-// so the destination may go with it (an app that returns early on an error).
+// Copies share the call. Once the last copy of the Future of a pull into a buffer
+// (PullOptions::out) goes before the call completed, the call is given up as by an expired
+// WaitFor: nothing more is written into its destination, so the destination may go with it (an
+// app that returns early on an error). That is counted (ClientStats::pulls_dropped) and logged,
+// once per client, as a warning naming the table: a pull whose Future is dropped by mistake
+// (never waited on) reads nothing. (A pull into a view is not given up: its rows land in the
+// view, which keeps them.) A push's Future may be dropped: the push goes on (see Push).
 class Future {
  public:
   Future() = default;
@@ -194,6 +209,53 @@ struct ClientStats {
   uint64_t resent = 0;            // requests sent to a server again after a connection to it dropped
   uint64_t unanswered_bytes = 0;  // now: payload of requests not answered yet (max_unanswered_mb)
   uint64_t waits_for_room = 0;  // calls that waited for room (max_unanswered_mb, or kMaxUnansweredRequests to a server)
+  uint64_t pulls_dropped = 0;   // pulls into a buffer given up because their last Future went first (see Future)
+};
+
+// The keys of a call, in a buffer the library may hold and send without a copy (see Client::Push).
+using KeyBuffer = std::shared_ptr<const std::vector<Key>>;
+
+// What a pull reads and where its values go (Client::Pull). Every field has a default; set those
+// that differ:
+//   client.Pull(t, PullOptions{keys, out})                        // the rows of keys, into out
+//   PullOptions o; o.view = &rows; client.Pull(dense, o)         // the whole table, in place
+//   PullOptions o; o.keys = keys; o.out = m; o.slot = 0; ...     // Adam's m of some rows
+// A pull whose options do not fit together, or not the table, fails with InvalidArgument saying
+// which (its Future's Wait() returns it; nothing is sent).
+struct PullOptions {
+  // The rows to read: a sparse table's keys, or a dense table's row numbers (each < rows), in
+  // the order they are wanted; a key may repeat. Sent without a copy, as a push's keys are (see
+  // Client::Push): the vector must not change while the pull is unfinished. Keys in server order
+  // cost the least (Client::GroupByServer). An empty list reads nothing and succeeds.
+  // Default: null: every row of a dense table, in row order (rows * dim floats).
+  // REQUIRES: set (not null) for a sparse table, and when slot >= 0.
+  // REQUIRES: at most 2^31 keys.
+  KeyBuffer keys;
+  // Where the values go, copied: keys->size() * dim floats (the whole table: rows * dim), row i
+  // at out + i * dim. Written by the library's threads until the pull's Future is done (or its
+  // wait expired, or its last copy went: then nothing more is written), so it must stay valid
+  // that long.
+  // Default: null.
+  // REQUIRES: exactly one of out and view is set (a pull of no keys may have neither).
+  float* out = nullptr;
+  // Or: the values left in the messages the servers sent, read in place with no copy (see
+  // PulledRows); a pull into a view drops what the view held before at once.
+  // Default: null.
+  PulledRows* view = nullptr;
+  // false: a lookup. A key a sparse table does not hold yet is not added to it: it reads as its
+  // row would start (the table's initial values; an optimizer slot's starting value). For
+  // evaluation and inference over keys training may never touch, which a pull that creates would
+  // add to the servers' memory, their --max_table_mb and every checkpoint. A dense table holds
+  // all its rows: no difference there. A sparse table's lookup is copied on the server (never
+  // read in place), also into a view.
+  // Default: true (a key not there yet is added, as a push would add it).
+  bool create = true;
+  // >= 0: reads optimizer state slot `slot` of the rows instead of their parameters (Adam's m is
+  // slot 0, v slot 1; see optimizers/), for debugging. Gathered on the server, also into a view.
+  // Default: -1 (the parameters).
+  // REQUIRES: -1, or a slot of the table's optimizer (the server refuses others, naming it).
+  // REQUIRES: keys set: a whole-table pull reads the parameters only.
+  int slot = -1;
 };
 
 class Client {
@@ -214,10 +276,9 @@ class Client {
   // spec differs). Every worker may call it; the first creates.
   virtual Result<Table> CreateTable(const TableSpec& spec) = 0;
 
-  // Keyed push and pull. grads: keys.size() * dim floats. out must stay valid until the
-  // Future is done (or its Wait timed out) and receives keys.size() * dim floats in key order.
-  // A key given twice in one push is applied twice, as two optimizer steps in key order (not
-  // summed first): sum repeats on the worker when one step is meant.
+  // Keyed push. grads: keys.size() * dim floats. A key given twice in one push is applied twice,
+  // as two optimizer steps in key order (not summed first): sum repeats on the worker when one
+  // step is meant.
   // Gradients are sent zero-copy from the buffer; a shared buffer may be reused once the push's
   // Future succeeded (the library holds its reference until then; after a failure, such as a
   // dead server, possibly until the Client is destroyed). Keys given in a shared buffer
@@ -225,7 +286,9 @@ class Client {
   // server order (GroupByServer; slices under 4 KB are copied, keys in another order gathered),
   // so a recurring key set is not copied into every call; the vector must not change while any
   // call using it is unfinished (failed or given up calls included, as for gradients).
-  using KeyBuffer = std::shared_ptr<const std::vector<Key>>;
+  // A push's Future may be dropped (fire and forget): a refused push is sticky, so the next
+  // Clock(), pull or Finish() says so.
+  using KeyBuffer = ::pushpull::KeyBuffer;
   // (With a KeyBuffer, gradients go in a shared buffer too: a by-value form of both would make
   // brace lists of keys such as {0, 1} ambiguous.)
   virtual Future Push(const Table& t, KeyBuffer keys, SharedFloats grads) = 0;
@@ -235,19 +298,35 @@ class Client {
   Future Push(const Table& t, std::vector<Key> keys, std::vector<float> grads) {
     return Push(t, std::move(keys), std::make_shared<const std::vector<float>>(std::move(grads)));
   }
-  virtual Future Pull(const Table& t, KeyBuffer keys, float* out) = 0;
-  Future Pull(const Table& t, std::vector<Key> keys, float* out) {
+  // Whole dense table: rows * dim floats.
+  virtual Future PushDense(const Table& t, SharedFloats grads) = 0;
+  Future PushDense(const Table& t, std::vector<float> grads) {
+    return PushDense(t, std::make_shared<const std::vector<float>>(std::move(grads)));
+  }
+
+  // Reads rows of a table as of this worker's clock, under the table's consistency model (a BSP
+  // or SSP pull waits for the slower workers): which rows, where to and what of them as
+  // `options` says (PullOptions). Its values are in the destination once the Future succeeded.
+  // The Future must be kept until then: dropping it gives the pull up (see Future).
+  [[nodiscard]] Future Pull(const Table& t, const PullOptions& options) { return DoPull(t, options); }
+  // The common pulls, as the options above make them:
+  // the rows of keys into out (keys.size() * dim floats), creating sparse keys not there yet;
+  [[nodiscard]] Future Pull(const Table& t, KeyBuffer keys, float* out);  // (null keys: refused)
+  [[nodiscard]] Future Pull(const Table& t, std::vector<Key> keys, float* out) {
     return Pull(t, std::make_shared<const std::vector<Key>>(std::move(keys)), out);
   }
-  // Reads rows as Pull does (the same consistency), except that a key a sparse table does not
-  // hold yet is not added to it: it reads as its row would start (the table's initial values).
-  // For evaluation and inference over keys training may never touch, which a Pull would add to
-  // the servers' memory, their --max_table_mb and every checkpoint. A dense table's rows are all
-  // there: the same as Pull. Always copied (never read in place by the server).
-  virtual Future Lookup(const Table& t, KeyBuffer keys, float* out) = 0;
-  Future Lookup(const Table& t, std::vector<Key> keys, float* out) {
+  // the same without adding keys a sparse table does not hold (PullOptions::create false);
+  [[nodiscard]] Future Lookup(const Table& t, KeyBuffer keys, float* out);  // (null keys: refused)
+  [[nodiscard]] Future Lookup(const Table& t, std::vector<Key> keys, float* out) {
     return Lookup(t, std::make_shared<const std::vector<Key>>(std::move(keys)), out);
   }
+  // and the whole dense table into out (rows * dim floats).
+  [[nodiscard]] Future PullDense(const Table& t, float* out) {
+    PullOptions o;
+    o.out = out;
+    return Pull(t, o);
+  }
+
   // Keys in the order the servers hold them cost the least: reorders `keys` so that each
   // server's keys come one after the other (in the order they were given) and returns where each
   // came from (keys after[i] == keys before[order[i]]). A keyed push of keys in this order sends
@@ -256,26 +335,6 @@ class Client {
   // the rows. Order a recurring key set (a minibatch's unique keys) once and compute its
   // gradients in that order. Dense tables: ascending rows are in server order.
   virtual Result<std::vector<uint32_t>> GroupByServer(const Table& t, std::vector<Key>* keys) = 0;
-  // The same without copying into a buffer of the caller's: out->row(i) is keys[i]'s values,
-  // read in place from the servers' replies (see PulledRows).
-  virtual Future PullView(const Table& t, KeyBuffer keys, PulledRows* out) = 0;
-  Future PullView(const Table& t, std::vector<Key> keys, PulledRows* out) {
-    return PullView(t, std::make_shared<const std::vector<Key>>(std::move(keys)), out);
-  }
-  // Whole dense table: rows * dim floats.
-  virtual Future PushDense(const Table& t, SharedFloats grads) = 0;
-  Future PushDense(const Table& t, std::vector<float> grads) {
-    return PushDense(t, std::make_shared<const std::vector<float>>(std::move(grads)));
-  }
-  virtual Future PullDense(const Table& t, float* out) = 0;
-  // The same without copying into a buffer of the caller's: the values stay in the received
-  // messages, which `out` keeps alive (see PulledRows).
-  virtual Future PullDenseView(const Table& t, PulledRows* out) = 0;
-  // Reads optimizer state slot `slot` (e.g. Adam's m is 0) of some rows, for debugging.
-  virtual Future PullSlot(const Table& t, KeyBuffer keys, int slot, float* out) = 0;
-  Future PullSlot(const Table& t, std::vector<Key> keys, int slot, float* out) {
-    return PullSlot(t, std::make_shared<const std::vector<Key>>(std::move(keys)), slot, out);
-  }
 
   // Ends this worker's current iteration: the clock advances on every server. In a job that goes
   // on after a worker dies (--on_worker_death=continue or wait), a worker with a BSP table first
@@ -320,6 +379,12 @@ class Client {
   virtual Status Leave(const Status& why) = 0;
 
   virtual ClientStats stats() const = 0;
+
+ protected:
+  // The one read behind every pull above (Pull(table, options) calls it), which an implementation
+  // of Client overrides. Not called directly: GCC does not warn about the dropped result of a
+  // virtual call, so the non-virtual Pull carries the [[nodiscard]].
+  virtual Future DoPull(const Table& t, const PullOptions& options) = 0;
 };
 
 }  // namespace pushpull

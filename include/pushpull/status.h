@@ -138,10 +138,25 @@ class [[nodiscard]] Result {
   std::optional<T> value_;
 };
 
+// Returns the Status `expr` gives from the enclosing function when it is an error.
 #define PP_RETURN_IF_ERROR(expr)     \
   do {                               \
     ::pushpull::Status _st = (expr); \
     if (!_st.ok()) return _st;       \
   } while (0)
+
+// Evaluates `expr`, a Result<T>; on an error returns its Status from the enclosing function (one
+// that returns Status or any Result), else moves its value into `lhs`, a declaration (`auto x`,
+// `const Table t`) or something assignable (`o.rank`):
+//   PP_ASSIGN_OR_RETURN(auto table, client.CreateTable(spec));
+// A statement, not an expression: not after an `if` without braces, and `lhs` holds no commas
+// outside parentheses (`std::pair<int, int> p` needs an alias).
+#define PP_ASSIGN_OR_RETURN(lhs, expr) PP_ASSIGN_OR_RETURN_IMPL_(PP_STATUS_CONCAT_(pp_result_, __LINE__), lhs, expr)
+#define PP_ASSIGN_OR_RETURN_IMPL_(result, lhs, expr) \
+  auto result = (expr);                              \
+  if (!result.ok()) return result.status();          \
+  lhs = std::move(result).value()
+#define PP_STATUS_CONCAT_(a, b) PP_STATUS_CONCAT_INNER_(a, b)
+#define PP_STATUS_CONCAT_INNER_(a, b) a##b
 
 }  // namespace pushpull

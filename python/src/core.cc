@@ -208,11 +208,14 @@ class PyClient {
                                       t.table.name + "' writes " + std::to_string(rows) + " rows of " +
                                       std::to_string(dim) + " = " + std::to_string(rows * dim)));
     }
-    float* p = static_cast<float*>(dest.mutable_data());
+    PullOptions o;
+    o.keys = std::move(k);  // (null: the whole dense table)
+    o.out = static_cast<float*>(dest.mutable_data());
+    o.create = !lookup;
     Future f;
     {
       py::gil_scoped_release unlocked;
-      f = !k ? c_->PullDense(t.table, p) : lookup ? c_->Lookup(t.table, k, p) : c_->Pull(t.table, k, p);
+      f = c_->Pull(t.table, o);
     }
     return PyFuture(std::move(f), out.is_none() ? py::object(dest) : out);
   }
@@ -468,6 +471,7 @@ PYBIND11_MODULE(_core, m) {
         d["resent"] = s.resent;
         d["unanswered_bytes"] = s.unanswered_bytes;
         d["waits_for_room"] = s.waits_for_room;
+        d["pulls_dropped"] = s.pulls_dropped;
         return d;
       });
 

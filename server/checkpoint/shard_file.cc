@@ -200,18 +200,16 @@ Result<std::map<std::string, TableCheckpoint>> ReadServerCheckpoint(const std::s
 Result<std::map<std::string, TableCheckpoint>> ReadCheckpointForServer(const std::string& dir, int rank,
                                                                        int num_servers, bool in_blocks,
                                                                        const std::string* only) {
-  auto m = ReadManifest(dir);
-  if (!m.ok()) return m.status();
-  if (m->servers == num_servers) return ReadServerCheckpoint(dir, rank, num_servers, m->clock, in_blocks, only);
+  PP_ASSIGN_OR_RETURN(auto m, ReadManifest(dir));
+  if (m.servers == num_servers) return ReadServerCheckpoint(dir, rank, num_servers, m.clock, in_blocks, only);
   // Another number of servers: this one's rows under the new partition, from every old file in
   // turn (old rank order: dense rows come out in row order), one old file in memory at a time.
   std::map<std::string, TableCheckpoint> out;
   std::map<std::string, int> files_with;  // per table: the old files that hold it
-  for (int old = 0; old < m->servers; ++old) {
-    auto file = ReadServerCheckpoint(dir, old, m->servers, m->clock, false, only);
-    if (!file.ok()) return file.status();
+  for (int old = 0; old < m.servers; ++old) {
+    PP_ASSIGN_OR_RETURN(auto file, ReadServerCheckpoint(dir, old, m.servers, m.clock, false, only));
     // Each table's old rows are let go once this server's are copied out.
-    for (auto it = file->begin(); it != file->end(); it = file->erase(it)) {
+    for (auto it = file.begin(); it != file.end(); it = file.erase(it)) {
       const std::string& name = it->first;
       TableCheckpoint& t = it->second;
       ++files_with[name];
@@ -247,8 +245,8 @@ Result<std::map<std::string, TableCheckpoint>> ReadCheckpointForServer(const std
   // partial table the shard would refuse. It is not restored; created again, it starts afresh,
   // as it would have in the job that wrote the checkpoint.
   for (const auto& [name, files] : files_with) {
-    if (files == m->servers) continue;
-    PP_LOG(Warning) << "checkpoint " << dir << ": table '" << name << "' is in " << files << " of its " << m->servers
+    if (files == m.servers) continue;
+    PP_LOG(Warning) << "checkpoint " << dir << ": table '" << name << "' is in " << files << " of its " << m.servers
                     << " server files (left by a creation that failed); not restored";
     out.erase(name);
   }

@@ -7,9 +7,7 @@ namespace pushpull::scheduler {
 Result<std::unique_ptr<Metrics>> Metrics::Start(const std::string& host, int port, int num_servers, int num_workers) {
   std::unique_ptr<Metrics> metrics(new Metrics(num_servers, num_workers));
   Metrics* m = metrics.get();
-  auto endpoint = MetricsEndpoint::Start(host, port, [m] { return m->Render(); });
-  if (!endpoint.ok()) return endpoint.status();
-  metrics->endpoint_ = std::move(endpoint.value());
+  PP_ASSIGN_OR_RETURN(metrics->endpoint_, MetricsEndpoint::Start(host, port, [m] { return m->Render(); }));
   return Result<std::unique_ptr<Metrics>>(std::move(metrics));
 }
 

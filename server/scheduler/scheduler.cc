@@ -94,19 +94,13 @@ class SchedulerImpl final : public Scheduler, private scheduler::Outbox, private
 Status SchedulerImpl::Init() {
   SocketOptions so;
   so.max_msg_bytes = 16 << 20;
-  auto sock = transport_->MakeSocket(SocketKind::kRouter, so);
-  if (!sock.ok()) return sock.status();
-  router_ = std::move(*sock);
-  auto a = BindTcp(*router_, options_.bind_host, options_.port, options_.advertise_host);
-  if (!a.ok()) return a.status();
-  address_ = a.value();
+  PP_ASSIGN_OR_RETURN(router_, transport_->MakeSocket(SocketKind::kRouter, so));
+  PP_ASSIGN_OR_RETURN(address_, BindTcp(*router_, options_.bind_host, options_.port, options_.advertise_host));
   // A checkpoint directory that cannot be written fails now, not at the first checkpoint.
   if (!options_.checkpoint_dir.empty()) PP_RETURN_IF_ERROR(checkpoint::EnsureWritableDir(options_.checkpoint_dir));
   if (options_.metrics_port >= 0) {
-    auto m = scheduler::Metrics::Start(options_.bind_host, options_.metrics_port, options_.num_servers,
-                                       options_.num_workers);
-    if (!m.ok()) return m.status();
-    metrics_ = std::move(m.value());
+    PP_ASSIGN_OR_RETURN(metrics_, scheduler::Metrics::Start(options_.bind_host, options_.metrics_port,
+                                                            options_.num_servers, options_.num_workers));
   }
   return Status::OK();
 }

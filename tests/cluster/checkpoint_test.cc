@@ -24,6 +24,7 @@
 #include "server/checkpoint/store.h"
 #include "tests/support/cluster_test.h"
 #include "tests/support/local_cluster.h"
+#include "tests/support/pull_options.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_tables.h"
 
@@ -83,7 +84,7 @@ void Train(Client& c, int64_t until, int64_t ckpt_at, std::vector<float>* final_
   ASSERT_TRUE(c.PullDense(*dense, w.data()).Wait().ok());
   ASSERT_TRUE(c.Pull(*sparse, keys, e.data()).Wait().ok());
   std::vector<float> m(w.size());
-  ASSERT_TRUE(c.PullSlot(*dense, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 0, m.data()).Wait().ok());
+  ASSERT_TRUE(c.Pull(*dense, SlotOf({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 0, m.data())).Wait().ok());
   *final_state = w;
   final_state->insert(final_state->end(), e.begin(), e.end());
   final_state->insert(final_state->end(), m.begin(), m.end());
@@ -238,7 +239,7 @@ TEST_P(Checkpoint, RestoredStateIsWhatWorkersSawAtTheCheckpoint) {
     std::vector<float> w(10 * 4), e(keys.size() * 4), m(10 * 4);
     EXPECT_TRUE(c.PullDense(d, w.data()).Wait().ok());
     EXPECT_TRUE(c.Pull(sp, keys, e.data()).Wait().ok());
-    EXPECT_TRUE(c.PullSlot(d, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 1, m.data()).Wait().ok());
+    EXPECT_TRUE(c.Pull(d, SlotOf({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 1, m.data())).Wait().ok());
     w.insert(w.end(), e.begin(), e.end());
     w.insert(w.end(), m.begin(), m.end());
     return w;

@@ -12,6 +12,7 @@
 
 #include "common/wire.h"
 #include "tests/support/local_cluster.h"
+#include "tests/support/pull_options.h"
 #include "tests/support/raw_peer.h"
 #include "tests/support/test_tables.h"
 
@@ -305,7 +306,7 @@ TEST(ClientErrors, BadShapesAreRefusedBeforeSending) {
   std::vector<float> dense(30);
   ASSERT_TRUE(c.PullDense(*t, dense.data()).Wait().ok());
   PulledRows view;
-  ASSERT_TRUE(c.PullDenseView(*t, &view).Wait().ok());
+  ASSERT_TRUE(c.Pull(*t, WholeTableInto(&view)).Wait().ok());
   ASSERT_EQ(view.num_parts(), 2u);
   EXPECT_EQ(view.part_first_row(1), 5u);
   EXPECT_EQ(view.part_floats(0) + view.part_floats(1), 30u);
@@ -318,7 +319,7 @@ TEST(ClientErrors, BadShapesAreRefusedBeforeSending) {
   EXPECT_EQ(c.PullDense(*t, nullptr).Wait().code(), Code::kInvalidArgument);
   EXPECT_TRUE(c.Pull(*t, std::vector<Key>{}, nullptr).Wait().ok());  // nothing to write
   // A view whose pull was refused before it was sent says so when read, not as an empty pull.
-  Status refused = c.PullView(*t, {1, 10}, &view).Wait();
+  Status refused = c.Pull(*t, IntoView({1, 10}, &view)).Wait();
   EXPECT_EQ(refused.code(), Code::kInvalidArgument);
   EXPECT_THROW(view.num_rows(), std::logic_error);
   EXPECT_THROW(view.CopyTo(copied.data()), std::logic_error);

@@ -10,6 +10,7 @@
 #include "tests/support/cluster_test.h"
 #include "tests/support/eventually.h"
 #include "tests/support/local_cluster.h"
+#include "tests/support/pull_options.h"
 #include "tests/support/test_tables.h"
 
 namespace pushpull {
@@ -79,7 +80,7 @@ TEST_F(ConsistencyBlocking, APullReleasedWithoutMemoryForItsReplyIsServedSoonAft
   for (Key k = 0; k < keys.size(); ++k) keys[k] = k;
   std::vector<float> out(keys.size() * spec.dim, 7.0f);
   fault::FailAllocationAnywhere fail(keys.size() * spec.dim * sizeof(float), 0);  // that buffer
-  Future blocked = cluster.client(0).PullSlot(*t0, keys, 0, out.data());
+  Future blocked = cluster.client(0).Pull(*t0, SlotOf(keys, 0, out.data()));
   ASSERT_TRUE(Eventually([&] { return cluster.server(0).stats().parked_now.load() == 1; }));
   ASSERT_TRUE(cluster.client(1).Clock().ok());  // releases it; its reply's buffer fails
   Status st = blocked.WaitFor(5000);

@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "tests/support/local_cluster.h"
 #include "tests/support/temp_dir.h"
 #include "worker/job_environment.h"
 
@@ -104,6 +105,29 @@ TEST_F(JobEnvironment, AValueThatDoesNotParseIsRefusedNamingIt) {
   // And Connect refuses it before it tries to reach anyone.
   setenv(internal::kEnvRank, "x", 1);
   EXPECT_EQ(Client::Connect(ClientOptions{}).status().code(), Code::kInvalidArgument);
+}
+
+// Connect(ClientOptions{}) joins the job the environment names, as a worker pushpull-launch
+// started does: the scheduler, the rank and the consistency model all come from there.
+TEST_F(JobEnvironment, ConnectWithDefaultOptionsJoinsTheJobTheEnvironmentNames) {
+  LocalClusterConfig cfg;
+  cfg.workers = 1;  // (one client: nothing reads the environment while it is set)
+  // The worker connects with options left at their defaults, once the scheduler's address is known.
+  cfg.client_options = [](int, ClientOptions* o) {
+    setenv(internal::kEnvScheduler, o->scheduler.c_str(), 1);
+    setenv(internal::kEnvRank, "0", 1);
+    setenv(internal::kEnvConsistency, "ssp:3", 1);
+    setenv(internal::kEnvHeartbeatIntervalMs, "100", 1);
+    *o = ClientOptions{};
+  };
+  LocalCluster cluster(cfg);
+  ASSERT_TRUE(cluster.Start().ok());
+  Client& c = cluster.client(0);
+  EXPECT_EQ(c.rank(), 0);
+  EXPECT_EQ(c.num_workers(), 1);
+  EXPECT_EQ(c.consistency().model, Consistency::kSsp);
+  EXPECT_EQ(c.consistency().staleness, 3);
+  EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }
 
 TEST_F(JobEnvironment, AFinishedWorkerTellsItsLauncherThroughThePipeOnly) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/support/local_cluster.h"
+#include "tests/support/pull_options.h"
 #include "tests/support/test_tables.h"
 
 namespace pushpull {
@@ -76,7 +77,7 @@ TEST(KeyOrder, KeysGroupedByServerLandInTheirPlaces) {
     ASSERT_TRUE(c.Pull(*t, keys, drawn_rows.data()).Wait().ok());
     ASSERT_TRUE(c.Pull(*t, grouped, grouped_rows.data()).Wait().ok());
     PulledRows view;
-    ASSERT_TRUE(c.PullView(*t, shared_keys, &view).Wait().ok());
+    ASSERT_TRUE(c.Pull(*t, IntoView(shared_keys, &view)).Wait().ok());
     ASSERT_EQ(view.num_rows(), keys.size());
     for (size_t i = 0; i < keys.size(); ++i)
       for (uint32_t d = 0; d < sp.dim; ++d) {
@@ -101,7 +102,7 @@ TEST(KeyOrder, KeysGroupedByServerLandInTheirPlaces) {
   EXPECT_EQ(c.Push(*t, Client::KeyBuffer(), std::make_shared<const std::vector<float>>()).Wait().code(),
             Code::kInvalidArgument);  // no key buffer
   PulledRows none;
-  EXPECT_EQ(c.PullView(*t, Client::KeyBuffer(), &none).Wait().code(), Code::kInvalidArgument);
+  EXPECT_EQ(c.Pull(*t, IntoView(Client::KeyBuffer(), &none)).Wait().code(), Code::kInvalidArgument);
   Table unknown = *t;
   unknown.name = "not_made_here";
   EXPECT_EQ(c.GroupByServer(unknown, &rows).status().code(), Code::kNotFound);

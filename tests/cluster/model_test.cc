@@ -17,6 +17,7 @@
 #include "optimizers/optimizer.h"
 #include "tests/support/cluster_test.h"
 #include "tests/support/local_cluster.h"
+#include "tests/support/pull_options.h"
 
 namespace pushpull {
 namespace {
@@ -205,7 +206,7 @@ TEST_P(Model, RandomOperationsMatchTheModelBitForBit) {
       e.what = "op " + std::to_string(op) + ": pull of " + std::to_string(ks.size()) + " rows of '" + t.name +
                "' slot " + std::to_string(slot);
       e.f = whole ? c.PullDense(t, e.got->data())
-                  : (slot < 0 ? c.Pull(t, ks, e.got->data()) : c.PullSlot(t, ks, slot, e.got->data()));
+                  : (slot < 0 ? c.Pull(t, ks, e.got->data()) : c.Pull(t, SlotOf(ks, slot, e.got->data())));
       open.push_back(std::move(e));
       ++pulls;
     } else {  // let everything in flight land

@@ -21,6 +21,7 @@
 #include "server/table/shard.h"
 #include "tests/support/eventually.h"
 #include "tests/support/local_cluster.h"
+#include "tests/support/pull_options.h"
 #include "tests/support/test_tables.h"
 
 namespace pushpull {
@@ -589,8 +590,8 @@ TEST(Shard, AdamMomentsReadableThroughPullAndLazyPerRow) {
   ASSERT_TRUE(c.Push(*t, {2}, {2, 2, 2}).Wait().ok());  // row 2's first update
   std::vector<float> w(6), m(6), v(6);
   ASSERT_TRUE(c.Pull(*t, {1, 2}, w.data()).Wait().ok());
-  ASSERT_TRUE(c.PullSlot(*t, {1, 2}, 0, m.data()).Wait().ok());
-  ASSERT_TRUE(c.PullSlot(*t, {1, 2}, 1, v.data()).Wait().ok());
+  ASSERT_TRUE(c.Pull(*t, SlotOf({1, 2}, 0, m.data())).Wait().ok());
+  ASSERT_TRUE(c.Pull(*t, SlotOf({1, 2}, 1, v.data())).Wait().ok());
   const double b1 = 0.9, b2 = 0.999;
   EXPECT_NEAR(m[0], (1 - std::pow(b1, 3)), 1e-5);  // m after three gradients of 1
   EXPECT_NEAR(v[0], (1 - std::pow(b2, 3)), 1e-5);
@@ -599,7 +600,7 @@ TEST(Shard, AdamMomentsReadableThroughPullAndLazyPerRow) {
   EXPECT_NEAR(w[0], -0.3, 1e-4);  // three bias-corrected steps of lr
   EXPECT_NEAR(w[3], -0.1, 1e-4);  // step 1 for row 2, not step 4
   // A slot that does not exist is an error naming the optimizer.
-  Status st = c.PullSlot(*t, {1}, 5, m.data()).Wait();
+  Status st = c.Pull(*t, SlotOf({1}, 5, m.data())).Wait();
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_NE(st.message().find("adam"), std::string::npos) << st.ToString();
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
@@ -621,7 +622,7 @@ TEST(Shard, DecayingStateReachesZeroNotADenormal) {
   ASSERT_TRUE(c.PushDense(*t, std::vector<float>(spec.dim, 1.0f)).Wait().ok());
   for (int i = 0; i < 1000; ++i) c.PushDense(*t, std::vector<float>(spec.dim, 0.0f));
   std::vector<float> m(spec.dim, -1.0f);
-  ASSERT_TRUE(c.PullSlot(*t, std::vector<Key>{0}, 0, m.data()).Wait().ok());
+  ASSERT_TRUE(c.Pull(*t, SlotOf({0}, 0, m.data())).Wait().ok());
   for (float x : m) EXPECT_EQ(x, 0.0f) << "m is " << x << (std::fpclassify(x) == FP_SUBNORMAL ? " (a denormal)" : "");
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
 }

@@ -13,6 +13,7 @@
 
 #include "server/table/shard.h"
 #include "tests/support/local_cluster.h"
+#include "tests/support/pull_options.h"
 #include "tests/support/test_tables.h"
 
 namespace pushpull {
@@ -47,7 +48,7 @@ TEST(Stripes, DensePullIsSentFromEveryStripeInPlace) {
   for (size_t i : {size_t(0), size_t(17), n / 2, n - 1}) EXPECT_FLOAT_EQ(once[i], -0.01f * g[i]) << i;
 
   PulledRows view;
-  ASSERT_TRUE(c.PullDenseView(*t, &view).Wait().ok());
+  ASSERT_TRUE(c.Pull(*t, WholeTableInto(&view)).Wait().ok());
   ASSERT_EQ(view.num_parts(), 6u);  // 2 servers x 3 stripes
   uint64_t next_row = 0;
   for (size_t i = 0; i < view.num_parts(); ++i) {
@@ -94,14 +95,14 @@ TEST(Stripes, DensePullIsSentFromEveryStripeInPlace) {
     for (uint32_t d = 0; d < sp.dim; ++d)
       ASSERT_FLOAT_EQ(sv[i * sp.dim + d], -0.01f * sg[(skeys.size() - 1 - i) * sp.dim + d]) << i << "," << d;
 
-  // The same pulls read in place (PullView): row(i) is key i's values, as the copying pull put
+  // The same pulls read in place (into a view): row(i) is key i's values, as the copying pull put
   // them, whichever server, stripe and frame holds them; a key asked twice is there twice. Rows
   // of dense views are found by row(i) too.
   std::vector<Key> twice_asked = back;
   twice_asked.push_back(back[17]);
   twice_asked.push_back(back[0]);
   PulledRows sview;
-  ASSERT_TRUE(c.PullView(*st, twice_asked, &sview).Wait().ok());
+  ASSERT_TRUE(c.Pull(*st, IntoView(twice_asked, &sview)).Wait().ok());
   ASSERT_EQ(sview.num_rows(), twice_asked.size());
   for (size_t i = 0; i < back.size(); ++i)
     ASSERT_EQ(std::memcmp(sview.row(i), &sv[i * sp.dim], sp.dim * sizeof(float)), 0) << i;
@@ -112,13 +113,13 @@ TEST(Stripes, DensePullIsSentFromEveryStripeInPlace) {
   EXPECT_EQ(std::vector<float>(scopied.begin(), scopied.begin() + sv.size()), sv);
   EXPECT_THROW(sview.row(twice_asked.size()), std::out_of_range);
   PulledRows dview;
-  ASSERT_TRUE(c.PullView(*t, keys, &dview).Wait().ok());
+  ASSERT_TRUE(c.Pull(*t, IntoView(keys, &dview)).Wait().ok());
   for (size_t i = 0; i < keys.size(); ++i)
     EXPECT_EQ(std::memcmp(dview.row(i), &rows[i * spec.dim], spec.dim * sizeof(float)), 0) << keys[i];
   for (size_t r : {size_t(0), size_t(1), size_t(2047), size_t(2048), spec.rows - 1})
     EXPECT_EQ(std::memcmp(view.row(r), &once[r * spec.dim], spec.dim * sizeof(float)), 0) << r;  // the old version
   // A failed pull into a view leaves nothing of the earlier one readable: reading it says why.
-  EXPECT_EQ(c.PullView(*t, {1, spec.rows}, &dview).Wait().code(), Code::kInvalidArgument);
+  EXPECT_EQ(c.Pull(*t, IntoView({1, spec.rows}, &dview)).Wait().code(), Code::kInvalidArgument);
   EXPECT_THROW(dview.num_rows(), std::logic_error);
   EXPECT_THROW(dview.row(0), std::logic_error);
   EXPECT_TRUE(cluster.FinishAndJoin().ok());
@@ -142,7 +143,7 @@ TEST(Stripes, EmptyStripesAndEveryPullSize) {
       ASSERT_TRUE(c.PullDense(*t, out.data()).Wait().ok());
       for (size_t i = 0; i < g.size(); ++i) ASSERT_FLOAT_EQ(out[i], -0.01f * g[i]) << name << " " << i;
       PulledRows v;
-      ASSERT_TRUE(c.PullDenseView(*t, &v).Wait().ok());
+      ASSERT_TRUE(c.Pull(*t, WholeTableInto(&v)).Wait().ok());
       std::vector<float> copied(rows * dim, 9.0f);
       v.CopyTo(copied.data());
       EXPECT_EQ(copied, out) << name;
@@ -183,7 +184,7 @@ TEST(Stripes, QueuedPullsSeeExactlyTheEarlierPushes) {
   const std::vector<Key> keyed = {0, rows - 1, rows / 3, rows / 2};
   for (int i = 0; i < n; ++i) {
     fs.push_back(c.PushDense(*t, g));
-    fs.push_back(i % 2 ? c.PullDense(*t, outs[i].data()) : c.PullDenseView(*t, &views[i]));
+    fs.push_back(i % 2 ? c.PullDense(*t, outs[i].data()) : c.Pull(*t, WholeTableInto(&views[i])));
     if (i % 5 == 0) fs.push_back(c.Push(*t, keyed, std::vector<float>(keyed.size() * dim, 1.0f)));
   }
   for (auto& f : fs) ASSERT_TRUE(f.Wait().ok());
@@ -244,7 +245,7 @@ TEST(Stripes, LargeDenseCallsGoABlockARequest) {
   ASSERT_TRUE(c.PullDense(*t, out.data()).Wait().ok());
   for (size_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(out[i], -0.01f * g[i]) << i;
   PulledRows view;
-  ASSERT_TRUE(c.PullDenseView(*t, &view).Wait().ok());
+  ASSERT_TRUE(c.Pull(*t, WholeTableInto(&view)).Wait().ok());
   ASSERT_EQ(view.num_parts(), 12u);  // a frame per block: each is one stripe, sent in place
   for (size_t i = 0; i < 12; ++i) {
     const uint64_t first = (i / 6) * per_server + (i % 6) * block;
@@ -339,7 +340,7 @@ TEST(Stripes, LargeSparseCallsGoABlockARequest) {
   for (size_t i = 0; i < g.size(); ++i) ASSERT_FLOAT_EQ(out[i], -0.01f * g[i]) << i;
   for (int s = 0; s < 2; ++s) EXPECT_EQ(cluster.server(s).stats().pulls.load(), requests[s]) << "server " << s;
   PulledRows view;
-  ASSERT_TRUE(c.PullView(*t, std::make_shared<const std::vector<Key>>(keys), &view).Wait().ok());
+  ASSERT_TRUE(c.Pull(*t, IntoView(keys, &view)).Wait().ok());
   std::vector<float> copied(g.size());
   view.CopyTo(copied.data());
   EXPECT_EQ(copied, out);
@@ -362,7 +363,7 @@ TEST(Stripes, LargeSparseCallsGoABlockARequest) {
   std::vector<float> mixed(g.size());
   ASSERT_TRUE(c.Pull(*t, drawn, mixed.data()).Wait().ok());
   PulledRows mixed_view;
-  ASSERT_TRUE(c.PullView(*t, std::make_shared<const std::vector<Key>>(drawn), &mixed_view).Wait().ok());
+  ASSERT_TRUE(c.Pull(*t, IntoView(drawn, &mixed_view)).Wait().ok());
   for (size_t i = 0; i < drawn.size(); ++i) {
     const size_t at = std::find(keys.begin(), keys.end(), drawn[i]) - keys.begin();
     ASSERT_EQ(std::memcmp(&mixed[i * sp.dim], &out[at * sp.dim], sp.dim * sizeof(float)), 0) << i;
@@ -405,7 +406,7 @@ TEST(Stripes, KeyedPullsOverStripesLandInTheirPlaces) {
       ASSERT_EQ(std::memcmp(one.data(), &out[i * dim], dim * sizeof(float)), 0) << t.name << " " << i;
     }
     PulledRows view;
-    ASSERT_TRUE(c.PullView(t, std::make_shared<const std::vector<Key>>(keys), &view).Wait().ok()) << t.name;
+    ASSERT_TRUE(c.Pull(t, IntoView(keys, &view)).Wait().ok()) << t.name;
     for (size_t i = 0; i < keys.size(); i += 97)
       ASSERT_EQ(std::memcmp(view.row(i), &out[i * dim], dim * sizeof(float)), 0) << t.name << " " << i;
     if (t.sparse) {

@@ -21,6 +21,7 @@
 #include "common/time.h"
 #include "tests/support/eventually.h"
 #include "tests/support/local_cluster.h"
+#include "tests/support/pull_options.h"
 
 namespace pushpull {
 namespace {
@@ -238,7 +239,7 @@ TEST(Monitoring, TheSchedulerAndServersReportTheJob) {
   // A pull of an optimizer slot SGD does not keep, of a row on server 0: refused there, and
   // counted so.
   float row[4];
-  EXPECT_FALSE(cluster.client(0).PullSlot(*t, std::vector<Key>{0}, 0, row).Wait().ok());
+  EXPECT_FALSE(cluster.client(0).Pull(*t, SlotOf({0}, 0, row)).Wait().ok());
   for (int s = 0; s < 2; ++s) {
     const std::string text = Get(cluster.server(s).metrics_port());
     ASSERT_EQ(text.rfind("HTTP/1.0 200 OK", 0), 0u) << text;

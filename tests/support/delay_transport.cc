@@ -61,10 +61,9 @@ DelayTransport::DelayTransport(std::shared_ptr<Transport> inner, int delay_ms, s
     : inner_(std::move(inner)), delay_ms_(delay_ms), delayed_kinds_(std::move(delayed_kinds)) {}
 
 Result<std::unique_ptr<Socket>> DelayTransport::MakeSocket(SocketKind kind, const SocketOptions& options) {
-  Result<std::unique_ptr<Socket>> inner = inner_->MakeSocket(kind, options);
-  if (!inner.ok()) return inner.status();
+  PP_ASSIGN_OR_RETURN(std::unique_ptr<Socket> inner, inner_->MakeSocket(kind, options));
   const bool delayed = std::find(delayed_kinds_.begin(), delayed_kinds_.end(), kind) != delayed_kinds_.end();
-  return std::unique_ptr<Socket>(new DelaySocket(std::move(*inner), delayed ? delay_ms_ : 0));
+  return std::unique_ptr<Socket>(new DelaySocket(std::move(inner), delayed ? delay_ms_ : 0));
 }
 
 int DelayTransport::Poll(PollItem* items, size_t n, int64_t timeout_ms) {

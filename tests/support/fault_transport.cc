@@ -166,9 +166,8 @@ class FaultTransport::FaultSocket final : public Socket {
   }
 
   Result<std::unique_ptr<ConnectionWatch>> WatchConnections() override {
-    Result<std::unique_ptr<ConnectionWatch>> inner = inner_->WatchConnections();
-    if (!inner.ok()) return inner.status();
-    return std::unique_ptr<ConnectionWatch>(new FaultWatch(owner_, std::move(*inner), endpoints_));
+    PP_ASSIGN_OR_RETURN(std::unique_ptr<ConnectionWatch> inner, inner_->WatchConnections());
+    return std::unique_ptr<ConnectionWatch>(new FaultWatch(owner_, std::move(inner), endpoints_));
   }
 
   // Whether Recv has a message of this socket's own now (one held back and due).
@@ -224,9 +223,8 @@ FaultTransport::Counts FaultTransport::counts() const {
 }
 
 Result<std::unique_ptr<Socket>> FaultTransport::MakeSocket(SocketKind kind, const SocketOptions& options) {
-  Result<std::unique_ptr<Socket>> inner = inner_->MakeSocket(kind, options);
-  if (!inner.ok()) return inner.status();
-  return std::unique_ptr<Socket>(new FaultSocket(this, std::move(*inner), options.network));
+  PP_ASSIGN_OR_RETURN(std::unique_ptr<Socket> inner, inner_->MakeSocket(kind, options));
+  return std::unique_ptr<Socket>(new FaultSocket(this, std::move(inner), options.network));
 }
 
 int FaultTransport::Poll(PollItem* items, size_t n, int64_t timeout_ms) {

@@ -33,9 +33,7 @@ Status LocalCluster::Start() {
   so.checkpoint_timeout_ms = config_.checkpoint_timeout_ms;
   so.checkpoint_keep = config_.checkpoint_keep;
   so.metrics_port = config_.metrics ? 0 : -1;
-  auto s = scheduler::Scheduler::Create(so);
-  if (!s.ok()) return s.status();
-  scheduler_ = std::move(s.value());
+  PP_ASSIGN_OR_RETURN(scheduler_, scheduler::Scheduler::Create(so));
   PP_RETURN_IF_ERROR(scheduler_->PrepareRestore());
   scheduler_thread_ = std::thread([this] { scheduler_status_ = scheduler_->Run(); });
   server_status_.resize(config_.servers);
@@ -52,9 +50,8 @@ Status LocalCluster::Start() {
     o.copy_on_write_wait_ms = config_.copy_on_write_wait_ms;
     o.metrics_port = config_.metrics ? 0 : -1;
     if (config_.server_options) config_.server_options(i, &o);
-    auto srv = server::Server::Create(o);
-    if (!srv.ok()) return srv.status();
-    servers_.push_back(std::move(srv.value()));
+    PP_ASSIGN_OR_RETURN(auto srv, server::Server::Create(o));
+    servers_.push_back(std::move(srv));
   }
   for (int i = 0; i < config_.servers; ++i)
     server_threads_.emplace_back([this, i] { server_status_[i] = servers_[i]->Run(); });
