@@ -219,7 +219,7 @@ TEST_P(Model, RandomOperationsMatchTheModelBitForBit) {
   EXPECT_GT(pulls, 100);
   ASSERT_TRUE(cluster.FinishAndJoin().ok());
   // With a small budget some pushes wait for a reply to reach the kernel's socket buffers (a
-  // race here: these replies are small; tests/shard_copy_on_write_test.cc makes writes
+  // race here: these replies are small; tests/unit/shard_copy_on_write_test.cc makes writes
   // wait deterministically).
   uint64_t waits = 0, overdrafts = 0;
   for (int s = 0; s < mc.servers; ++s) {

@@ -1,6 +1,6 @@
 // Not a test: the test binary's replacement of the global operator new, which fails the one
 // allocation a FailAllocation armed (tests/support/alloc_fault.h). Tests that use it assert on
-// what the failure does (tests/shard_copy_on_write_test.cc, tests/consistency_blocking_test.cc).
+// what the failure does (tests/unit/shard_copy_on_write_test.cc, tests/cluster/consistency_blocking_test.cc).
 #include "tests/support/alloc_fault.h"
 
 #include <atomic>
